@@ -1,0 +1,87 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+
+let package = Package(
+    name: "fleet-tokend",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "fleet-tokend", targets: ["fleet-tokend"]),
+        .library(name: "TokenAgent", targets: ["TokenAgent"]),
+        .library(name: "TokenWire", targets: ["TokenWire"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        // The line protocol: request parsing and reply encoding. No dependencies, shared by the
+        // agent and the client library.
+        .target(name: "TokenWire", swiftSettings: strict),
+        // The engine: cache, refresh policy, singleflight, providers, configuration model.
+        .target(
+            name: "TokenAgent",
+            dependencies: [
+                "TokenWire",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        // SwiftNIO: socket binding, connection handling, limits.
+        .target(
+            name: "TokenAgentServer",
+            dependencies: [
+                "TokenWire",
+                "TokenAgent",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        // The executable: argument parsing and wiring services together.
+        .executableTarget(
+            name: "fleet-tokend",
+            dependencies: [
+                "TokenWire",
+                "TokenAgent",
+                "TokenAgentServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "TokenWireTests", dependencies: ["TokenWire"], swiftSettings: strict),
+        .testTarget(
+            name: "TokenAgentTests",
+            dependencies: [
+                "TokenAgent",
+                "TokenWire",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "TokenWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+    ]
+)

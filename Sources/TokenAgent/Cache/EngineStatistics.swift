@@ -1,0 +1,32 @@
+/// Counters of the engine, as `STATS` reports them.
+public struct EngineStatistics: Sendable, Hashable {
+    /// Entries held (tokens and remembered failures).
+    public var entries = 0
+    /// Requests answered from the cache.
+    public var hits = 0
+    /// Requests that had to wait for a fetch.
+    public var misses = 0
+    /// Fetches started at a provider.
+    public var fetches = 0
+    /// Fetches that failed or were refused.
+    public var fetchErrors = 0
+    /// Fetches started by the background refresher.
+    public var backgroundRefreshes = 0
+    /// Fetches in flight now.
+    public var inFlight = 0
+    /// Cached tokens served because a fetch for a fresher one failed.
+    public var servedAfterFailure = 0
+    /// When the last fetch failure happened (monotonic seconds), if ever.
+    public var lastFailureAt: Double?
+    /// The text of the last fetch failure (never a secret).
+    public var lastFailure: String?
+
+    /// Creates zeroed counters.
+    public init() {}
+
+    /// The hit ratio, 0 when there was no request.
+    public var hitRatio: Double {
+        let total = hits + misses
+        return total == 0 ? 0 : Double(hits) / Double(total)
+    }
+}

@@ -1,0 +1,67 @@
+/// When to serve, refresh, retry and forget a token. Pure arithmetic on seconds; the caller
+/// supplies the clock readings and the random numbers, so hour-long lifetimes test instantly.
+public struct RefreshPolicy: Sendable, Hashable {
+    /// How long before expiry a background refresh aims to happen (`--refresh-margin`).
+    public var refreshMargin: Double
+    /// The default minimum validity of a served token (`--min-validity`).
+    public var minValidity: Double
+    /// An entry not read for this long is no longer refreshed (`--idle-timeout`).
+    public var idleTimeout: Double
+    /// A token with less than this left is never served.
+    public var servingFloor: Double = 10
+    /// The largest jitter, as a fraction of the time until the planned refresh.
+    public var jitterFraction: Double = 0.1
+    /// A token fetched this recently is not fetched again (REFRESH, or a GET asking for more
+    /// validity than any token has).
+    public var refetchGuard: Double = 5
+    /// How long a provider's refusal of an id is remembered.
+    public var rejectionMemory: Double = 5
+    /// The first back-off step after a provider failure.
+    public var backoffBase: Double = 1
+    /// The longest back-off step.
+    public var backoffCap: Double = 60
+
+    /// Creates a policy with the given settings (the defaults are the agent's).
+    public init(refreshMargin: Double = 600, minValidity: Double = 300, idleTimeout: Double = 600) {
+        self.refreshMargin = refreshMargin
+        self.minValidity = minValidity
+        self.idleTimeout = idleTimeout
+    }
+
+    /// The minimum validity a GET needs: the request's own, or the default capped at a quarter of
+    /// the token's lifetime so short-lived tokens still cache. Never below the serving floor.
+    public func requiredValidity(lifetime: Double, requested: Double?) -> Double {
+        let required = requested ?? min(minValidity, lifetime / 4)
+        return max(required, servingFloor)
+    }
+
+    /// When a token fetched at `fetchedAt` and expiring at `expiresAt` (both monotonic) should be
+    /// refreshed: at `fetched + max(lifetime/2, lifetime - margin)`, moved earlier by
+    /// `jitterUnit` (0..<1) times 10% of the time until then.
+    public func refreshTime(fetchedAt: Double, expiresAt: Double, jitterUnit: Double) -> Double {
+        let lifetime = max(0, expiresAt - fetchedAt)
+        let untilRefresh = max(lifetime / 2, lifetime - refreshMargin)
+        let jitter = jitterUnit * jitterFraction * untilRefresh
+        return fetchedAt + untilRefresh - jitter
+    }
+
+    /// The back-off after `failures` consecutive provider failures (1 or more): full jitter over
+    /// `min(cap, base * 2^(failures-1))`, never below 0.1 s so a failing key is not hammered.
+    public func backoff(failures: Int, jitterUnit: Double) -> Double {
+        let exponent = Double(min(max(failures - 1, 0), 30))
+        let ceiling = min(backoffCap, backoffBase * pow2(exponent))
+        return max(0.1, jitterUnit * ceiling)
+    }
+
+    /// Whether a token with `remaining` seconds left may be served at all.
+    public func isServable(remaining: Double) -> Bool { remaining >= servingFloor }
+
+    /// Whether an entry last read at `lastRead` still earns background refreshes at `now`.
+    public func isActive(lastRead: Double, now: Double) -> Bool { now - lastRead <= idleTimeout }
+
+    private func pow2(_ exponent: Double) -> Double {
+        var value = 1.0
+        for _ in 0..<Int(exponent) { value *= 2 }
+        return value
+    }
+}

@@ -1,0 +1,90 @@
+import TokenWire
+
+/// Everything `fleet-tokend serve` is configured with: the config file's keys, overridden by flags.
+public struct AgentConfiguration: Sendable, Hashable {
+    /// The default socket path when neither a flag, the file nor `$FLEET_TOKEND_SOCKET` names one.
+    public static let defaultSocketPath = "/run/fleet-tokend/tokens.sock"
+
+    /// The Unix socket path to listen on.
+    public var socketPath: String
+    /// The HTTP provider of each kind.
+    public var providers: [String: ProviderSettings] = [:]
+    /// A Google service-account JSON key; when set, the local issuer mints tokens for the
+    /// well-known kinds that have no HTTP provider.
+    public var issuerKeyPath: String?
+    /// The lifetime of locally minted tokens, seconds (at most 3600).
+    public var issuerLifetime: Double = 3600
+    /// Seconds before expiry that a background refresh aims for.
+    public var refreshMargin: Double = 600
+    /// Default minimum validity of a served token, seconds.
+    public var minValidity: Double = 300
+    /// Entries not read for this long are not refreshed, seconds.
+    public var idleTimeout: Double = 600
+    /// The most cache entries.
+    public var maxEntries = 100_000
+    /// The most concurrent fetches to providers.
+    public var maxConcurrentFetches = 16
+    /// The most client connections at once.
+    public var maxConnections = 1024
+    /// The log level: trace, debug, info, notice, warning, error, critical.
+    public var logLevel = "info"
+
+    /// Creates the default configuration; the socket path comes from `environment`.
+    public init(environment: [String: String] = [:]) {
+        socketPath = environment["FLEET_TOKEND_SOCKET"].flatMap { $0.isEmpty ? nil : $0 } ?? Self.defaultSocketPath
+    }
+
+    /// The refresh policy these settings describe.
+    public var policy: RefreshPolicy {
+        RefreshPolicy(refreshMargin: refreshMargin, minValidity: minValidity, idleTimeout: idleTimeout)
+    }
+
+    /// Whether no provider and no key is configured, so the demo issuer runs.
+    public var usesDemoIssuer: Bool { providers.isEmpty && issuerKeyPath == nil }
+
+    /// The log levels accepted.
+    public static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
+
+    /// Checks every value; throws the first problem, naming its key.
+    public func validate() throws {
+        guard !socketPath.isEmpty, socketPath.utf8.count < 108 else {
+            throw ConfigurationError(key: "socket", "must be a path of 1 to 107 bytes")
+        }
+        for (name, value) in [
+            ("refresh_margin", refreshMargin), ("min_validity", minValidity), ("idle_timeout", idleTimeout),
+        ] {
+            guard value.isFinite, value >= 0, value <= 86_400 else {
+                throw ConfigurationError(key: name, "must be seconds from 0 to 86400")
+            }
+        }
+        guard issuerLifetime >= 60, issuerLifetime <= 3600 else {
+            throw ConfigurationError(key: "issuer_lifetime", "must be seconds from 60 to 3600")
+        }
+        guard maxEntries >= 1 else { throw ConfigurationError(key: "max_entries", "must be at least 1") }
+        guard (1...1024).contains(maxConcurrentFetches) else {
+            throw ConfigurationError(key: "max_concurrent_fetches", "must be from 1 to 1024")
+        }
+        guard maxConnections >= 1 else { throw ConfigurationError(key: "max_connections", "must be at least 1") }
+        guard Self.logLevels.contains(logLevel) else {
+            throw ConfigurationError(key: "log_level", "must be one of \(Self.logLevels.joined(separator: ", "))")
+        }
+        for (kind, provider) in providers {
+            let key = "providers.\(kind)"
+            guard TokenIdentifier.isWellFormedKind(kind) else {
+                throw ConfigurationError(key: key, "kind names are 1 to 32 of a-z, 0-9 and -")
+            }
+            let lower = provider.url.lowercased()
+            guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else {
+                throw ConfigurationError(key: key + ".url", "must be an http:// or https:// URL")
+            }
+            guard provider.url.contains("{id}") else {
+                throw ConfigurationError(key: key + ".url", "must contain {id} where the id goes")
+            }
+            for (name, value) in [("connect_timeout", provider.connectTimeout), ("timeout", provider.timeout)] {
+                if let value, !(value > 0 && value <= 300) {
+                    throw ConfigurationError(key: "\(key).\(name)", "must be seconds from 0 to 300")
+                }
+            }
+        }
+    }
+}

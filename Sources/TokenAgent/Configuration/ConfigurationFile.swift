@@ -1,0 +1,113 @@
+import Foundation
+
+/// The JSON config file: the same settings as the flags, with `_` for `-` in their names, and one
+/// object per kind under `providers`. Unknown keys are refused, so a typo cannot pass silently.
+public enum ConfigurationFile {
+    private struct Contents: Decodable {
+        var socket: String?
+        var providers: [String: ProviderSettings]?
+        var issuerKey: String?
+        var issuerLifetime: Double?
+        var refreshMargin: Double?
+        var minValidity: Double?
+        var idleTimeout: Double?
+        var maxEntries: Int?
+        var maxConcurrentFetches: Int?
+        var maxConnections: Int?
+        var logLevel: String?
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case socket, providers
+            case issuerKey = "issuer_key"
+            case issuerLifetime = "issuer_lifetime"
+            case refreshMargin = "refresh_margin"
+            case minValidity = "min_validity"
+            case idleTimeout = "idle_timeout"
+            case maxEntries = "max_entries"
+            case maxConcurrentFetches = "max_concurrent_fetches"
+            case maxConnections = "max_connections"
+            case logLevel = "log_level"
+        }
+    }
+
+    /// Reads the file at `path` over `base` (the defaults). Throws ``ConfigurationError``.
+    public static func load(path: String, over base: AgentConfiguration) throws -> AgentConfiguration {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ConfigurationError(key: "config", "cannot read \(path)")
+        }
+        return try parse(data, over: base)
+    }
+
+    /// Parses config file contents over `base`. Throws ``ConfigurationError``.
+    public static func parse(_ data: Data, over base: AgentConfiguration) throws -> AgentConfiguration {
+        let object: Any
+        do {
+            object = try JSONSerialization.jsonObject(with: data)
+        } catch {
+            throw ConfigurationError(key: "config", "not valid JSON")
+        }
+        guard let top = object as? [String: Any] else {
+            throw ConfigurationError(key: "config", "must be a JSON object")
+        }
+        try refuseUnknownKeys(top, allowed: Contents.CodingKeys.allCases.map(\.rawValue), path: "")
+        if let providers = top["providers"] as? [String: Any] {
+            for (kind, settings) in providers {
+                guard let settings = settings as? [String: Any] else { continue }
+                try refuseUnknownKeys(
+                    settings,
+                    allowed: ProviderSettings.CodingKeys.allCases.map(\.rawValue),
+                    path: "providers.\(kind)."
+                )
+            }
+        }
+        let contents: Contents
+        do {
+            contents = try JSONDecoder().decode(Contents.self, from: data)
+        } catch let DecodingError.typeMismatch(type, context) {
+            throw ConfigurationError(key: dotted(context.codingPath), "must be of type \(describe(type))")
+        } catch let DecodingError.keyNotFound(key, context) {
+            throw ConfigurationError(key: dotted(context.codingPath + [key]), "is required")
+        } catch let DecodingError.valueNotFound(type, context) {
+            throw ConfigurationError(key: dotted(context.codingPath), "must be of type \(describe(type))")
+        } catch let DecodingError.dataCorrupted(context) {
+            throw ConfigurationError(key: dotted(context.codingPath), context.debugDescription)
+        } catch {
+            throw ConfigurationError(key: "config", "cannot be read")
+        }
+        var configuration = base
+        if let value = contents.socket { configuration.socketPath = value }
+        if let value = contents.providers { configuration.providers = value }
+        if let value = contents.issuerKey { configuration.issuerKeyPath = value }
+        if let value = contents.issuerLifetime { configuration.issuerLifetime = value }
+        if let value = contents.refreshMargin { configuration.refreshMargin = value }
+        if let value = contents.minValidity { configuration.minValidity = value }
+        if let value = contents.idleTimeout { configuration.idleTimeout = value }
+        if let value = contents.maxEntries { configuration.maxEntries = value }
+        if let value = contents.maxConcurrentFetches { configuration.maxConcurrentFetches = value }
+        if let value = contents.maxConnections { configuration.maxConnections = value }
+        if let value = contents.logLevel { configuration.logLevel = value }
+        return configuration
+    }
+
+    private static func refuseUnknownKeys(_ object: [String: Any], allowed: [String], path: String) throws {
+        for key in object.keys.sorted() where !allowed.contains(key) {
+            throw ConfigurationError(key: path + key, "is not a known key")
+        }
+    }
+
+    private static func dotted(_ path: [any CodingKey]) -> String {
+        path.isEmpty ? "config" : path.map(\.stringValue).joined(separator: ".")
+    }
+
+    private static func describe(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: return "string"
+        case is Double.Type, is Int.Type: return "number"
+        case is Bool.Type: return "boolean"
+        default: return "object"
+        }
+    }
+}

@@ -1,0 +1,126 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+
+/// Fetches tokens from an HTTP token provider: `GET` on a URL template where `{id}` is replaced by
+/// the percent-encoded id, with optional extra headers (the agent's own credentials).
+public final class HTTPTokenProvider: TokenProvider {
+    /// The largest reply body read, in bytes; a larger one is a provider failure.
+    public static let maxBodyBytes = 64 * 1024
+
+    /// The URL template, with `{id}` where the id goes.
+    public let urlTemplate: String
+    private let headers: [(String, String)]
+    private let reply: ProviderReply
+    private let acceptance: TokenAcceptance
+    private let timeout: TimeAmount
+    private let client: HTTPClient
+    private let clock: any AgentClock
+
+    /// Creates a provider. `headers` are sent with every request; they are never logged.
+    public init(
+        urlTemplate: String,
+        headers: [(String, String)] = [],
+        reply: ProviderReply = ProviderReply(),
+        acceptance: TokenAcceptance = TokenAcceptance(),
+        connectTimeout: Double = 2,
+        timeout: Double = 10,
+        clock: any AgentClock = SystemAgentClock()
+    ) {
+        self.urlTemplate = urlTemplate
+        self.headers = headers
+        self.reply = reply
+        self.acceptance = acceptance
+        self.timeout = .milliseconds(Int64(timeout * 1000))
+        self.clock = clock
+        var configuration = HTTPClient.Configuration()
+        configuration.timeout = .init(
+            connect: .milliseconds(Int64(connectTimeout * 1000)),
+            read: .milliseconds(Int64(timeout * 1000))
+        )
+        configuration.redirectConfiguration = .disallow
+        configuration.decompression = .disabled
+        self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }
+
+    public var summary: String { "http \(Self.redactedURL(urlTemplate))" }
+
+    /// The URL for `id`: the template with `{id}` replaced by the percent-encoded id.
+    public static func url(template: String, id: String) -> String {
+        template.replacingOccurrences(of: "{id}", with: percentEncode(id))
+    }
+
+    /// Percent-encodes every byte of `text` but the unreserved ones (`A-Z a-z 0-9 - . _ ~`).
+    public static func percentEncode(_ text: String) -> String {
+        var encoded = ""
+        for byte in text.utf8 {
+            switch byte {
+            case 0x41...0x5A, 0x61...0x7A, 0x30...0x39, 0x2D, 0x2E, 0x5F, 0x7E:
+                encoded.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                let hex = String(byte, radix: 16, uppercase: true)
+                encoded += byte < 16 ? "%0" + hex : "%" + hex
+            }
+        }
+        return encoded
+    }
+
+    /// The template without any user-info or query (which may carry secrets).
+    public static func redactedURL(_ template: String) -> String {
+        guard var components = URLComponents(string: template.replacingOccurrences(of: "{id}", with: "ID")) else {
+            return "<url>"
+        }
+        components.user = nil
+        components.password = nil
+        if components.query != nil { components.query = "…" }
+        return components.string ?? "<url>"
+    }
+
+    public func fetchToken(for key: TokenKey) async throws -> FetchedToken {
+        var request = HTTPClientRequest(url: Self.url(template: urlTemplate, id: key.id))
+        request.method = .GET
+        request.headers.add(name: "Accept", value: "application/json, text/plain")
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(request, timeout: timeout)
+        } catch {
+            throw ProviderError.failed("request failed: \(Self.describe(error))")
+        }
+        let body: ByteBuffer
+        do {
+            body = try await response.body.collect(upTo: Self.maxBodyBytes)
+        } catch is NIOTooManyBytesError {
+            throw ProviderError.failed("reply body over \(Self.maxBodyBytes / 1024) KiB")
+        } catch {
+            throw ProviderError.failed("reading the reply failed: \(Self.describe(error))")
+        }
+        let status = Int(response.status.code)
+        switch status {
+        case 200..<300:
+            break
+        case 408, 429:
+            throw ProviderError.failed("HTTP \(status)")
+        case 400..<500:
+            throw ProviderError.rejected("HTTP \(status)")
+        default:
+            throw ProviderError.failed("HTTP \(status)")
+        }
+        let now = clock.wallSeconds
+        let (token, expiresAt) = try reply.read(
+            body: Array(buffer: body),
+            contentType: response.headers.first(name: "content-type"),
+            now: now
+        )
+        return try acceptance.accept(token: token, expiresAt: expiresAt, for: key, now: now)
+    }
+
+    public func shutdown() async {
+        try? await client.shutdown()
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError { return error.shortDescription }
+        return String(describing: type(of: error))
+    }
+}

@@ -1,0 +1,159 @@
+import Crypto
+import Foundation
+import _CryptoExtras
+
+/// Mints Fleet Engine JWTs itself from a Google service-account key (RS256).
+///
+/// Header `{"alg":"RS256","typ":"JWT","kid":<private_key_id>}`; claims `iss` and `sub` =
+/// `client_email`, `aud` = `https://fleetengine.googleapis.com/`, `iat` = now, `exp` = now +
+/// lifetime, and `authorization` = `{<claim>: id}` (`vehicleid`, `tripid`, ...).
+public struct LocalIssuer: TokenProvider {
+    /// The audience of Fleet Engine tokens.
+    public static let audience = "https://fleetengine.googleapis.com/"
+    /// The longest lifetime the issuer grants, in seconds.
+    public static let maxLifetime: Double = 3600
+
+    private let key: _RSA.Signing.PrivateKey
+    /// The key id written into the header (`private_key_id`).
+    public let keyID: String
+    /// The service account (`client_email`), written as `iss` and `sub`.
+    public let email: String
+    /// The lifetime of minted tokens, in seconds.
+    public let lifetime: Double
+    /// Whether this is the throw-away demo issuer.
+    public let isDemo: Bool
+    private let claimNames: [String: String]
+    private let clock: any AgentClock
+
+    /// Creates an issuer from a service-account key in JSON form.
+    public init(
+        serviceAccountJSON: Data,
+        lifetime: Double = LocalIssuer.maxLifetime,
+        claimNames: [String: String] = FleetEngineKinds.claimNames,
+        clock: any AgentClock = SystemAgentClock()
+    ) throws {
+        let account: ServiceAccountKey
+        do {
+            account = try JSONDecoder().decode(ServiceAccountKey.self, from: serviceAccountJSON)
+        } catch {
+            throw IssuerKeyError("not a service-account key: needs private_key, private_key_id and client_email")
+        }
+        let key: _RSA.Signing.PrivateKey
+        do {
+            key = try _RSA.Signing.PrivateKey(pemRepresentation: account.private_key)
+        } catch {
+            throw IssuerKeyError("private_key is not an RSA private key in PEM form")
+        }
+        self.init(
+            key: key,
+            keyID: account.private_key_id,
+            email: account.client_email,
+            lifetime: lifetime,
+            isDemo: false,
+            claimNames: claimNames,
+            clock: clock
+        )
+    }
+
+    /// Creates the demo issuer: an RSA key made now, for trying the agent only.
+    public static func demo(
+        lifetime: Double = LocalIssuer.maxLifetime,
+        claimNames: [String: String] = FleetEngineKinds.claimNames,
+        clock: any AgentClock = SystemAgentClock()
+    ) throws -> LocalIssuer {
+        let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        return LocalIssuer(
+            key: key,
+            keyID: "demo-" + TokenFingerprint.of(key.publicKey.pemRepresentation),
+            email: "demo-issuer@fleet-tokend.invalid",
+            lifetime: lifetime,
+            isDemo: true,
+            claimNames: claimNames,
+            clock: clock
+        )
+    }
+
+    private init(
+        key: _RSA.Signing.PrivateKey,
+        keyID: String,
+        email: String,
+        lifetime: Double,
+        isDemo: Bool,
+        claimNames: [String: String],
+        clock: any AgentClock
+    ) {
+        self.key = key
+        self.keyID = keyID
+        self.email = email
+        self.lifetime = min(max(lifetime, 60), Self.maxLifetime)
+        self.isDemo = isDemo
+        self.claimNames = claimNames
+        self.clock = clock
+    }
+
+    /// The public key, PEM-encoded (for verifiers).
+    public var publicKeyPEM: String { key.publicKey.pemRepresentation }
+
+    public var summary: String {
+        isDemo ? "demo issuer (tokens for trying the agent only)" : "local issuer \(email) kid \(keyID)"
+    }
+
+    public func fetchToken(for key: TokenKey) async throws -> FetchedToken {
+        guard let claim = claimNames[key.kind] else {
+            throw ProviderError.rejected("the local issuer has no authorization claim for kind \(key.kind)")
+        }
+        do {
+            return try mint(claim: claim, id: key.id, now: clock.wallSeconds.rounded(.down))
+        } catch {
+            throw ProviderError.failed("signing failed")
+        }
+    }
+
+    /// Mints a token whose `authorization` claim is `{claim: id}`, issued at `now`.
+    public func mint(claim: String, id: String, now: Double) throws -> FetchedToken {
+        let issuedAt = Int64(now)
+        let expiresAt = issuedAt + Int64(lifetime)
+        let header: [String: String] = ["alg": "RS256", "typ": "JWT", "kid": keyID]
+        let claims = IssuedClaims(
+            iss: email,
+            sub: email,
+            aud: Self.audience,
+            iat: issuedAt,
+            exp: expiresAt,
+            authorization: [claim: id]
+        )
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let signingInput =
+            JWTClaims.base64URLEncode(try encoder.encode(header)) + "."
+            + JWTClaims.base64URLEncode(try encoder.encode(claims))
+        let signature = try self.key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
+        let token = signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
+        return FetchedToken(token: token, expiresAt: Double(expiresAt))
+    }
+}
+
+/// The claims the local issuer writes.
+private struct IssuedClaims: Encodable {
+    var iss: String
+    var sub: String
+    var aud: String
+    var iat: Int64
+    var exp: Int64
+    var authorization: [String: String]
+}
+
+/// The fields of a Google service-account JSON key that the issuer needs.
+private struct ServiceAccountKey: Decodable {
+    var private_key: String
+    var private_key_id: String
+    var client_email: String
+}
+
+/// A service-account key that cannot be used.
+public struct IssuerKeyError: Error, CustomStringConvertible {
+    /// Why the key cannot be used.
+    public var description: String
+
+    init(_ description: String) { self.description = description }
+}

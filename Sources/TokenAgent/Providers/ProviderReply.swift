@@ -1,0 +1,118 @@
+import Foundation
+
+/// How a configured expiry field is to be read.
+public enum ExpiryMode: String, Sendable, Hashable, Codable {
+    /// Unix time; seconds or milliseconds told apart by magnitude, or an ISO 8601 date.
+    case absolute
+    /// Seconds from now.
+    case relative
+}
+
+/// Reads a token provider's HTTP reply body liberally, because real providers differ.
+///
+/// - A JSON object with the token under the configured name, `token`, `access_token` or `jwt`,
+///   and the expiry under the configured name, `expiration`, `expires_at`, `expirationTimestamp`,
+///   `expiration_timestamp_ms` (absolute), or `expires_in` (relative seconds).
+/// - A JSON object with other names: exactly one string value that parses as a JWT is the token.
+/// - A `text/plain` body (or any non-JSON body that is a JWT) is the token itself.
+public struct ProviderReply: Sendable, Hashable {
+    /// Absolute expiry names, tried in order after the configured one.
+    public static let absoluteExpiryNames = [
+        "expiration", "expires_at", "expirationTimestamp", "expiration_timestamp_ms",
+    ]
+    /// Relative expiry names, tried after the absolute ones.
+    public static let relativeExpiryNames = ["expires_in"]
+    /// Token names, tried in order after the configured one.
+    public static let tokenNames = ["token", "access_token", "jwt"]
+
+    /// The configured token field name, if any (e.g. `VEHICLE_TOKEN_KEY`).
+    public var tokenField: String?
+    /// The configured expiry field name, if any (e.g. `TOKEN_EXPIRATION`).
+    public var expiryField: String?
+    /// How the configured expiry field is read.
+    public var expiryMode: ExpiryMode
+
+    /// Creates a reader with optional configured field names.
+    public init(tokenField: String? = nil, expiryField: String? = nil, expiryMode: ExpiryMode = .absolute) {
+        self.tokenField = tokenField
+        self.expiryField = expiryField
+        self.expiryMode = expiryMode
+    }
+
+    /// Reads `body` (with its `Content-Type`, if any) at wall time `now`. Returns the token and
+    /// the expiry the reply states (the JWT's own `exp` is applied later by ``TokenAcceptance``).
+    public func read(body: [UInt8], contentType: String?, now: Double) throws -> (token: String, expiresAt: Double?) {
+        let mediaType = contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+        let trimmed = String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        if trimmed.hasPrefix("{") {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
+                throw ProviderError.failed("reply is not valid JSON")
+            }
+            return try read(object: object, now: now)
+        }
+        if mediaType == "text/plain" || JWTClaims(token: trimmed) != nil {
+            guard String(validating: body, as: UTF8.self) != nil else {
+                throw ProviderError.failed("plain-text reply is not UTF-8")
+            }
+            return (trimmed, nil)
+        }
+        throw ProviderError.failed("reply is neither a JSON object nor a plain-text token")
+    }
+
+    private func read(object: [String: Any], now: Double) throws -> (token: String, expiresAt: Double?) {
+        var token: String?
+        for name in [tokenField].compactMap({ $0 }) + Self.tokenNames {
+            if let value = object[name] {
+                guard let text = value as? String else { throw ProviderError.failed("field \(name) is not a string") }
+                token = text
+                break
+            }
+        }
+        if token == nil {
+            let jwts = object.values.compactMap { $0 as? String }.filter { JWTClaims(token: $0) != nil }
+            guard jwts.count == 1 else {
+                throw ProviderError.failed(
+                    jwts.isEmpty ? "no token field and no JWT in the reply" : "several JWTs in the reply"
+                )
+            }
+            token = jwts[0]
+        }
+        var expiresAt: Double?
+        if let expiryField, let value = object[expiryField] {
+            expiresAt = try expiry(value, name: expiryField, mode: expiryMode, now: now)
+        } else if let name = Self.absoluteExpiryNames.first(where: { object[$0] != nil }) {
+            expiresAt = try expiry(object[name]!, name: name, mode: .absolute, now: now)
+        } else if let name = Self.relativeExpiryNames.first(where: { object[$0] != nil }) {
+            expiresAt = try expiry(object[name]!, name: name, mode: .relative, now: now)
+        }
+        return (token!, expiresAt)
+    }
+
+    private func expiry(_ value: Any, name: String, mode: ExpiryMode, now: Double) throws -> Double {
+        var number: Double?
+        if let value = value as? NSNumber, !(value is Bool) {
+            number = value.doubleValue
+        } else if let text = value as? String {
+            if let parsed = Double(text.trimmingCharacters(in: .whitespaces)) {
+                number = parsed
+            } else if mode == .absolute, let date = Self.parseISO8601(text) {
+                return date
+            }
+        }
+        guard let number, number.isFinite else {
+            throw ProviderError.failed("field \(name) is not a number or a date")
+        }
+        switch mode {
+        case .relative: return now + number
+        case .absolute: return number > 100_000_000_000 ? number / 1000 : number
+        }
+    }
+
+    private static func parseISO8601(_ text: String) -> Double? {
+        let plain = ISO8601DateFormatter()
+        if let date = plain.date(from: text) { return date.timeIntervalSince1970 }
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return fractional.date(from: text)?.timeIntervalSince1970
+    }
+}

@@ -1,0 +1,44 @@
+/// The cache key: a kind (`vehicle`, `trip`, ...) and an id.
+public struct TokenKey: Hashable, Sendable, CustomStringConvertible {
+    /// The kind name, as configured.
+    public var kind: String
+    /// The Fleet Engine id (vehicle id, trip id, ...).
+    public var id: String
+
+    /// Creates a key.
+    public init(kind: String, id: String) {
+        self.kind = kind
+        self.id = id
+    }
+
+    public var description: String { "\(kind)/\(id)" }
+}
+
+/// What Fleet Engine calls the id of each well-known kind inside a JWT's `authorization` claim.
+public enum FleetEngineKinds {
+    /// The authorization claim name for each well-known kind.
+    public static let claimNames: [String: String] = [
+        "vehicle": "vehicleid",
+        "trip": "tripid",
+        "delivery-vehicle": "deliveryvehicleid",
+        "task": "taskid",
+        "tracking": "trackingid",
+    ]
+
+    /// The well-known kinds, in a stable order.
+    public static let all = ["vehicle", "trip", "delivery-vehicle", "task", "tracking"]
+}
+
+/// A token as a provider handed it over: the JWT text and its absolute expiry (Unix seconds).
+public struct FetchedToken: Sendable, Hashable {
+    /// The token text (usually a JWT).
+    public var token: String
+    /// When the token expires, as Unix time in seconds.
+    public var expiresAt: Double
+
+    /// Creates a fetched token.
+    public init(token: String, expiresAt: Double) {
+        self.token = token
+        self.expiresAt = expiresAt
+    }
+}

@@ -1,0 +1,46 @@
+import TokenAgent
+import TokenWire
+
+/// What `STATS` reports: the engine's counters, the server's, and the uptime.
+public struct AgentStatus: Sendable {
+    /// The engine whose counters are reported.
+    public let engine: TokenEngine
+    /// The server whose connections are counted.
+    public let server: ServerStatistics
+    private let startedAt: Double
+    private let clock: any AgentClock
+
+    /// Creates the status of `engine` and `server`, counting uptime from now.
+    public init(engine: TokenEngine, server: ServerStatistics, clock: any AgentClock = SystemAgentClock()) {
+        self.engine = engine
+        self.server = server
+        self.clock = clock
+        self.startedAt = clock.monotonicSeconds
+    }
+
+    /// Seconds since start.
+    public var uptime: Int { Int(clock.monotonicSeconds - startedAt) }
+
+    /// The `STATS` reply text: `entries=… hits=… misses=… fetches=… fetch_errors=… connections=…
+    /// uptime_s=…`, then further counters.
+    public func statsText() -> String {
+        let stats = engine.statistics()
+        return [
+            "entries=\(stats.entries)",
+            "hits=\(stats.hits)",
+            "misses=\(stats.misses)",
+            "fetches=\(stats.fetches)",
+            "fetch_errors=\(stats.fetchErrors)",
+            "connections=\(server.openConnections)",
+            "uptime_s=\(uptime)",
+            "refreshes=\(stats.backgroundRefreshes)",
+            "inflight=\(stats.inFlight)",
+            "served_after_failure=\(stats.servedAfterFailure)",
+            "connections_total=\(server.acceptedConnections)",
+            "connections_refused=\(server.refusedConnections)",
+        ].joined(separator: " ")
+    }
+
+    /// The `HELP` reply text.
+    public static let helpText = WireRequest.verbs.joined(separator: " ")
+}

@@ -1,0 +1,184 @@
+import Logging
+import NIOCore
+import TokenAgent
+import TokenWire
+
+/// Asks a connection to finish the replies it owes and close (graceful shutdown).
+struct QuiesceEvent: Sendable {}
+
+/// Serves one connection: parses each line, asks the engine, and writes exactly one reply per
+/// request in request order, however the answers arrive. Reads stop while too many replies are
+/// pending or the client does not read its replies (back-pressure instead of buffering).
+final class RequestHandler: ChannelDuplexHandler {
+    typealias InboundIn = RequestFrame
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// A reply slot, in request order.
+    private struct Slot {
+        var reply: WireReply?
+        var closeAfter = false
+    }
+
+    /// The most requests answered-or-pending per connection before reading pauses.
+    static let maxPending = 128
+
+    private let engine: TokenEngine
+    private let status: AgentStatus
+    private let logger: Logger
+    private var slots = CircularBuffer<Slot>(initialCapacity: 8)
+    private var firstSequence = 0
+    private var acceptingRequests = true
+    private var inputClosed = false
+    private var readHeld = false
+    private var closed = false
+
+    init(engine: TokenEngine, status: AgentStatus, logger: Logger) {
+        self.engine = engine
+        self.status = status
+        self.logger = logger
+    }
+
+    // MARK: Inbound
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard acceptingRequests else { return }
+        switch unwrapInboundIn(data) {
+        case .tooLong:
+            acceptingRequests = false
+            append(Slot(reply: .error(WireError(.badRequest, "line too long")), closeAfter: true))
+        case .line(let line):
+            switch RequestParser.parse(line.readableBytesView) {
+            case .failure(let error): append(Slot(reply: .error(error)))
+            case .success(let request): handle(request, context: context)
+            }
+        }
+        writeReadyReplies(context: context)
+    }
+
+    private func handle(_ request: WireRequest, context: ChannelHandlerContext) {
+        switch request {
+        case .ping: append(Slot(reply: .pong))
+        case .help: append(Slot(reply: .ok(AgentStatus.helpText)))
+        case .stats: append(Slot(reply: .ok(status.statsText())))
+        case .quit:
+            acceptingRequests = false
+            append(Slot(reply: nil, closeAfter: true))
+        case .drop(let kind, let id):
+            append(Slot(reply: engine.drop(kind: kind, id: id).map(WireReply.error) ?? .ok("")))
+        case .get(let kind, let id, let minValidity):
+            answer(engine.lookup(kind: kind, id: id, minValidity: minValidity), context: context)
+        case .refresh(let kind, let id):
+            answer(engine.lookupRefresh(kind: kind, id: id), context: context)
+        }
+    }
+
+    private func answer(_ lookup: TokenEngine.Lookup, context: ChannelHandlerContext) {
+        switch lookup {
+        case .ready(let outcome):
+            append(Slot(reply: Self.reply(outcome)))
+        case .pending(let wait):
+            let sequence = firstSequence + slots.count
+            append(Slot())
+            let promise = context.eventLoop.makePromise(of: TokenEngine.Outcome.self)
+            promise.completeWithTask { await wait() }
+            promise.futureResult.assumeIsolated().whenSuccess { [self] outcome in
+                let index = sequence - firstSequence
+                guard !closed, index >= 0, index < slots.count else { return }
+                slots[slots.index(slots.startIndex, offsetBy: index)].reply = Self.reply(outcome)
+                writeReadyReplies(context: context)
+            }
+        }
+    }
+
+    private static func reply(_ outcome: TokenEngine.Outcome) -> WireReply {
+        switch outcome {
+        case .success(let token): return .token(token.token, expiresAt: token.expiresAt)
+        case .failure(let error): return .error(error)
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let event = event as? ChannelEvent, event == .inputClosed {
+            inputClosed = true
+            acceptingRequests = false
+            writeReadyReplies(context: context)
+        } else if event is QuiesceEvent {
+            acceptingRequests = false
+            inputClosed = true
+            writeReadyReplies(context: context)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        closed = true
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("connection error", metadata: ["error": "\(error)"])
+        close(context: context)
+    }
+
+    // MARK: Outbound and back-pressure
+
+    func read(context: ChannelHandlerContext) {
+        if slots.count >= Self.maxPending || !context.channel.isWritable {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        resumeReadingIfPossible(context: context)
+        context.fireChannelWritabilityChanged()
+    }
+
+    private func append(_ slot: Slot) {
+        slots.append(slot)
+    }
+
+    /// Writes the replies at the head that are ready, in order; closes after QUIT, a too-long line,
+    /// or end of input once nothing is owed.
+    private func writeReadyReplies(context: ChannelHandlerContext) {
+        guard !closed else { return }
+        var wrote = false
+        while let head = slots.first, head.reply != nil || head.closeAfter {
+            slots.removeFirst()
+            firstSequence += 1
+            if let reply = head.reply {
+                var buffer = context.channel.allocator.buffer(capacity: 64)
+                buffer.writeString(reply.line)
+                context.write(wrapOutboundOut(buffer), promise: nil)
+                wrote = true
+            }
+            if head.closeAfter {
+                close(context: context)
+                return
+            }
+        }
+        if wrote { context.flush() }
+        if inputClosed, slots.isEmpty {
+            close(context: context)
+            return
+        }
+        resumeReadingIfPossible(context: context)
+    }
+
+    private func resumeReadingIfPossible(context: ChannelHandlerContext) {
+        guard readHeld, !closed, slots.count < Self.maxPending, context.channel.isWritable else { return }
+        readHeld = false
+        context.read()
+    }
+
+    private func close(context: ChannelHandlerContext) {
+        guard !closed else { return }
+        closed = true
+        // Writes complete in order: once this empty one is out, every reply before it is too.
+        let drained = context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))
+        drained.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+    }
+}

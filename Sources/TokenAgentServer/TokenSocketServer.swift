@@ -1,0 +1,137 @@
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Synchronization
+import TokenAgent
+import TokenWire
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Settings of the socket server.
+public struct SocketServerConfiguration: Sendable {
+    /// The socket path to bind.
+    public var path: String
+    /// The socket file's mode (default `0660`), set before the socket listens.
+    public var mode: UInt32 = 0o660
+    /// The most client connections at once; further ones get `ERR busy` and are closed.
+    public var maxConnections = 1024
+    /// How long a graceful shutdown waits for connections to finish their replies.
+    public var drainTimeout: TimeAmount = .seconds(5)
+
+    /// Creates settings for `path`.
+    public init(path: String) { self.path = path }
+}
+
+/// The Unix socket server, as a service: binds, serves until graceful shutdown, then stops
+/// accepting, lets every connection finish the replies it owes (bounded), and removes its socket.
+public final class TokenSocketServer: Service, Sendable {
+    private let configuration: SocketServerConfiguration
+    private let engine: TokenEngine
+    private let status: AgentStatus
+    private let logger: Logger
+    private let group: any EventLoopGroup
+    private let onListening: @Sendable () -> Void
+    private let connections = Mutex<[ObjectIdentifier: any Channel]>([:])
+
+    /// Creates a server for `engine`. `onListening` runs once the socket accepts connections.
+    public init(
+        configuration: SocketServerConfiguration,
+        engine: TokenEngine,
+        status: AgentStatus,
+        logger: Logger,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        onListening: @escaping @Sendable () -> Void = {}
+    ) {
+        self.configuration = configuration
+        self.engine = engine
+        self.status = status
+        self.logger = logger
+        self.group = group
+        self.onListening = onListening
+    }
+
+    public func run() async throws {
+        let path = configuration.path
+        try SocketPath.prepare(path)
+        let previousMask = umask(mode_t(~configuration.mode & 0o777))
+        let channel: any Channel
+        do {
+            channel = try await bootstrap().bind(unixDomainSocketPath: path).get()
+            umask(previousMask)
+        } catch {
+            umask(previousMask)
+            throw SocketPath.Problem(description: "cannot listen on \(path): \(error)")
+        }
+        chmod(path, mode_t(configuration.mode))
+        logger.info("listening", metadata: ["socket": "\(path)"])
+        onListening()
+
+        try? await gracefulShutdown()
+        logger.info("shutting down: no new connections, finishing replies")
+        try? await channel.close()
+        unlink(path)
+        await drainConnections()
+    }
+
+    private func bootstrap() -> ServerBootstrap {
+        let engine = self.engine
+        let status = self.status
+        let logger = self.logger
+        let limit = configuration.maxConnections
+        return ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 512)
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
+            .childChannelInitializer { [self] channel in
+                guard status.server.admit(limit: limit) else {
+                    return refuse(channel)
+                }
+                track(channel)
+                return channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandlers([
+                        ByteToMessageHandler(LineFrameDecoder()),
+                        RequestHandler(engine: engine, status: status, logger: logger),
+                    ])
+                }
+            }
+    }
+
+    private func refuse(_ channel: any Channel) -> EventLoopFuture<Void> {
+        logger.warning(
+            "connection refused: too many connections",
+            metadata: ["limit": "\(configuration.maxConnections)"]
+        )
+        let line = WireReply.error(WireError(.busy, "too many connections")).line
+        let buffer = channel.allocator.buffer(string: line)
+        return channel.writeAndFlush(buffer).flatMap { channel.close() }
+    }
+
+    private func track(_ channel: any Channel) {
+        let id = ObjectIdentifier(channel)
+        connections.withLock { $0[id] = channel }
+        let status = self.status
+        channel.closeFuture.whenComplete { [self] _ in
+            status.server.release()
+            connections.withLock { _ = $0.removeValue(forKey: id) }
+        }
+    }
+
+    private func drainConnections() async {
+        let open = connections.withLock { Array($0.values) }
+        for channel in open { channel.pipeline.fireUserInboundEventTriggered(QuiesceEvent()) }
+        let deadline = NIODeadline.now() + configuration.drainTimeout
+        for channel in open {
+            let remaining = deadline - .now()
+            if remaining > .zero {
+                let timeout = channel.eventLoop.scheduleTask(in: remaining) { channel.close(promise: nil) }
+                try? await channel.closeFuture.get()
+                timeout.cancel()
+            } else {
+                try? await channel.close()
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+/// Parses request lines of protocol v1.
+///
+/// The parser is pure: it checks syntax, verbs, field counts, kind syntax and id rules. Whether a
+/// kind is configured is the agent's business.
+public enum RequestParser {
+    /// Parses one request line, given without its LF. A trailing CR is dropped.
+    public static func parse(_ line: some Collection<UInt8>) -> Result<WireRequest, WireError> {
+        var bytes = Array(line)
+        if bytes.last == 0x0D { bytes.removeLast() }
+        if bytes.count > WireLimits.maxRequestLineBytes {
+            return .failure(WireError(.badRequest, "line too long"))
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            return .failure(WireError(.badRequest, "line is not UTF-8"))
+        }
+        return parse(text: text)
+    }
+
+    /// Parses one request line that is already a string (no LF; a trailing CR is dropped).
+    public static func parse(text: String) -> Result<WireRequest, WireError> {
+        var text = Substring(text)
+        if text.last == "\r" { text = text.dropLast() }
+        let fields = text.split(separator: " ", omittingEmptySubsequences: true)
+        guard let verbField = fields.first else {
+            return .failure(WireError(.badRequest, "empty request"))
+        }
+        let verb = verbField.uppercased()
+        let arguments = fields.dropFirst()
+        switch verb {
+        case "GET":
+            guard arguments.count == 2 || arguments.count == 3 else {
+                return .failure(WireError(.badRequest, "usage: GET <kind> <id> [<min-validity-s>]"))
+            }
+            let kind = arguments[arguments.startIndex]
+            let id = arguments[arguments.startIndex + 1]
+            if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+            var minValidity: Int?
+            if arguments.count == 3 {
+                let field = arguments[arguments.startIndex + 2]
+                guard field.utf8.count <= 6, field.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+                    let value = Int(field), value <= WireLimits.maxMinValiditySeconds
+                else {
+                    return .failure(
+                        WireError(
+                            .badRequest,
+                            "min-validity must be whole seconds from 0 to \(WireLimits.maxMinValiditySeconds)"
+                        )
+                    )
+                }
+                minValidity = value
+            }
+            return .success(.get(kind: String(kind), id: String(id), minValiditySeconds: minValidity))
+        case "REFRESH", "DROP":
+            guard arguments.count == 2 else {
+                return .failure(WireError(.badRequest, "usage: \(verb) <kind> <id>"))
+            }
+            let kind = arguments[arguments.startIndex]
+            let id = arguments[arguments.startIndex + 1]
+            if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+            return .success(
+                verb == "REFRESH"
+                    ? .refresh(kind: String(kind), id: String(id)) : .drop(kind: String(kind), id: String(id))
+            )
+        case "PING", "STATS", "HELP", "QUIT":
+            guard arguments.isEmpty else {
+                return .failure(WireError(.badRequest, "\(verb) takes no arguments"))
+            }
+            switch verb {
+            case "PING": return .success(.ping)
+            case "STATS": return .success(.stats)
+            case "HELP": return .success(.help)
+            default: return .success(.quit)
+            }
+        default:
+            return .failure(WireError(.badRequest, "unknown verb; try HELP"))
+        }
+    }
+
+    private static func keyProblem(kind: Substring, id: Substring) -> WireError? {
+        guard TokenIdentifier.isWellFormedKind(kind) else {
+            return WireError(.badKind, "kind must be 1 to 32 of a-z, 0-9 and -")
+        }
+        if let problem = TokenIdentifier.problem(withID: id) { return WireError(.badID, problem) }
+        return nil
+    }
+}

@@ -1,0 +1,35 @@
+/// A request of protocol v1, parsed from one line.
+public enum WireRequest: Sendable, Hashable {
+    /// `GET <kind> <id> [<min-validity-s>]`.
+    case get(kind: String, id: String, minValiditySeconds: Int?)
+    /// `REFRESH <kind> <id>`.
+    case refresh(kind: String, id: String)
+    /// `DROP <kind> <id>`.
+    case drop(kind: String, id: String)
+    /// `PING`.
+    case ping
+    /// `STATS`.
+    case stats
+    /// `HELP`.
+    case help
+    /// `QUIT`.
+    case quit
+
+    /// The verbs of protocol v1, in the order `HELP` lists them.
+    public static let verbs = ["GET", "REFRESH", "DROP", "PING", "STATS", "HELP", "QUIT"]
+
+    /// The request as one line, without the trailing LF (what a client writes).
+    public var line: String {
+        switch self {
+        case .get(let kind, let id, let minValidity):
+            if let minValidity { return "GET \(kind) \(id) \(minValidity)" }
+            return "GET \(kind) \(id)"
+        case .refresh(let kind, let id): return "REFRESH \(kind) \(id)"
+        case .drop(let kind, let id): return "DROP \(kind) \(id)"
+        case .ping: return "PING"
+        case .stats: return "STATS"
+        case .help: return "HELP"
+        case .quit: return "QUIT"
+        }
+    }
+}

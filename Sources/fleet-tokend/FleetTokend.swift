@@ -1,0 +1,11 @@
+import ArgumentParser
+
+/// `fleet-tokend`: the per-host Fleet Engine token agent.
+@main
+struct FleetTokend: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fleet-tokend",
+        abstract: "Per-host agent that caches and refreshes Fleet Engine JWTs and serves them on a Unix socket.",
+        subcommands: [ServeCommand.self, GetCommand.self]
+    )
+}
