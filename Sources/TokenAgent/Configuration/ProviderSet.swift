@@ -13,25 +13,13 @@ public enum ProviderSet {
             if let claim = settings.claim { claimNames[kind] = claim.lowercased() }
         }
         let acceptance = TokenAcceptance(claimNames: claimNames)
-        var providers: [String: any TokenProvider] = [:]
+        // Everything that can fail is read before any HTTP client exists, so a bad configuration
+        // leaves nothing to shut down.
+        var headersByKind: [String: [(String, String)]] = [:]
         for (kind, settings) in configuration.providers {
-            let headers =
-                try settings.headersFile.map {
-                    try HeadersFile.load(path: $0, key: "providers.\(kind).headers_file")
-                } ?? []
-            providers[kind] = HTTPTokenProvider(
-                urlTemplate: settings.url,
-                headers: headers,
-                reply: ProviderReply(
-                    tokenField: settings.tokenField,
-                    expiryField: settings.expiryField,
-                    expiryMode: settings.expiryMode ?? .absolute
-                ),
-                acceptance: acceptance,
-                connectTimeout: settings.connectTimeout ?? 2,
-                timeout: settings.timeout ?? 10,
-                clock: clock
-            )
+            if let path = settings.headersFile {
+                headersByKind[kind] = try HeadersFile.load(path: path, key: "providers.\(kind).headers_file")
+            }
         }
         let issuer: LocalIssuer?
         if let path = configuration.issuerKeyPath {
@@ -52,6 +40,23 @@ public enum ProviderSet {
             issuer = try LocalIssuer.demo(lifetime: configuration.issuerLifetime, claimNames: claimNames, clock: clock)
         } else {
             issuer = nil
+        }
+        var providers: [String: any TokenProvider] = [:]
+        for (kind, settings) in configuration.providers {
+            let headers = headersByKind[kind] ?? []
+            providers[kind] = HTTPTokenProvider(
+                urlTemplate: settings.url,
+                headers: headers,
+                reply: ProviderReply(
+                    tokenField: settings.tokenField,
+                    expiryField: settings.expiryField,
+                    expiryMode: settings.expiryMode ?? .absolute
+                ),
+                acceptance: acceptance,
+                connectTimeout: settings.connectTimeout ?? 2,
+                timeout: settings.timeout ?? 10,
+                clock: clock
+            )
         }
         if let issuer {
             for kind in FleetEngineKinds.all where providers[kind] == nil { providers[kind] = issuer }

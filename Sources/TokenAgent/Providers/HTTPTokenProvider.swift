@@ -72,7 +72,7 @@ public final class HTTPTokenProvider: TokenProvider {
         }
         components.user = nil
         components.password = nil
-        if components.query != nil { components.query = "…" }
+        if components.query != nil { components.percentEncodedQuery = "redacted" }
         return components.string ?? "<url>"
     }
 

@@ -1,0 +1,105 @@
+import Foundation
+import Testing
+import TokenAgent
+
+@Suite("Configuration")
+struct ConfigurationTests {
+    private func parse(_ json: String) throws -> AgentConfiguration {
+        try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())
+    }
+
+    private func problem(_ json: String) -> ConfigurationError? {
+        do {
+            try parse(json).validate()
+            return nil
+        } catch let error as ConfigurationError {
+            return error
+        } catch {
+            return nil
+        }
+    }
+
+    @Test func defaults() {
+        let configuration = AgentConfiguration()
+        #expect(configuration.socketPath == "/run/fleet-tokend/tokens.sock")
+        #expect(configuration.refreshMargin == 600)
+        #expect(configuration.minValidity == 300)
+        #expect(configuration.idleTimeout == 600)
+        #expect(configuration.maxEntries == 100_000)
+        #expect(configuration.usesDemoIssuer)
+        #expect(AgentConfiguration(environment: ["FLEET_TOKEND_SOCKET": "/tmp/x.sock"]).socketPath == "/tmp/x.sock")
+    }
+
+    @Test func readsEveryKey() throws {
+        let configuration = try parse(
+            """
+            {"socket": "/tmp/a.sock", "refresh_margin": 120, "min_validity": 60, "idle_timeout": 30,
+             "max_entries": 5, "max_concurrent_fetches": 2, "max_connections": 7, "log_level": "debug",
+             "issuer_key": "/k.json", "issuer_lifetime": 900,
+             "providers": {"vehicle": {"url": "https://p.example/v/{id}", "token_field": "VEHICLE_TOKEN_KEY",
+               "expiry_field": "TOKEN_EXPIRATION", "expiry_mode": "relative", "headers_file": "/h",
+               "connect_timeout": 1, "timeout": 3, "claim": "vehicleid"}}}
+            """
+        )
+        try configuration.validate()
+        #expect(configuration.socketPath == "/tmp/a.sock")
+        #expect(configuration.refreshMargin == 120)
+        #expect(configuration.minValidity == 60)
+        #expect(configuration.idleTimeout == 30)
+        #expect(configuration.maxEntries == 5)
+        #expect(configuration.maxConcurrentFetches == 2)
+        #expect(configuration.maxConnections == 7)
+        #expect(configuration.logLevel == "debug")
+        #expect(configuration.issuerKeyPath == "/k.json")
+        #expect(configuration.issuerLifetime == 900)
+        let vehicle = try #require(configuration.providers["vehicle"])
+        #expect(vehicle.url == "https://p.example/v/{id}")
+        #expect(vehicle.tokenField == "VEHICLE_TOKEN_KEY")
+        #expect(vehicle.expiryMode == .relative)
+        #expect(vehicle.timeout == 3)
+        #expect(!configuration.usesDemoIssuer)
+    }
+
+    @Test func problemsNameTheKey() {
+        #expect(problem(#"{"refresh_margn": 5}"#)?.key == "refresh_margn")
+        #expect(problem(#"{"providers": {"trip": {"url": "http://x/{id}", "tokn": "a"}}}"#)?.key == "providers.trip.tokn")
+        #expect(problem(#"{"min_validity": "five"}"#)?.key == "min_validity")
+        #expect(problem(#"{"providers": {"trip": {"timeout": 3}}}"#)?.key == "providers.trip.url")
+        #expect(problem(#"{"providers": {"trip": {"url": "ftp://x/{id}"}}}"#)?.key == "providers.trip.url")
+        #expect(problem(#"{"providers": {"trip": {"url": "http://x/"}}}"#)?.key == "providers.trip.url")
+        #expect(problem(#"{"providers": {"Trip!": {"url": "http://x/{id}"}}}"#)?.key == "providers.Trip!")
+        #expect(problem(#"{"providers": {"trip": {"url": "http://x/{id}", "expiry_mode": "sideways"}}}"#) != nil)
+        #expect(problem(#"{"max_entries": 0}"#)?.key == "max_entries")
+        #expect(problem(#"{"log_level": "loud"}"#)?.key == "log_level")
+        #expect(problem(#"{"idle_timeout": -1}"#)?.key == "idle_timeout")
+        #expect(problem(#"{"issuer_lifetime": 7200}"#)?.key == "issuer_lifetime")
+        #expect(problem("[1]")?.key == "config")
+        #expect(problem("{")?.key == "config")
+        #expect(problem(#"{"providers": {"trip": {"url": "http://x/{id}"}}}"#) == nil)
+    }
+
+    @Test func headersFile() throws {
+        let headers = try HeadersFile.parse("# comment\nAuthorization: Bearer abc\n\nX-Api-Key:  k:1 \n", key: "h")
+        #expect(headers.map(\.0) == ["Authorization", "X-Api-Key"])
+        #expect(headers.map(\.1) == ["Bearer abc", "k:1"])
+        #expect(throws: ConfigurationError.self) { try HeadersFile.parse("no colon here", key: "h") }
+        #expect(throws: ConfigurationError.self) { try HeadersFile.parse("Bad Name: x", key: "h") }
+    }
+
+    @Test func providerSetServesWellKnownKindsFromTheIssuer() async throws {
+        var configuration = AgentConfiguration()
+        configuration.providers["vehicle"] = ProviderSettings(url: "http://127.0.0.1:1/v/{id}")
+        configuration.providers["custom"] = ProviderSettings(url: "http://127.0.0.1:1/c/{id}")
+        let httpOnly = try ProviderSet.make(from: configuration)
+        #expect(Set(httpOnly.keys) == ["vehicle", "custom"], "no key and providers configured: no demo issuer")
+        #expect(httpOnly["vehicle"] is HTTPTokenProvider)
+        let demo = try ProviderSet.make(from: AgentConfiguration())
+        #expect(Set(demo.keys) == Set(FleetEngineKinds.all))
+        #expect((demo["trip"] as? LocalIssuer)?.isDemo == true)
+        configuration.issuerKeyPath = "/nonexistent/key.json"
+        #expect(throws: ConfigurationError(key: "issuer_key", "cannot read /nonexistent/key.json")) {
+            try ProviderSet.make(from: configuration)
+        }
+        for provider in httpOnly.values { await provider.shutdown() }
+    }
+}

@@ -1,0 +1,52 @@
+import Testing
+import TokenAgent
+
+@Suite("LRU table")
+struct LRUTableTests {
+    @Test func evictsTheLeastRecentlyUsed() {
+        var table = LRUTable<String, Int>()
+        table.set("a", 1, capacity: 3)
+        table.set("b", 2, capacity: 3)
+        table.set("c", 3, capacity: 3)
+        table.update("a") { $0 += 10 }
+        let evicted = table.set("d", 4, capacity: 3)
+        #expect(evicted?.key == "b")
+        #expect(table.keysOldestFirst == ["c", "a", "d"])
+        #expect(table.peek("a") == 11)
+        #expect(table.count == 3)
+    }
+
+    @Test func peekDoesNotTouch() {
+        var table = LRUTable<String, Int>()
+        table.set("a", 1, capacity: 2)
+        table.set("b", 2, capacity: 2)
+        _ = table.peek("a")
+        table.set("c", 3, capacity: 2)
+        #expect(table.peek("a") == nil)
+    }
+
+    @Test func removeAndReuseSlots() {
+        var table = LRUTable<Int, Int>()
+        for i in 0..<100 { table.set(i, i, capacity: 1000) }
+        for i in stride(from: 0, to: 100, by: 2) { #expect(table.remove(i) == i) }
+        #expect(table.count == 50)
+        for i in 100..<150 { table.set(i, i, capacity: 1000) }
+        #expect(table.count == 100)
+        #expect(table.keysOldestFirst == Array(stride(from: 1, to: 100, by: 2)) + Array(100..<150))
+        var seen = 0
+        table.forEachKey { key, value in
+            #expect(key == value)
+            seen += 1
+        }
+        #expect(seen == 100)
+    }
+
+    @Test func replacingAValueMarksItNewest() {
+        var table = LRUTable<String, Int>()
+        table.set("a", 1, capacity: 2)
+        table.set("b", 2, capacity: 2)
+        table.set("a", 5, capacity: 2)
+        #expect(table.keysOldestFirst == ["b", "a"])
+        #expect(table.remove("zzz") == nil)
+    }
+}

@@ -1,0 +1,102 @@
+import Foundation
+import Synchronization
+import TokenAgent
+
+/// A clock the test moves by hand.
+final class ManualClock: AgentClock, Sendable {
+    private let now: Mutex<(mono: Double, wall: Double)>
+
+    init(mono: Double = 1000, wall: Double = 1_800_000_000) {
+        now = Mutex((mono, wall))
+    }
+
+    var monotonicSeconds: Double { now.withLock { $0.mono } }
+    var wallSeconds: Double { now.withLock { $0.wall } }
+
+    func advance(_ seconds: Double) {
+        now.withLock {
+            $0.mono += seconds
+            $0.wall += seconds
+        }
+    }
+}
+
+/// A provider whose answers the test scripts: mints `tok-<id>-<n>` tokens of a given lifetime,
+/// or fails, and can hold every fetch until released.
+final class ScriptedProvider: TokenProvider, Sendable {
+    enum Mode: Sendable {
+        case succeed(lifetime: Double)
+        case fail(ProviderError)
+        case expiresAt(Double)
+    }
+
+    private struct State {
+        var mode: Mode = .succeed(lifetime: 3600)
+        var fetches = 0
+        var held: [CheckedContinuation<Void, Never>] = []
+        var holding = false
+    }
+
+    private let state = Mutex(State())
+    private let clock: ManualClock
+
+    init(clock: ManualClock) { self.clock = clock }
+
+    var summary: String { "scripted" }
+    var fetches: Int { state.withLock { $0.fetches } }
+    var heldCount: Int { state.withLock { $0.held.count } }
+
+    func setMode(_ mode: Mode) { state.withLock { $0.mode = mode } }
+    func hold() { state.withLock { $0.holding = true } }
+
+    func release() {
+        let held = state.withLock { state in
+            state.holding = false
+            defer { state.held = [] }
+            return state.held
+        }
+        for continuation in held { continuation.resume() }
+    }
+
+    func fetchToken(for key: TokenKey) async throws -> FetchedToken {
+        let (mode, count, holding) = state.withLock { state in
+            state.fetches += 1
+            return (state.mode, state.fetches, state.holding)
+        }
+        if holding {
+            await withCheckedContinuation { continuation in
+                let resumeNow = state.withLock { state -> Bool in
+                    guard state.holding else { return true }
+                    state.held.append(continuation)
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        }
+        switch mode {
+        case .succeed(let lifetime):
+            return FetchedToken(token: "tok-\(key.id)-\(count)", expiresAt: clock.wallSeconds + lifetime)
+        case .fail(let error):
+            throw error
+        case .expiresAt(let wall):
+            return FetchedToken(token: "tok-\(key.id)-\(count)", expiresAt: wall)
+        }
+    }
+}
+
+/// Makes an unsigned JWT-shaped token with the given claims (the agent never checks signatures).
+func makeJWT(_ claims: [String: Any]) -> String {
+    let header = try! JSONSerialization.data(withJSONObject: ["alg": "RS256", "typ": "JWT"])
+    let payload = try! JSONSerialization.data(withJSONObject: claims)
+    return JWTClaims.base64URLEncode(header) + "." + JWTClaims.base64URLEncode(payload) + ".c2ln"
+}
+
+/// Waits until `condition` holds, yielding to other tasks, for at most `seconds` of real time.
+func eventually(seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return condition()
+}

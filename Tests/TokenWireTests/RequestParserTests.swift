@@ -1,0 +1,99 @@
+import Testing
+import TokenWire
+
+@Suite("Request parsing")
+struct RequestParserTests {
+    private func parse(_ line: String) -> Result<WireRequest, WireError> {
+        RequestParser.parse(Array(line.utf8))
+    }
+
+    private func code(_ line: String) -> WireErrorCode? {
+        if case .failure(let error) = parse(line) { return error.code }
+        return nil
+    }
+
+    @Test func everyVerb() {
+        #expect(parse("GET vehicle v-1") == .success(.get(kind: "vehicle", id: "v-1", minValiditySeconds: nil)))
+        #expect(parse("GET trip t-1 120") == .success(.get(kind: "trip", id: "t-1", minValiditySeconds: 120)))
+        #expect(parse("REFRESH vehicle v-1") == .success(.refresh(kind: "vehicle", id: "v-1")))
+        #expect(parse("DROP trip t-9") == .success(.drop(kind: "trip", id: "t-9")))
+        #expect(parse("PING") == .success(.ping))
+        #expect(parse("STATS") == .success(.stats))
+        #expect(parse("HELP") == .success(.help))
+        #expect(parse("QUIT") == .success(.quit))
+    }
+
+    @Test func verbsAreCaseInsensitiveAndCRIsDropped() {
+        #expect(parse("get vehicle v-1\r") == .success(.get(kind: "vehicle", id: "v-1", minValiditySeconds: nil)))
+        #expect(parse("pInG\r") == .success(.ping))
+        #expect(parse("Refresh trip x") == .success(.refresh(kind: "trip", id: "x")))
+    }
+
+    @Test func repeatedSpacesSeparateFields() {
+        #expect(parse("GET  vehicle   v-1 ") == .success(.get(kind: "vehicle", id: "v-1", minValiditySeconds: nil)))
+    }
+
+    @Test func wrongFieldsAreBadRequests() {
+        for line in ["", "   ", "GET", "GET vehicle", "GET vehicle a b c", "REFRESH vehicle", "DROP", "PING now",
+            "STATS x", "QUIT please", "FETCH vehicle v", "GET\tvehicle v",
+        ] {
+            #expect(code(line) == .badRequest, "\(line)")
+        }
+    }
+
+    @Test func minValidityMustBeWholeSecondsInRange() {
+        for value in ["-1", "1.5", "abc", "86401", "9999999999999999999999", "+5", "0x10"] {
+            #expect(code("GET vehicle v \(value)") == .badRequest, "\(value)")
+        }
+        #expect(parse("GET vehicle v 0") == .success(.get(kind: "vehicle", id: "v", minValiditySeconds: 0)))
+        #expect(parse("GET vehicle v 86400") == .success(.get(kind: "vehicle", id: "v", minValiditySeconds: 86400)))
+    }
+
+    @Test func kindsMustBeWellFormed() {
+        for kind in ["Vehicle", "veh_icle", "v.e", String(repeating: "k", count: 33), "véhicule"] {
+            #expect(code("GET \(kind) v-1") == .badKind, "\(kind)")
+        }
+        #expect(code("GET delivery-vehicle d-1") == nil)
+    }
+
+    @Test func hostileIDsAreRefused() {
+        let hostile = [
+            "a/b", "a:b", "a\\b", "a?b", "a#b", "../../etc/passwd", "a\u{0}b", "a\u{7}b", "a\u{200B}b",
+            "a\u{2028}b", "a\u{85}b", String(repeating: "x", count: 65), String(repeating: "é", count: 65),
+            "a\u{00A0}b",
+        ]
+        for id in hostile {
+            #expect(code("GET vehicle \(id)") == .badID, "\(id.debugDescription)")
+        }
+    }
+
+    @Test func unicodeIDsUpToSixtyFourCharactersAreFine() {
+        let id = String(repeating: "é", count: 64)
+        #expect(parse("GET vehicle \(id)") == .success(.get(kind: "vehicle", id: id, minValiditySeconds: nil)))
+        #expect(parse("GET trip 行程-1") == .success(.get(kind: "trip", id: "行程-1", minValiditySeconds: nil)))
+    }
+
+    @Test func notUTF8IsABadRequest() {
+        let bytes: [UInt8] = Array("GET vehicle ".utf8) + [0xFF, 0xFE]
+        guard case .failure(let error) = RequestParser.parse(bytes) else {
+            Issue.record("expected a failure")
+            return
+        }
+        #expect(error == WireError(.badRequest, "line is not UTF-8"))
+    }
+
+    @Test func overlongLineIsABadRequest() {
+        let line = "GET vehicle " + String(repeating: "x", count: WireLimits.maxRequestLineBytes)
+        #expect(parse(line) == .failure(WireError(.badRequest, "line too long")))
+    }
+
+    @Test func requestLineRoundTrips() {
+        let requests: [WireRequest] = [
+            .get(kind: "vehicle", id: "v-1", minValiditySeconds: nil), .get(kind: "trip", id: "t", minValiditySeconds: 5),
+            .refresh(kind: "task", id: "k"), .drop(kind: "trip", id: "t"), .ping, .stats, .help, .quit,
+        ]
+        for request in requests {
+            #expect(RequestParser.parse(text: request.line) == .success(request))
+        }
+    }
+}

@@ -1,0 +1,40 @@
+import Testing
+import TokenWire
+
+@Suite("Reply encoding and parsing")
+struct WireReplyTests {
+    @Test func encodesEveryReply() {
+        #expect(WireReply.token("abc.def.ghi", expiresAt: 1_700_000_000).line == "OK abc.def.ghi 1700000000\n")
+        #expect(WireReply.ok("").line == "OK\n")
+        #expect(WireReply.ok("entries=1 hits=2").line == "OK entries=1 hits=2\n")
+        #expect(WireReply.pong.line == "PONG\n")
+        for code in WireErrorCode.allCases {
+            #expect(WireReply.error(WireError(code, "why")).line == "ERR \(code.rawValue) why\n")
+        }
+    }
+
+    @Test func errorTextStaysOnOneLine() {
+        let line = WireReply.error(WireError(.unavailable, "a\nb\rc\u{0}d")).line
+        #expect(line == "ERR unavailable a b c d\n")
+    }
+
+    @Test func parsesWhatItEncodes() {
+        let replies: [WireReply] = [
+            .token("abc.def.ghi", expiresAt: 1_700_000_000), .ok(""), .ok("GET REFRESH DROP"),
+            .ok("entries=1 hits=2"), .pong,
+        ] + WireErrorCode.allCases.map { .error(WireError($0, "some text")) }
+        for reply in replies {
+            #expect(WireReply.parse(Substring(reply.line.dropLast())) == reply)
+        }
+    }
+
+    @Test func unknownRepliesDoNotParse() {
+        #expect(WireReply.parse("HELLO") == nil)
+        #expect(WireReply.parse("ERR nope text") == nil)
+    }
+
+    @Test func statsFields() {
+        let fields = WireReply.statsFields("entries=3 hits=10 misses=2")
+        #expect(fields == ["entries": "3", "hits": "10", "misses": "2"])
+    }
+}
