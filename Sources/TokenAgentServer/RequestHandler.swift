@@ -18,6 +18,10 @@ final class RequestHandler: ChannelDuplexHandler {
     private struct Slot {
         var reply: WireReply?
         var closeAfter = false
+        /// A STATS reply, made when its turn comes so it counts every request before it.
+        var statsWhenDue = false
+
+        var isReady: Bool { reply != nil || closeAfter || statsWhenDue }
     }
 
     /// The most requests answered-or-pending per connection before reading pauses.
@@ -33,10 +37,23 @@ final class RequestHandler: ChannelDuplexHandler {
     private var readHeld = false
     private var closed = false
 
-    init(engine: TokenEngine, status: AgentStatus, logger: Logger) {
+    /// Whether the connection was admitted under the connection limit.
+    private let admitted: Bool
+
+    init(engine: TokenEngine, status: AgentStatus, logger: Logger, admitted: Bool = true) {
         self.engine = engine
         self.status = status
         self.logger = logger
+        self.admitted = admitted
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.fireChannelActive()
+        if !admitted {
+            acceptingRequests = false
+            slots.append(Slot(reply: .error(WireError(.busy, "too many connections")), closeAfter: true))
+            writeReadyReplies(context: context)
+        }
     }
 
     // MARK: Inbound
@@ -60,7 +77,7 @@ final class RequestHandler: ChannelDuplexHandler {
         switch request {
         case .ping: append(Slot(reply: .pong))
         case .help: append(Slot(reply: .ok(AgentStatus.helpText)))
-        case .stats: append(Slot(reply: .ok(status.statsText())))
+        case .stats: append(Slot(statsWhenDue: true))
         case .quit:
             acceptingRequests = false
             append(Slot(reply: nil, closeAfter: true))
@@ -101,6 +118,11 @@ final class RequestHandler: ChannelDuplexHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let event = event as? ChannelEvent, event == .inputClosed {
             inputClosed = true
+            if closed {
+                // Lingering after our last reply: the client has read it and closed its side.
+                context.close(promise: nil)
+                return
+            }
             acceptingRequests = false
             writeReadyReplies(context: context)
         } else if event is QuiesceEvent {
@@ -125,7 +147,9 @@ final class RequestHandler: ChannelDuplexHandler {
     // MARK: Outbound and back-pressure
 
     func read(context: ChannelHandlerContext) {
-        if slots.count >= Self.maxPending || !context.channel.isWritable {
+        if closed {
+            context.read()  // lingering: keep draining what the client still sends
+        } else if slots.count >= Self.maxPending || !context.channel.isWritable {
             readHeld = true
         } else {
             context.read()
@@ -146,10 +170,10 @@ final class RequestHandler: ChannelDuplexHandler {
     private func writeReadyReplies(context: ChannelHandlerContext) {
         guard !closed else { return }
         var wrote = false
-        while let head = slots.first, head.reply != nil || head.closeAfter {
+        while let head = slots.first, head.isReady {
             slots.removeFirst()
             firstSequence += 1
-            if let reply = head.reply {
+            if let reply = head.statsWhenDue ? .ok(status.statsText()) : head.reply {
                 var buffer = context.channel.allocator.buffer(capacity: 64)
                 buffer.writeString(reply.line)
                 context.write(wrapOutboundOut(buffer), promise: nil)
@@ -174,11 +198,26 @@ final class RequestHandler: ChannelDuplexHandler {
         context.read()
     }
 
+    /// Closes after the last reply is written. Unless the client already finished sending, our
+    /// side is shut first and what the client still sends is read and dropped for up to a second:
+    /// closing with unread input would reset the connection and could destroy replies the client
+    /// has not read yet.
     private func close(context: ChannelHandlerContext) {
         guard !closed else { return }
         closed = true
+        let linger = !inputClosed
         // Writes complete in order: once this empty one is out, every reply before it is too.
         let drained = context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))
-        drained.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+        drained.assumeIsolated().whenComplete { _ in
+            guard linger else {
+                context.close(promise: nil)
+                return
+            }
+            let outputClosed = context.eventLoop.makePromise(of: Void.self)
+            context.close(mode: .output, promise: outputClosed)
+            outputClosed.futureResult.assumeIsolated().whenFailure { _ in context.close(promise: nil) }
+            context.eventLoop.assumeIsolated().scheduleTask(in: .seconds(1)) { context.close(promise: nil) }
+            context.read()
+        }
     }
 }

@@ -86,27 +86,19 @@ public final class TokenSocketServer: Service, Sendable {
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
             .childChannelInitializer { [self] channel in
-                guard status.server.admit(limit: limit) else {
-                    return refuse(channel)
+                let admitted = status.server.admit(limit: limit)
+                if admitted {
+                    track(channel)
+                } else {
+                    logger.warning("connection refused: too many connections", metadata: ["limit": "\(limit)"])
                 }
-                track(channel)
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(LineFrameDecoder()),
-                        RequestHandler(engine: engine, status: status, logger: logger),
+                        RequestHandler(engine: engine, status: status, logger: logger, admitted: admitted),
                     ])
                 }
             }
-    }
-
-    private func refuse(_ channel: any Channel) -> EventLoopFuture<Void> {
-        logger.warning(
-            "connection refused: too many connections",
-            metadata: ["limit": "\(configuration.maxConnections)"]
-        )
-        let line = WireReply.error(WireError(.busy, "too many connections")).line
-        let buffer = channel.allocator.buffer(string: line)
-        return channel.writeAndFlush(buffer).flatMap { channel.close() }
     }
 
     private func track(_ channel: any Channel) {

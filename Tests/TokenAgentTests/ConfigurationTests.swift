@@ -62,7 +62,9 @@ struct ConfigurationTests {
 
     @Test func problemsNameTheKey() {
         #expect(problem(#"{"refresh_margn": 5}"#)?.key == "refresh_margn")
-        #expect(problem(#"{"providers": {"trip": {"url": "http://x/{id}", "tokn": "a"}}}"#)?.key == "providers.trip.tokn")
+        #expect(
+            problem(#"{"providers": {"trip": {"url": "http://x/{id}", "tokn": "a"}}}"#)?.key == "providers.trip.tokn"
+        )
         #expect(problem(#"{"min_validity": "five"}"#)?.key == "min_validity")
         #expect(problem(#"{"providers": {"trip": {"timeout": 3}}}"#)?.key == "providers.trip.url")
         #expect(problem(#"{"providers": {"trip": {"url": "ftp://x/{id}"}}}"#)?.key == "providers.trip.url")

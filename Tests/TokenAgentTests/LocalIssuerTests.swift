@@ -19,7 +19,10 @@ struct LocalIssuerTests {
             "private_key_id": "kid-123",
             "client_email": "fleet@project.iam.gserviceaccount.com",
         ]
-        let issuer = try LocalIssuer(serviceAccountJSON: JSONSerialization.data(withJSONObject: account), lifetime: 1800)
+        let issuer = try LocalIssuer(
+            serviceAccountJSON: JSONSerialization.data(withJSONObject: account),
+            lifetime: 1800
+        )
         let minted = try issuer.mint(claim: "tripid", id: "t-1", now: 1_800_000_000)
         #expect(minted.expiresAt == 1_800_001_800)
         let parts = minted.token.split(separator: ".")
@@ -46,7 +49,9 @@ struct LocalIssuerTests {
             let claims = try #require(JWTClaims(token: fetched.token))
             #expect(claims.authorization == [FleetEngineKinds.claimNames[kind]!: "id-1"])
         }
-        await #expect(throws: ProviderError.self) { try await issuer.fetchToken(for: TokenKey(kind: "custom", id: "x")) }
+        await #expect(throws: ProviderError.self) {
+            try await issuer.fetchToken(for: TokenKey(kind: "custom", id: "x"))
+        }
     }
 
     @Test func lifetimeIsAtMostAnHour() throws {
@@ -57,7 +62,8 @@ struct LocalIssuerTests {
 
     @Test func badKeysAreRefusedWithAReason() {
         #expect(throws: IssuerKeyError.self) { try LocalIssuer(serviceAccountJSON: Data("{}".utf8)) }
-        let notRSA: [String: String] = ["private_key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        let notRSA: [String: String] = [
+            "private_key": "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
             "private_key_id": "k", "client_email": "e",
         ]
         #expect(throws: IssuerKeyError.self) {

@@ -6,7 +6,11 @@ import TokenAgent
 struct ProviderReplyTests {
     let now = 1_800_000_000.0
 
-    private func read(_ json: String, _ reader: ProviderReply = ProviderReply(), contentType: String? = "application/json")
+    private func read(
+        _ json: String,
+        _ reader: ProviderReply = ProviderReply(),
+        contentType: String? = "application/json"
+    )
         throws -> (token: String, expiresAt: Double?)
     {
         try reader.read(body: Array(json.utf8), contentType: contentType, now: now)
@@ -38,10 +42,22 @@ struct ProviderReplyTests {
     }
 
     @Test func configuredFieldsAbsoluteOrRelative() throws {
-        let relative = ProviderReply(tokenField: "TRIP_TOKEN_KEY", expiryField: "TOKEN_EXPIRATION", expiryMode: .relative)
+        let relative = ProviderReply(
+            tokenField: "TRIP_TOKEN_KEY",
+            expiryField: "TOKEN_EXPIRATION",
+            expiryMode: .relative
+        )
         #expect(try read(#"{"TRIP_TOKEN_KEY":"opaque","TOKEN_EXPIRATION":3600}"#, relative) == ("opaque", now + 3600))
-        let absolute = ProviderReply(tokenField: "TRIP_TOKEN_KEY", expiryField: "TOKEN_EXPIRATION", expiryMode: .absolute)
-        #expect(try read(#"{"TRIP_TOKEN_KEY":"opaque","TOKEN_EXPIRATION":1800000900}"#, absolute) == ("opaque", 1_800_000_900))
+        let absolute = ProviderReply(
+            tokenField: "TRIP_TOKEN_KEY",
+            expiryField: "TOKEN_EXPIRATION",
+            expiryMode: .absolute
+        )
+        #expect(
+            try read(#"{"TRIP_TOKEN_KEY":"opaque","TOKEN_EXPIRATION":1800000900}"#, absolute) == (
+                "opaque", 1_800_000_900
+            )
+        )
     }
 
     @Test func plainTextBodyIsTheToken() throws {
@@ -99,9 +115,13 @@ struct TokenAcceptanceTests {
         #expect(throws: ProviderError.failed("token is already expired")) {
             try acceptance.accept(token: makeJWT(["exp": now - 1]), expiresAt: nil, for: key, now: now)
         }
-        #expect(throws: ProviderError.self) { try acceptance.accept(token: "opaque", expiresAt: nil, for: key, now: now) }
+        #expect(throws: ProviderError.self) {
+            try acceptance.accept(token: "opaque", expiresAt: nil, for: key, now: now)
+        }
         for bad in ["", "has space", "new\nline", "tab\there", "é", String(repeating: "x", count: 20_000)] {
-            #expect(throws: ProviderError.self) { try acceptance.accept(token: bad, expiresAt: now + 60, for: key, now: now) }
+            #expect(throws: ProviderError.self) {
+                try acceptance.accept(token: bad, expiresAt: now + 60, for: key, now: now)
+            }
         }
     }
 
@@ -113,6 +133,9 @@ struct TokenAcceptanceTests {
     }
 
     @Test func redactedURLDropsCredentialsAndQuery() {
-        #expect(HTTPTokenProvider.redactedURL("https://user:secret@h.example/t/{id}?key=secret") == "https://h.example/t/ID?redacted")
+        #expect(
+            HTTPTokenProvider.redactedURL("https://user:secret@h.example/t/{id}?key=secret")
+                == "https://h.example/t/ID?redacted"
+        )
     }
 }

@@ -34,7 +34,8 @@ struct RequestParserTests {
     }
 
     @Test func wrongFieldsAreBadRequests() {
-        for line in ["", "   ", "GET", "GET vehicle", "GET vehicle a b c", "REFRESH vehicle", "DROP", "PING now",
+        for line in [
+            "", "   ", "GET", "GET vehicle", "GET vehicle a b c", "REFRESH vehicle", "DROP", "PING now",
             "STATS x", "QUIT please", "FETCH vehicle v", "GET\tvehicle v",
         ] {
             #expect(code(line) == .badRequest, "\(line)")
@@ -89,7 +90,8 @@ struct RequestParserTests {
 
     @Test func requestLineRoundTrips() {
         let requests: [WireRequest] = [
-            .get(kind: "vehicle", id: "v-1", minValiditySeconds: nil), .get(kind: "trip", id: "t", minValiditySeconds: 5),
+            .get(kind: "vehicle", id: "v-1", minValiditySeconds: nil),
+            .get(kind: "trip", id: "t", minValiditySeconds: 5),
             .refresh(kind: "task", id: "k"), .drop(kind: "trip", id: "t"), .ping, .stats, .help, .quit,
         ]
         for request in requests {

@@ -19,10 +19,11 @@ struct WireReplyTests {
     }
 
     @Test func parsesWhatItEncodes() {
-        let replies: [WireReply] = [
-            .token("abc.def.ghi", expiresAt: 1_700_000_000), .ok(""), .ok("GET REFRESH DROP"),
-            .ok("entries=1 hits=2"), .pong,
-        ] + WireErrorCode.allCases.map { .error(WireError($0, "some text")) }
+        let replies: [WireReply] =
+            [
+                .token("abc.def.ghi", expiresAt: 1_700_000_000), .ok(""), .ok("GET REFRESH DROP"),
+                .ok("entries=1 hits=2"), .pong,
+            ] + WireErrorCode.allCases.map { .error(WireError($0, "some text")) }
         for reply in replies {
             #expect(WireReply.parse(Substring(reply.line.dropLast())) == reply)
         }

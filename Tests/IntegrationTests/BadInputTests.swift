@@ -1,0 +1,120 @@
+import Foundation
+import Testing
+
+@Suite("Bad input and bad providers")
+struct BadInputTests {
+    @Test func malformedLinesGetClearErrorsAndTheConnectionGoesOn() async throws {
+        try await withProviderAndAgent { agent, _ in
+            let lines: [[UInt8]] = [
+                Array("FROB\n".utf8), Array("GET vehicle\n".utf8), Array("GET vehicle v-1 soon\n".utf8),
+                Array("GET Boat b\n".utf8), Array("GET vehicle ../../etc/passwd\n".utf8),
+                Array("GET vehicle ".utf8) + [0xC3, 0x28] + Array("\n".utf8), Array("\n".utf8),
+                Array("GET vehicle \(String(repeating: "x", count: 65))\n".utf8), Array("GET vehicle a\u{0}b\n".utf8),
+                Array("PING\n".utf8),
+            ]
+            let replies = try await SocketClient.exchange(agent.socketPath, lines.flatMap { $0 }, lines: lines.count)
+            #expect(replies.count == lines.count)
+            guard replies.count == lines.count else { return }
+            #expect(replies[0] == "ERR bad-request unknown verb; try HELP")
+            #expect(replies[1].hasPrefix("ERR bad-request usage: GET"))
+            #expect(replies[2].hasPrefix("ERR bad-request min-validity"))
+            #expect(replies[3].hasPrefix("ERR bad-kind"))
+            #expect(replies[4].hasPrefix("ERR bad-id"))
+            #expect(replies[5] == "ERR bad-request line is not UTF-8")
+            #expect(replies[6] == "ERR bad-request empty request")
+            #expect(replies[7].hasPrefix("ERR bad-id id longer than 64"))
+            #expect(replies[8].hasPrefix("ERR bad-id"))
+            #expect(replies[9] == "PONG")
+        }
+    }
+
+    @Test func overlongLineIsRefusedAndClosesOnlyThatConnection() async throws {
+        try await withProviderAndAgent { agent, _ in
+            let huge = "GET vehicle " + String(repeating: "x", count: 5000) + "\nPING\n"
+            let replies = try await SocketClient.exchange(agent.socketPath, "PING\n" + huge)
+            #expect(replies == ["PONG", "ERR bad-request line too long"], "nothing after the long line is answered")
+            let endless = try await SocketClient.exchange(agent.socketPath, String(repeating: "y", count: 100_000))
+            #expect(endless == ["ERR bad-request line too long"])
+            #expect(try await agent.send("PING") == ["PONG"])
+            let exactly = "GET vehicle " + String(repeating: "z", count: 4096 - 12)
+            #expect(try await agent.send(exactly).first?.hasPrefix("ERR bad-id") == true, "4096 bytes is still a line")
+        }
+    }
+
+    @Test func badProviderRepliesBecomeErrorsAndNothingElseSuffers() async throws {
+        try await withProviderAndAgent(["--config", try providerTimeoutConfig(seconds: 1)]) { agent, provider in
+            let cases: [(String, String)] = [
+                ("garbage-1", "ERR unavailable"), ("wrongid-1", "ERR rejected"), ("expired-1", "ERR unavailable"),
+                ("status503-1", "ERR unavailable"), ("status429-1", "ERR unavailable"),
+                ("status408-1", "ERR unavailable"),
+                ("status403-1", "ERR rejected"), ("status404-1", "ERR rejected"), ("huge-1", "ERR unavailable"),
+                ("hang-1", "ERR unavailable"),
+            ]
+            let replies = try await SocketClient.exchange(
+                agent.socketPath,
+                cases.map { "GET vehicle \($0.0)\n" }.joined(),
+                lines: cases.count
+            )
+            #expect(replies.count == cases.count)
+            for ((id, expected), reply) in zip(cases, replies) {
+                #expect(reply.hasPrefix(expected), "\(id): \(reply)")
+            }
+            #expect(provider.requests(for: "hang-1") == 1)
+            // Asked again at once: the refusal is remembered and failures back off, same answers.
+            for (id, expected) in cases {
+                let reply = try await agent.send("GET vehicle \(id)")
+                #expect(reply.first?.hasPrefix(expected) == true, "\(id): \(reply)")
+            }
+            for id in ["seed-1", "plain-1"] {
+                let reply = try await agent.send("GET vehicle \(id)")
+                let token = try #require(tokenOf(reply.first), "\(id): \(reply)")
+                #expect(provider.issuedTokens.contains(token))
+            }
+            #expect(try await agent.send("PING") == ["PONG"])
+            #expect(tokenOf(try await agent.send("GET trip fine-1").first) != nil)
+        }
+    }
+
+    @Test func seedShapedReplyTakesTheExpiryFromTheJWT() async throws {
+        try await withProviderAndAgent(configure: { $0.setLifetime(1800) }) { agent, _ in
+            let reply = try #require(try await agent.send("GET trip seed-trip").first)
+            let expiresAt = try #require(Int(reply.split(separator: " ")[2]))
+            #expect(abs(expiresAt - (Int(Date().timeIntervalSince1970) + 1800)) <= 5)
+        }
+    }
+
+    @Test func slowReaderDoesNotStopOtherClients() async throws {
+        try await withProviderAndAgent { agent, _ in
+            // A client that writes requests as fast as the agent takes them and never reads a reply.
+            let hostile = try RawSocket(path: agent.socketPath)
+            let written = hostile.writeUntilBlocked(Array(String(repeating: "HELP\n", count: 20_000).utf8), rounds: 50)
+            #expect(written > 0)
+            for index in 0..<20 {
+                #expect(tokenOf(try await agent.send("GET vehicle other-\(index)").first) != nil)
+            }
+            hostile.close()
+            #expect(try await agent.send("PING") == ["PONG"])
+        }
+    }
+
+    @Test func connectionLimitAnswersBusy() async throws {
+        try await withProviderAndAgent(["--max-connections", "2"]) { agent, _ in
+            let holders = (0..<2).map { _ in
+                Task { try? await SocketClient.exchange(agent.socketPath, "PING\n", lines: 2, timeout: .seconds(3)) }
+            }
+            try await Task.sleep(for: .milliseconds(500))
+            let refused = try await SocketClient.exchange(agent.socketPath, "PING\n")
+            #expect(refused == ["ERR busy too many connections"])
+            for holder in holders { _ = await holder.value }
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(try await agent.send("PING") == ["PONG"])
+        }
+    }
+
+    private func providerTimeoutConfig(seconds: Int) throws -> String {
+        let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
+        let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": \#(seconds)}}}"#
+        try json.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+}

@@ -1,0 +1,192 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+
+/// A real HTTP token provider on 127.0.0.1 for the tests. It serves `GET /token/<kind>/<id>`, and
+/// the id's prefix picks the behaviour, so one provider covers every case:
+///
+/// | id prefix  | reply |
+/// |---|---|
+/// | (none)     | `{"token": <JWT for this id>, "expires_in": lifetime}` |
+/// | `seed-`    | the seed samples' shape: `{"VEHICLE_TOKEN_KEY": <JWT>, "TOKEN_EXPIRATION": 3600}` |
+/// | `plain-`   | `text/plain` JWT |
+/// | `garbage-` | `200` with an HTML body |
+/// | `wrongid-` | a JWT whose authorization claim names another id |
+/// | `expired-` | a JWT that expired a minute ago |
+/// | `huge-`    | a 100 KiB body |
+/// | `status<N>-` | HTTP status N |
+/// | `hang-`    | never answers |
+/// | `slow-`    | answers after 400 ms |
+///
+/// ``failAll`` turns every reply into a 503 (the provider is "down").
+final class FakeTokenProvider: Sendable {
+    private struct State {
+        var requests: [String: Int] = [:]
+        var headers: [String: [String]] = [:]
+        var issued: [String] = []
+        var failAll = false
+        var lifetime = 3600
+        var delayMilliseconds = 0
+    }
+
+    private let state = Mutex(State())
+    private let channel: any Channel
+    /// The port it listens on.
+    let port: Int
+
+    private init(channel: any Channel) {
+        self.channel = channel
+        self.port = channel.localAddress!.port!
+    }
+
+    static func start() async throws -> FakeTokenProvider {
+        let box = Mutex<FakeTokenProvider?>(nil)
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.pipeline.configureHTTPServerPipeline().flatMapThrowing {
+                    try channel.pipeline.syncOperations.addHandler(
+                        ProviderHandler(provider: { box.withLock { $0! } })
+                    )
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let provider = FakeTokenProvider(channel: channel)
+        box.withLock { $0 = provider }
+        return provider
+    }
+
+    /// The URL template for `kind`.
+    func url(kind: String) -> String { "http://127.0.0.1:\(port)/token/\(kind)/{id}" }
+
+    /// Requests seen for `id` (any kind).
+    func requests(for id: String) -> Int { state.withLock { $0.requests[id, default: 0] } }
+    /// All requests seen.
+    var totalRequests: Int { state.withLock { $0.requests.values.reduce(0, +) } }
+    /// Every token handed out.
+    var issuedTokens: [String] { state.withLock { $0.issued } }
+    /// Values of a request header seen, in order.
+    func headerValues(_ name: String) -> [String] { state.withLock { $0.headers[name.lowercased()] ?? [] } }
+
+    /// Makes every reply a 503 (or back to normal).
+    func setDown(_ down: Bool) { state.withLock { $0.failAll = down } }
+    /// The lifetime of the tokens it issues, seconds.
+    func setLifetime(_ seconds: Int) { state.withLock { $0.lifetime = seconds } }
+    /// A delay before every reply.
+    func setDelay(milliseconds: Int) { state.withLock { $0.delayMilliseconds = milliseconds } }
+
+    func stop() async {
+        try? await channel.close()
+    }
+
+    /// Decides the reply to `GET path` with `headers`: status, content type, body, delay; `nil` to hang.
+    fileprivate func reply(path: String, headers: HTTPHeaders) -> (HTTPResponseStatus, String, [UInt8], Int)? {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        guard parts.count == 3, parts[0] == "token" else { return (.notFound, "text/plain", Array("no".utf8), 0) }
+        let kind = parts[1]
+        let id = parts[2].removingPercentEncoding ?? parts[2]
+        let (failAll, lifetime, delay) = state.withLock { state in
+            state.requests[id, default: 0] += 1
+            for (name, value) in headers { state.headers[name.lowercased(), default: []].append(value) }
+            return (state.failAll, state.lifetime, state.delayMilliseconds)
+        }
+        if failAll { return (.serviceUnavailable, "text/plain", Array("down".utf8), delay) }
+        let now = Int(Date().timeIntervalSince1970)
+        let claim = kind == "trip" ? "tripid" : "vehicleid"
+        func jwt(id: String, exp: Int) -> String {
+            let serial = state.withLock { $0.issued.count }
+            let token = Self.jwt(["exp": exp, "iat": now, "authorization": [claim: id], "n": serial])
+            state.withLock { $0.issued.append(token) }
+            return token
+        }
+        func json(_ object: [String: Any]) -> [UInt8] { Array(try! JSONSerialization.data(withJSONObject: object)) }
+        if id.hasPrefix("hang-") { return nil }
+        if id.hasPrefix("slow-") {
+            return (
+                .ok, "application/json", json(["token": jwt(id: id, exp: now + lifetime), "expires_in": lifetime]), 400
+            )
+        }
+        if id.hasPrefix("seed-") {
+            let key = kind == "trip" ? "TRIP_TOKEN_KEY" : "VEHICLE_TOKEN_KEY"
+            return (
+                .ok, "application/json", json([key: jwt(id: id, exp: now + lifetime), "TOKEN_EXPIRATION": 3600]), delay
+            )
+        }
+        if id.hasPrefix("plain-") { return (.ok, "text/plain", Array(jwt(id: id, exp: now + lifetime).utf8), delay) }
+        if id.hasPrefix("garbage-") { return (.ok, "text/html", Array("<html>oops</html>".utf8), delay) }
+        if id.hasPrefix("wrongid-") {
+            return (.ok, "application/json", json(["token": jwt(id: "someone-else", exp: now + lifetime)]), delay)
+        }
+        if id.hasPrefix("expired-") {
+            return (.ok, "application/json", json(["token": jwt(id: id, exp: now - 60)]), delay)
+        }
+        if id.hasPrefix("huge-") {
+            return (.ok, "application/json", Array(repeating: UInt8(ascii: " "), count: 100 * 1024), delay)
+        }
+        if id.hasPrefix("status"), let dash = id.firstIndex(of: "-"),
+            let code = Int(id[id.index(id.startIndex, offsetBy: 6)..<dash])
+        {
+            return (HTTPResponseStatus(statusCode: code), "text/plain", Array("status".utf8), delay)
+        }
+        return (
+            .ok, "application/json", json(["token": jwt(id: id, exp: now + lifetime), "expires_in": lifetime]), delay
+        )
+    }
+
+    /// An unsigned JWT-shaped token with the given claims.
+    static func jwt(_ claims: [String: Any]) -> String {
+        func b64(_ data: Data) -> String {
+            data.base64EncodedString().replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        }
+        let header = try! JSONSerialization.data(withJSONObject: ["alg": "RS256", "typ": "JWT"])
+        let payload = try! JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys])
+        return b64(header) + "." + b64(payload) + "." + b64(Data("fake-signature-\(UUID())".utf8))
+    }
+}
+
+private final class ProviderHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let provider: () -> FakeTokenProvider
+    private var head: HTTPRequestHead?
+
+    init(provider: @escaping () -> FakeTokenProvider) { self.provider = provider }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head): self.head = head
+        case .body: break
+        case .end:
+            guard let head else { return }
+            guard let (status, type, body, delay) = provider().reply(path: head.uri, headers: head.headers) else {
+                return
+            }
+            let respond = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(in: .milliseconds(Int64(delay))) {
+                let (handler, context) = respond.value
+                handler.respond(context: context, status: status, type: type, body: body, keepAlive: head.isKeepAlive)
+            }
+        }
+    }
+
+    private func respond(
+        context: ChannelHandlerContext,
+        status: HTTPResponseStatus,
+        type: String,
+        body: [UInt8],
+        keepAlive: Bool
+    ) {
+        var headers = HTTPHeaders([("Content-Type", type), ("Content-Length", "\(body.count)")])
+        if !keepAlive { headers.add(name: "Connection", value: "close") }
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
+            promise: nil
+        )
+        context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+    }
+}

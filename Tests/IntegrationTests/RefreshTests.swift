@@ -1,0 +1,82 @@
+import Foundation
+import Testing
+
+@Suite("Refresh and provider outages")
+struct RefreshTests {
+    @Test func backgroundRefreshHappensBeforeExpiry() async throws {
+        // 16 s tokens: the refresh is due at 8 s, up to 0.8 s earlier with jitter; the refresher
+        // wakes every second.
+        try await withProviderAndAgent(configure: { $0.setLifetime(16) }) { agent, provider in
+            let first = try #require(tokenOf(try await agent.send("GET vehicle r-1").first))
+            try await Task.sleep(for: .seconds(4))
+            #expect(try await agent.send("GET vehicle r-1").first.flatMap(tokenOf) == first, "read keeps it active")
+            let deadline = Date().addingTimeInterval(8)
+            while provider.requests(for: "r-1") < 2, Date() < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(provider.requests(for: "r-1") == 2, "refreshed in the background, no client asked")
+            let second = try #require(tokenOf(try await agent.send("GET vehicle r-1").first))
+            #expect(second != first)
+            let stats = try await agent.stats()
+            #expect(stats["refreshes"] == 1)
+            #expect(stats["misses"] == 1, "the refreshed token was served without waiting")
+        }
+    }
+
+    @Test func providerDownKeepsCachedTokensServed() async throws {
+        try await withProviderAndAgent(["--config", try timeoutConfig()]) { agent, provider in
+            let token = try #require(tokenOf(try await agent.send("GET vehicle d-1").first))
+            provider.setDown(true)
+            #expect(try await agent.send("GET vehicle d-1").first.flatMap(tokenOf) == token)
+            // Ask for more validity than the cached token has, once the 5 s re-fetch guard passed:
+            // the fetch fails, and the cached token is still served.
+            try await Task.sleep(for: .seconds(5.5))
+            #expect(try await agent.send("GET vehicle d-1 3600").first.flatMap(tokenOf) == token)
+            #expect(provider.requests(for: "d-1") == 2)
+            let refresh = try await agent.send("REFRESH vehicle d-1")
+            #expect(refresh.first?.hasPrefix("ERR unavailable") == true, "REFRESH wants a fresh token")
+            #expect(tokenOf(try await agent.send("GET vehicle d-1").first) == token)
+            let stats = try await agent.stats()
+            #expect(stats["fetch_errors"]! >= 1)
+            #expect(stats["served_after_failure"]! >= 1)
+            #expect(try await agent.send("GET vehicle d-2").first?.hasPrefix("ERR unavailable") == true)
+            provider.setDown(false)
+        }
+    }
+
+    @Test func hangingProviderTimesOutAndCachedTokenIsServed() async throws {
+        try await withProviderAndAgent(["--config", try timeoutConfig()]) { agent, provider in
+            let token = try #require(tokenOf(try await agent.send("GET vehicle h-1").first))
+            provider.setDelay(milliseconds: 10_000)
+            try await Task.sleep(for: .seconds(5.5))
+            let started = Date()
+            #expect(try await agent.send("GET vehicle h-1 3600").first.flatMap(tokenOf) == token)
+            #expect(Date().timeIntervalSince(started) < 5, "bounded by the provider's 1 s time-out")
+        }
+    }
+
+    @Test func refreshFetchesAFreshTokenOnce() async throws {
+        try await withProviderAndAgent { agent, provider in
+            let first = try #require(tokenOf(try await agent.send("GET trip rf-1").first))
+            let replies = try await agent.send("REFRESH trip rf-1", "REFRESH trip rf-1")
+            #expect(replies.map(tokenOf) == [first, first], "fetched in the last 5 s: not fetched again")
+            try await Task.sleep(for: .seconds(5.2))
+            let concurrent = try await withThrowingTaskGroup(of: String?.self) { group in
+                for _ in 0..<20 {
+                    group.addTask { try await agent.send("REFRESH trip rf-1").first.flatMap(tokenOf) }
+                }
+                return try await group.reduce(into: Set<String?>()) { $0.insert($1) }
+            }
+            #expect(concurrent.count == 1)
+            #expect(concurrent.first! != first)
+            #expect(provider.requests(for: "rf-1") == 2, "concurrent REFRESHes share one fetch")
+        }
+    }
+
+    private func timeoutConfig() throws -> String {
+        let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
+        let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": 1}}}"#
+        try json.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import Testing
+
+@Suite("Start-up, shutdown and logs")
+struct StartupAndLoggingTests {
+    private func write(_ text: String, name: String) throws -> String {
+        let path = try AgentProcess.makeTemporaryDirectory().appendingPathComponent(name).path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test func badConfigurationStopsStartUpNamingTheKey() throws {
+        let cases: [(String, String)] = [
+            (#"{"refresh_margn": 60}"#, "configuration key refresh_margn: is not a known key"),
+            (#"{"providers": {"trip": {"url": "ftp://x/{id}"}}}"#, "configuration key providers.trip.url:"),
+            (#"{"max_entries": "many"}"#, "configuration key max_entries: must be of type number"),
+            ("{", "configuration key config: not valid JSON"),
+        ]
+        for (json, message) in cases {
+            let path = try write(json, name: "bad.json")
+            let result = try run(AgentProcess.binary, ["serve", "--config", path, "--socket", "/tmp/ftd-never.sock"])
+            #expect(result.status == 78, "\(json)")
+            #expect(result.stderr.contains(message), "\(result.stderr)")
+        }
+        let flag = try run(AgentProcess.binary, ["serve", "--provider", "trip", "--socket", "/tmp/ftd-never.sock"])
+        #expect(flag.status == 78)
+        #expect(flag.stderr.contains("configuration key provider: must be KIND=URL"))
+        let headers = try write(
+            #"{"providers": {"trip": {"url": "http://127.0.0.1:1/{id}", "headers_file": "/nonexistent"}}}"#,
+            name: "c.json"
+        )
+        let missing = try run(AgentProcess.binary, ["serve", "--config", headers, "--socket", "/tmp/ftd-never.sock"])
+        #expect(missing.status == 78)
+        #expect(missing.stderr.contains("providers.trip.headers_file"))
+    }
+
+    @Test func refusesToReplaceAFileOrALiveSocket() async throws {
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let file = directory.appendingPathComponent("not-a-socket").path
+        try "keep me".write(toFile: file, atomically: true, encoding: .utf8)
+        let result = try run(AgentProcess.binary, ["serve", "--socket", file])
+        #expect(result.status != 0)
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == "keep me")
+
+        let agent = try await AgentProcess([])
+        let second = try run(AgentProcess.binary, ["serve", "--socket", agent.socketPath])
+        #expect(second.status != 0)
+        #expect(second.stderr.contains("another process is listening"))
+        #expect(try await agent.send("PING") == ["PONG"], "the first agent still serves")
+        #expect(await agent.stop() == 0)
+    }
+
+    @Test func staleSocketIsReplacedAndModeIsSet() async throws {
+        let first = try await AgentProcess([])
+        kill(first.pid, SIGKILL)
+        _ = await first.stop()
+        #expect(FileManager.default.fileExists(atPath: first.socketPath), "a killed agent leaves its socket")
+        let nested = first.directory.appendingPathComponent("sub/dir").path
+        let second = try await AgentProcess(["--socket-mode", "0600"], socketPath: first.socketPath)
+        #expect(try await second.send("PING") == ["PONG"])
+        let attributes = try FileManager.default.attributesOfItem(atPath: first.socketPath)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        await second.stop()
+        let third = try await AgentProcess([], socketPath: nested + "/t.sock")
+        #expect(try await third.send("PING") == ["PONG"], "the parent directory is created")
+        let defaultMode = try FileManager.default.attributesOfItem(atPath: nested + "/t.sock")
+        #expect((defaultMode[.posixPermissions] as? Int) == 0o660)
+        await third.stop()
+    }
+
+    @Test func sigtermFinishesOwedRepliesAndExitsZero() async throws {
+        try await withProviderAndAgent { agent, _ in
+            async let slow = SocketClient.exchange(agent.socketPath, "GET vehicle slow-term\n", lines: 1)
+            try await Task.sleep(for: .milliseconds(150))
+            kill(agent.pid, SIGTERM)
+            let reply = try await slow
+            #expect(tokenOf(reply.first) != nil, "the in-flight request was answered")
+            #expect(await agent.stop() == 0)
+        }
+    }
+
+    @Test func logsNeverHoldTokensOrProviderSecrets() async throws {
+        let headers = try write("Authorization: Bearer sup3r-s3cret-credential\n", name: "headers")
+        let config = try write(
+            #"{"providers": {"trip": {"url": "http://127.0.0.1:1/{id}", "headers_file": "\#(headers)"}}}"#,
+            name: "c.json"
+        )
+        try await withProviderAndAgent(["--config", config, "--log-level", "trace"]) { agent, provider in
+            var served: [String] = []
+            for id in ["l-1", "l-2", "wrongid-l", "status500-l", "seed-l"] {
+                for kind in ["vehicle", "trip"] {
+                    if let token = tokenOf(try await agent.send("GET \(kind) \(id)").first) { served.append(token) }
+                }
+            }
+            #expect(served.count == 6)
+            #expect(provider.headerValues("Authorization").contains("Bearer sup3r-s3cret-credential"))
+            let log = agent.log
+            #expect(log.contains("token_fingerprint="), "fetches are logged by fingerprint")
+            #expect(log.contains("token fetch failed"))
+            for token in provider.issuedTokens {
+                #expect(!log.contains(token))
+                #expect(!log.contains(String(token.split(separator: ".")[1])), "not even the claims part")
+                #expect(!log.contains(String(token.split(separator: ".")[2])), "not even the signature")
+            }
+            #expect(!log.contains("sup3r-s3cret-credential"))
+        }
+    }
+}
