@@ -98,15 +98,7 @@ struct ServeCommand: AsyncParsableCommand {
         let status = AgentStatus(engine: engine, server: ServerStatistics())
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
-        if let socketMode {
-            guard let mode = UInt32(socketMode, radix: 8), mode <= 0o777 else {
-                FileHandle.standardError.write(
-                    Data("fleet-tokend: configuration key socket-mode: must be octal like 0660\n".utf8)
-                )
-                throw ExitCode(78)
-            }
-            serverConfiguration.mode = mode
-        }
+        serverConfiguration.mode = configuration.socketMode
         let server = TokenSocketServer(
             configuration: serverConfiguration,
             engine: engine,
@@ -141,6 +133,7 @@ struct ServeCommand: AsyncParsableCommand {
             configuration = try ConfigurationFile.load(path: config, over: configuration)
         }
         if let socket { configuration.socketPath = socket }
+        if let socketMode { configuration.socketMode = try AgentConfiguration.parseMode(socketMode) }
         for provider in providers {
             guard let equals = provider.firstIndex(of: "="), equals != provider.startIndex else {
                 throw ConfigurationError(key: "provider", "must be KIND=URL, got \(provider)")

@@ -70,6 +70,10 @@ struct BadInputTests {
                 let token = try #require(tokenOf(reply.first), "\(id): \(reply)")
                 #expect(provider.issuedTokens.contains(token))
             }
+            let opaque = try #require(try await agent.send("GET vehicle opaque-1").first)
+            #expect(tokenOf(opaque) == "opaque-token-opaque-1")
+            let opaqueExpiry = try #require(Int(opaque.split(separator: " ")[2]))
+            #expect(abs(opaqueExpiry - (Int(Date().timeIntervalSince1970) + 600)) <= 5, "from Cache-Control")
             #expect(try await agent.send("PING") == ["PONG"])
             #expect(tokenOf(try await agent.send("GET trip fine-1").first) != nil)
         }

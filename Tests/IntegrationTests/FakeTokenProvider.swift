@@ -12,6 +12,7 @@ import Synchronization
 /// | (none)     | `{"token": <JWT for this id>, "expires_in": lifetime}` |
 /// | `seed-`    | the seed samples' shape: `{"VEHICLE_TOKEN_KEY": <JWT>, "TOKEN_EXPIRATION": 3600}` |
 /// | `plain-`   | `text/plain` JWT |
+/// | `opaque-`  | `text/plain` opaque token, `Cache-Control: max-age=600` |
 /// | `garbage-` | `200` with an HTML body |
 /// | `wrongid-` | a JWT whose authorization claim names another id |
 /// | `expired-` | a JWT that expired a minute ago |
@@ -115,6 +116,10 @@ final class FakeTokenProvider: Sendable {
             )
         }
         if id.hasPrefix("plain-") { return (.ok, "text/plain", Array(jwt(id: id, exp: now + lifetime).utf8), delay) }
+        if id.hasPrefix("opaque-") {
+            // Not a JWT: the expiry comes from Cache-Control (see the handler).
+            return (.ok, Self.plainWithMaxAge600, Array("opaque-token-\(id)".utf8), delay)
+        }
         if id.hasPrefix("garbage-") { return (.ok, "text/html", Array("<html>oops</html>".utf8), delay) }
         if id.hasPrefix("wrongid-") {
             return (.ok, "application/json", json(["token": jwt(id: "someone-else", exp: now + lifetime)]), delay)
@@ -134,6 +139,9 @@ final class FakeTokenProvider: Sendable {
             .ok, "application/json", json(["token": jwt(id: id, exp: now + lifetime), "expires_in": lifetime]), delay
         )
     }
+
+    /// The content type that makes the handler answer `text/plain` with `Cache-Control: max-age=600`.
+    static let plainWithMaxAge600 = "text/plain;max-age=600"
 
     /// An unsigned JWT-shaped token with the given claims.
     static func jwt(_ claims: [String: Any]) -> String {
@@ -180,7 +188,13 @@ private final class ProviderHandler: ChannelInboundHandler {
         body: [UInt8],
         keepAlive: Bool
     ) {
-        var headers = HTTPHeaders([("Content-Type", type), ("Content-Length", "\(body.count)")])
+        var headers = HTTPHeaders([("Content-Length", "\(body.count)")])
+        if type == FakeTokenProvider.plainWithMaxAge600 {
+            headers.add(name: "Content-Type", value: "text/plain")
+            headers.add(name: "Cache-Control", value: "max-age=600")
+        } else {
+            headers.add(name: "Content-Type", value: type)
+        }
         if !keepAlive { headers.add(name: "Connection", value: "close") }
         context.write(
             wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),

@@ -14,6 +14,8 @@ struct StartupAndLoggingTests {
             (#"{"refresh_margn": 60}"#, "configuration key refresh_margn: is not a known key"),
             (#"{"providers": {"trip": {"url": "ftp://x/{id}"}}}"#, "configuration key providers.trip.url:"),
             (#"{"max_entries": "many"}"#, "configuration key max_entries: must be of type number"),
+            (#"{"max_entries": 1.5}"#, "configuration key max_entries: must be a whole number"),
+            (#"{"socket_mode": "999"}"#, "configuration key socket_mode: must be an octal mode"),
             ("{", "configuration key config: not valid JSON"),
         ]
         for (json, message) in cases {

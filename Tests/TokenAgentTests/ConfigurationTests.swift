@@ -35,6 +35,7 @@ struct ConfigurationTests {
             """
             {"socket": "/tmp/a.sock", "refresh_margin": 120, "min_validity": 60, "idle_timeout": 30,
              "max_entries": 5, "max_concurrent_fetches": 2, "max_connections": 7, "log_level": "debug",
+             "socket_mode": "0600",
              "issuer_key": "/k.json", "issuer_lifetime": 900,
              "providers": {"vehicle": {"url": "https://p.example/v/{id}", "token_field": "VEHICLE_TOKEN_KEY",
                "expiry_field": "TOKEN_EXPIRATION", "expiry_mode": "relative", "headers_file": "/h",
@@ -49,6 +50,7 @@ struct ConfigurationTests {
         #expect(configuration.maxEntries == 5)
         #expect(configuration.maxConcurrentFetches == 2)
         #expect(configuration.maxConnections == 7)
+        #expect(configuration.socketMode == 0o600)
         #expect(configuration.logLevel == "debug")
         #expect(configuration.issuerKeyPath == "/k.json")
         #expect(configuration.issuerLifetime == 900)

@@ -66,6 +66,30 @@ struct ProviderReplyTests {
         #expect(try read(jwt, contentType: "application/octet-stream") == (jwt, nil))
     }
 
+    @Test func cachingHeadersGiveAPlainTokenItsExpiry() throws {
+        let reader = ProviderReply()
+        let headerExpiry = ProviderReply.expiry(cacheControl: "no-store, max-age=900", expires: nil, now: now)
+        #expect(headerExpiry == now + 900)
+        let plain = try reader.read(
+            body: Array("opaque".utf8),
+            contentType: "text/plain",
+            headerExpiry: headerExpiry,
+            now: now
+        )
+        #expect(plain == ("opaque", now + 900))
+        let stated = try reader.read(
+            body: Array(#"{"token":"a","expires_in":60}"#.utf8),
+            contentType: "application/json",
+            headerExpiry: headerExpiry,
+            now: now
+        )
+        #expect(stated == ("a", now + 60), "the body's own expiry wins")
+        #expect(
+            ProviderReply.expiry(cacheControl: nil, expires: "Fri, 15 Jan 2027 08:00:00 GMT", now: now) == 1_800_000_000
+        )
+        #expect(ProviderReply.expiry(cacheControl: "private", expires: "yesterday", now: now) == nil)
+    }
+
     @Test func garbageIsAProviderFailure() {
         let garbage = [
             ("<html>oops</html>", "text/html"), ("{not json", "application/json"), ("{}", "application/json"),

@@ -7,6 +7,8 @@ public struct AgentConfiguration: Sendable, Hashable {
 
     /// The Unix socket path to listen on.
     public var socketPath: String
+    /// The socket file's mode (default `0660`).
+    public var socketMode: UInt32 = 0o660
     /// The HTTP provider of each kind.
     public var providers: [String: ProviderSettings] = [:]
     /// A Google service-account JSON key; when set, the local issuer mints tokens for the
@@ -41,6 +43,14 @@ public struct AgentConfiguration: Sendable, Hashable {
 
     /// Whether no provider and no key is configured, so the demo issuer runs.
     public var usesDemoIssuer: Bool { providers.isEmpty && issuerKeyPath == nil }
+
+    /// Reads an octal file mode such as `0660`; the key is `socket_mode`.
+    public static func parseMode(_ text: String) throws -> UInt32 {
+        guard !text.isEmpty, text.count <= 4, let mode = UInt32(text, radix: 8), mode <= 0o777 else {
+            throw ConfigurationError(key: "socket_mode", "must be an octal mode such as 0660")
+        }
+        return mode
+    }
 
     /// The log levels accepted.
     public static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
@@ -82,7 +92,7 @@ public struct AgentConfiguration: Sendable, Hashable {
             }
             for (name, value) in [("connect_timeout", provider.connectTimeout), ("timeout", provider.timeout)] {
                 if let value, !(value > 0 && value <= 300) {
-                    throw ConfigurationError(key: "\(key).\(name)", "must be seconds from 0 to 300")
+                    throw ConfigurationError(key: "\(key).\(name)", "must be more than 0 and at most 300 seconds")
                 }
             }
         }

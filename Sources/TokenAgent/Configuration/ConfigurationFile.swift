@@ -11,9 +11,10 @@ public enum ConfigurationFile {
         var refreshMargin: Double?
         var minValidity: Double?
         var idleTimeout: Double?
-        var maxEntries: Int?
-        var maxConcurrentFetches: Int?
-        var maxConnections: Int?
+        var maxEntries: Double?
+        var maxConcurrentFetches: Double?
+        var maxConnections: Double?
+        var socketMode: String?
         var logLevel: String?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
@@ -26,6 +27,7 @@ public enum ConfigurationFile {
             case maxEntries = "max_entries"
             case maxConcurrentFetches = "max_concurrent_fetches"
             case maxConnections = "max_connections"
+            case socketMode = "socket_mode"
             case logLevel = "log_level"
         }
     }
@@ -85,11 +87,23 @@ public enum ConfigurationFile {
         if let value = contents.refreshMargin { configuration.refreshMargin = value }
         if let value = contents.minValidity { configuration.minValidity = value }
         if let value = contents.idleTimeout { configuration.idleTimeout = value }
-        if let value = contents.maxEntries { configuration.maxEntries = value }
-        if let value = contents.maxConcurrentFetches { configuration.maxConcurrentFetches = value }
-        if let value = contents.maxConnections { configuration.maxConnections = value }
+        if let value = contents.maxEntries { configuration.maxEntries = try whole(value, key: "max_entries") }
+        if let value = contents.maxConcurrentFetches {
+            configuration.maxConcurrentFetches = try whole(value, key: "max_concurrent_fetches")
+        }
+        if let value = contents.maxConnections {
+            configuration.maxConnections = try whole(value, key: "max_connections")
+        }
+        if let value = contents.socketMode { configuration.socketMode = try AgentConfiguration.parseMode(value) }
         if let value = contents.logLevel { configuration.logLevel = value }
         return configuration
+    }
+
+    private static func whole(_ value: Double, key: String) throws -> Int {
+        guard value.rounded() == value, abs(value) < 1e15 else {
+            throw ConfigurationError(key: key, "must be a whole number")
+        }
+        return Int(value)
     }
 
     private static func refuseUnknownKeys(_ object: [String: Any], allowed: [String], path: String) throws {

@@ -110,6 +110,11 @@ public final class HTTPTokenProvider: TokenProvider {
         let (token, expiresAt) = try reply.read(
             body: Array(buffer: body),
             contentType: response.headers.first(name: "content-type"),
+            headerExpiry: ProviderReply.expiry(
+                cacheControl: response.headers.first(name: "cache-control"),
+                expires: response.headers.first(name: "expires"),
+                now: now
+            ),
             now: now
         )
         return try acceptance.accept(token: token, expiresAt: expiresAt, for: key, now: now)

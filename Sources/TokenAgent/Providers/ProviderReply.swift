@@ -40,8 +40,45 @@ public struct ProviderReply: Sendable, Hashable {
     }
 
     /// Reads `body` (with its `Content-Type`, if any) at wall time `now`. Returns the token and
-    /// the expiry the reply states (the JWT's own `exp` is applied later by ``TokenAcceptance``).
-    public func read(body: [UInt8], contentType: String?, now: Double) throws -> (token: String, expiresAt: Double?) {
+    /// the expiry the reply states, or else `headerExpiry` (from HTTP caching headers, see
+    /// ``expiry(cacheControl:expires:now:)``). The JWT's own `exp` is applied later by
+    /// ``TokenAcceptance``.
+    public func read(
+        body: [UInt8],
+        contentType: String?,
+        headerExpiry: Double? = nil,
+        now: Double
+    ) throws -> (token: String, expiresAt: Double?) {
+        let (token, expiresAt) = try readBody(body, contentType: contentType, now: now)
+        return (token, expiresAt ?? headerExpiry)
+    }
+
+    /// The expiry that HTTP caching headers state: `Cache-Control: max-age=N` (relative to `now`),
+    /// else an `Expires` date. How a plain-text provider can say how long its token lives.
+    public static func expiry(cacheControl: String?, expires: String?, now: Double) -> Double? {
+        if let cacheControl {
+            for directive in cacheControl.split(separator: ",") {
+                let parts = directive.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
+                if parts.count == 2, parts[0].lowercased() == "max-age", let seconds = Double(parts[1]), seconds >= 0 {
+                    return now + seconds
+                }
+            }
+        }
+        if let expires {
+            let formatter = DateFormatter()
+            formatter.locale = Locale(identifier: "en_US_POSIX")
+            formatter.timeZone = TimeZone(identifier: "GMT")
+            formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+            if let date = formatter.date(from: expires.trimmingCharacters(in: .whitespaces)) {
+                return date.timeIntervalSince1970
+            }
+        }
+        return nil
+    }
+
+    private func readBody(_ body: [UInt8], contentType: String?, now: Double) throws -> (
+        token: String, expiresAt: Double?
+    ) {
         let mediaType = contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
         let trimmed = String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.hasPrefix("{") {

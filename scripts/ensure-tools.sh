@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing fleet-tokend needs, when it is missing.
+# Sourced by scripts/test and scripts/serve-demo; safe to run again.
+set -euo pipefail
+
+if ! command -v swift >/dev/null 2>&1 && [ -x /opt/swift/usr/bin/swift ]; then
+    export PATH="/opt/swift/usr/bin:$PATH"
+fi
+command -v swift >/dev/null 2>&1 || { echo "swift toolchain not found on PATH" >&2; exit 1; }
+
+missing=()
+command -v socat >/dev/null 2>&1 || missing+=(socat)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "missing: ${missing[*]}; install them (apt-get install -y ${missing[*]}) or run as root" >&2
+        exit 1
+    fi
+    echo "installing: ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
