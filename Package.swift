@@ -10,6 +10,7 @@ let package = Package(
         .executable(name: "fleet-tokend", targets: ["fleet-tokend"]),
         .library(name: "TokenAgent", targets: ["TokenAgent"]),
         .library(name: "TokenWire", targets: ["TokenWire"]),
+        .library(name: "FleetTokenClient", targets: ["FleetTokenClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -23,6 +24,15 @@ let package = Package(
         // The line protocol: request parsing and reply encoding. No dependencies, shared by the
         // agent and the client library.
         .target(name: "TokenWire", swiftSettings: strict),
+        // The thin client library workers link: TokenWire and the toolchain only.
+        .target(name: "FleetTokenClient", dependencies: ["TokenWire"], swiftSettings: strict),
+        // An example worker that links the client.
+        .executableTarget(
+            name: "token-worker-example",
+            dependencies: ["FleetTokenClient"],
+            path: "Examples/TokenWorker",
+            swiftSettings: strict
+        ),
         // The engine: cache, refresh policy, singleflight, providers, configuration model.
         .target(
             name: "TokenAgent",
@@ -56,6 +66,7 @@ let package = Package(
                 "TokenWire",
                 "TokenAgent",
                 "TokenAgentServer",
+                "FleetTokenClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -77,6 +88,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "TokenWire",
+                "FleetTokenClient",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -34,6 +34,8 @@ final class RequestHandler: ChannelDuplexHandler {
     private var firstSequence = 0
     private var acceptingRequests = true
     private var inputClosed = false
+    /// Graceful shutdown: close once every owed reply is written.
+    private var finishing = false
     private var readHeld = false
     private var closed = false
 
@@ -59,7 +61,7 @@ final class RequestHandler: ChannelDuplexHandler {
     // MARK: Inbound
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard acceptingRequests else { return }
+        guard acceptingRequests, !closed else { return }
         switch unwrapInboundIn(data) {
         case .tooLong:
             acceptingRequests = false
@@ -127,7 +129,7 @@ final class RequestHandler: ChannelDuplexHandler {
             writeReadyReplies(context: context)
         } else if event is QuiesceEvent {
             acceptingRequests = false
-            inputClosed = true
+            finishing = true
             writeReadyReplies(context: context)
         } else {
             context.fireUserInboundEventTriggered(event)
@@ -185,7 +187,7 @@ final class RequestHandler: ChannelDuplexHandler {
             }
         }
         if wrote { context.flush() }
-        if inputClosed, slots.isEmpty {
+        if inputClosed || finishing, slots.isEmpty {
             close(context: context)
             return
         }
@@ -205,6 +207,7 @@ final class RequestHandler: ChannelDuplexHandler {
     private func close(context: ChannelHandlerContext) {
         guard !closed else { return }
         closed = true
+        acceptingRequests = false
         let linger = !inputClosed
         // Writes complete in order: once this empty one is out, every reply before it is too.
         let drained = context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))

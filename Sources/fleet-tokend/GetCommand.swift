@@ -1,10 +1,9 @@
 import ArgumentParser
+import FleetTokenClient
 import Foundation
-import TokenAgent
-import TokenWire
 
 /// `fleet-tokend get KIND ID`: asks the running agent for a token and prints just the token.
-struct GetCommand: ParsableCommand {
+struct GetCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "get",
         abstract: "Print a token from the running agent.",
@@ -23,38 +22,28 @@ struct GetCommand: ParsableCommand {
     @Option(help: "Minimum validity in seconds (default: the agent's).")
     var minValidity: Int?
 
-    func run() throws {
-        let path =
-            socket ?? AgentConfiguration(environment: ProcessInfo.processInfo.environment).socketPath
-        let request = WireRequest.get(kind: kind, id: id, minValiditySeconds: minValidity)
-        // Check locally first so bad input never reaches the agent.
-        if case .failure(let error) = RequestParser.parse(text: request.line) {
-            fail("\(error.code.rawValue): \(error.message)", status: 65)
-        }
-        let line: String
+    func run() async throws {
+        var configuration = FleetTokenClient.Configuration()
+        configuration.memoization = false
+        let client = FleetTokenClient(
+            socketPath: socket ?? FleetTokenClient.defaultSocketPath,
+            configuration: configuration
+        )
         do {
-            line = try UnixLineExchange.exchange(request.line, path: path)
+            let token = try await client.token(.kind(kind, id), minimumValidity: minValidity.map(TimeInterval.init))
+            print(token.jwt)
         } catch {
-            fail("agent unreachable at \(path): \(error)", status: 69)
-        }
-        switch WireReply.parse(Substring(line)) {
-        case .token(let token, _):
-            print(token)
-        case .error(let error):
-            let status: Int32
-            switch error.code {
-            case .badRequest, .badKind, .badID: status = 65
-            case .denied, .rejected: status = 77
-            case .unavailable, .busy: status = 69
-            }
-            fail("\(error.code.rawValue): \(error.message)", status: status)
-        default:
-            fail("unexpected reply from the agent", status: 69)
+            FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
+            throw ExitCode(Self.exitStatus(for: error))
         }
     }
 
-    private func fail(_ message: String, status: Int32) -> Never {
-        FileHandle.standardError.write(Data("fleet-tokend: \(message)\n".utf8))
-        Foundation.exit(status)
+    /// The sysexits-style status for each error.
+    static func exitStatus(for error: FleetTokenError) -> Int32 {
+        switch error {
+        case .badRequest: return 65  // EX_DATAERR
+        case .denied, .rejected: return 77  // EX_NOPERM
+        case .unavailable, .busy, .agentUnreachable, .timedOut: return 69  // EX_UNAVAILABLE
+        }
     }
 }

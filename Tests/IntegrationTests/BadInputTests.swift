@@ -103,15 +103,27 @@ struct BadInputTests {
 
     @Test func connectionLimitAnswersBusy() async throws {
         try await withProviderAndAgent(["--max-connections", "2"]) { agent, _ in
-            let holders = (0..<2).map { _ in
-                Task { try? await SocketClient.exchange(agent.socketPath, "PING\n", lines: 2, timeout: .seconds(3)) }
+            var holders: [RawSocket] = []
+            for _ in 0..<50 where holders.count < 2 {
+                let holder = try RawSocket(path: agent.socketPath)
+                if holder.exchange("PING") == "PONG" {
+                    holders.append(holder)
+                } else {
+                    holder.close()
+                    try await Task.sleep(for: .milliseconds(100))
+                }
             }
-            try await Task.sleep(for: .milliseconds(500))
+            #expect(holders.count == 2)
             let refused = try await SocketClient.exchange(agent.socketPath, "PING\n")
             #expect(refused == ["ERR busy too many connections"])
-            for holder in holders { _ = await holder.value }
-            try await Task.sleep(for: .milliseconds(200))
-            #expect(try await agent.send("PING") == ["PONG"])
+            #expect(holders[0].exchange("PING") == "PONG", "admitted connections keep working")
+            for holder in holders { holder.close() }
+            var answered = false
+            for _ in 0..<50 where !answered {
+                answered = try await SocketClient.exchange(agent.socketPath, "PING\n", lines: 1) == ["PONG"]
+                if !answered { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            #expect(answered, "a closed connection frees its place")
         }
     }
 

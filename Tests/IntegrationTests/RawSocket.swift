@@ -42,6 +42,20 @@ final class RawSocket {
         return total
     }
 
+    /// Writes `line` (LF added) and reads one reply line, waiting at most `timeout` seconds.
+    func exchange(_ line: String, timeout: Int32 = 5000) -> String? {
+        let bytes = Array((line + "\n").utf8)
+        guard bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else { return nil }
+        var reply: [UInt8] = []
+        var byte: UInt8 = 0
+        while true {
+            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, timeout) == 1, read(fd, &byte, 1) == 1 else { return nil }
+            if byte == UInt8(ascii: "\n") { return String(decoding: reply, as: UTF8.self) }
+            reply.append(byte)
+        }
+    }
+
     func close() {
         if fd >= 0 { _ = Glibc.close(fd) }
         fd = -1

@@ -71,9 +71,15 @@ struct StartupAndLoggingTests {
     }
 
     @Test func sigtermFinishesOwedRepliesAndExitsZero() async throws {
-        try await withProviderAndAgent { agent, _ in
-            async let slow = SocketClient.exchange(agent.socketPath, "GET vehicle slow-term\n", lines: 1)
-            try await Task.sleep(for: .milliseconds(150))
+        try await withProviderAndAgent(configure: { $0.setDelay(milliseconds: 1500) }) { agent, _ in
+            async let slow = SocketClient.exchange(agent.socketPath, "GET vehicle term-1\n", lines: 1)
+            // Wait until the agent has read the request and is fetching (the provider takes 1.5 s).
+            var inFlight = false
+            for _ in 0..<200 where !inFlight {
+                inFlight = try await agent.stats()["inflight"] == 1
+                if !inFlight { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(inFlight)
             kill(agent.pid, SIGTERM)
             let reply = try await slow
             #expect(tokenOf(reply.first) != nil, "the in-flight request was answered")
