@@ -33,6 +33,19 @@ let package = Package(
             path: "Examples/TokenWorker",
             swiftSettings: strict
         ),
+        // libsystemd (Debian libsystemd-dev) and its Swift face: notify, listen fds, journal,
+        // sealed memory files for the fd store. Nothing else calls C.
+        .systemLibrary(
+            name: "CSystemd",
+            path: "Sources/CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        .target(
+            name: "Systemd",
+            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
         // The engine: cache, refresh policy, singleflight, providers, configuration model.
         .target(
             name: "TokenAgent",
@@ -67,13 +80,22 @@ let package = Package(
                 "TokenAgent",
                 "TokenAgentServer",
                 "FleetTokenClient",
+                "Systemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strict
         ),
         .testTarget(name: "TokenWireTests", dependencies: ["TokenWire"], swiftSettings: strict),
+        .testTarget(
+            name: "SystemdTests",
+            dependencies: ["Systemd", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "TokenAgentTests",
             dependencies: [

@@ -11,6 +11,9 @@ command -v swift >/dev/null 2>&1 || { echo "swift toolchain not found on PATH" >
 missing=()
 command -v socat >/dev/null 2>&1 || missing+=(socat)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+[ -f /usr/include/systemd/sd-daemon.h ] || missing+=(libsystemd-dev)
+command -v systemd-socket-activate >/dev/null 2>&1 || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "missing: ${missing[*]}; install them (apt-get install -y ${missing[*]}) or run as root" >&2

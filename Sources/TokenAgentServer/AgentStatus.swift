@@ -1,3 +1,4 @@
+import Foundation
 import TokenAgent
 import TokenWire
 
@@ -39,6 +40,23 @@ public struct AgentStatus: Sendable {
             "connections_total=\(server.acceptedConnections)",
             "connections_refused=\(server.refusedConnections)",
         ].joined(separator: " ")
+    }
+
+    /// A one-line summary for `systemctl status` (`STATUS=`): tokens held, hit ratio, provider
+    /// errors and the last refresh failure.
+    public func summary() -> String {
+        let stats = engine.statistics()
+        var text = "\(stats.entries) tokens held"
+        text +=
+            ", hit ratio " + (stats.hits + stats.misses == 0 ? "n/a" : String(format: "%.1f%%", stats.hitRatio * 100))
+        text += ", \(stats.fetchErrors) provider errors"
+        text += ", \(server.openConnections) clients"
+        if let at = stats.lastFailureAt, let failure = stats.lastFailure {
+            text += ", last refresh failure \(Int(clock.monotonicSeconds - at)) s ago (\(failure))"
+        } else {
+            text += ", no refresh failure"
+        }
+        return text
     }
 
     /// The `HELP` reply text.

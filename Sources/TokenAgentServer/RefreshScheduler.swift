@@ -6,11 +6,14 @@ import TokenAgent
 public struct RefreshScheduler: Service {
     private let engine: TokenEngine
     private let interval: Duration
+    private let heartbeat: Heartbeat
 
-    /// Creates a scheduler for `engine` that wakes every `interval`.
-    public init(engine: TokenEngine, interval: Duration = .seconds(1)) {
+    /// Creates a scheduler for `engine` that wakes every `interval` and beats `heartbeat` after
+    /// every pass.
+    public init(engine: TokenEngine, interval: Duration = .seconds(1), heartbeat: Heartbeat = Heartbeat()) {
         self.engine = engine
         self.interval = interval
+        self.heartbeat = heartbeat
     }
 
     public func run() async throws {
@@ -21,6 +24,7 @@ public struct RefreshScheduler: Service {
                 return
             }
             engine.maintain()
+            heartbeat.beat()
         }
     }
 }

@@ -16,6 +16,11 @@ public struct SocketServerConfiguration: Sendable {
     public var path: String
     /// The socket file's mode (default `0660`), set before the socket listens.
     public var mode: UInt32 = 0o660
+    /// The group that owns the socket file, if not the process's own.
+    public var group: String?
+    /// Listening sockets passed by the service manager (socket activation). When any is given,
+    /// they are adopted as they are and ``path`` is neither bound nor removed.
+    public var adoptedDescriptors: [Int32] = []
     /// The most client connections at once; further ones get `ERR busy` and are closed.
     public var maxConnections = 1024
     /// How long a graceful shutdown waits for connections to finish their replies.
@@ -54,6 +59,26 @@ public final class TokenSocketServer: Service, Sendable {
     }
 
     public func run() async throws {
+        let channels = try await listen()
+        onListening()
+
+        try? await gracefulShutdown()
+        logger.info("shutting down: no new connections, finishing replies")
+        for channel in channels { try? await channel.close() }
+        if configuration.adoptedDescriptors.isEmpty { unlink(configuration.path) }
+        await drainConnections()
+    }
+
+    /// Adopts the passed sockets, or binds the configured path.
+    private func listen() async throws -> [any Channel] {
+        if !configuration.adoptedDescriptors.isEmpty {
+            var channels: [any Channel] = []
+            for descriptor in configuration.adoptedDescriptors {
+                channels.append(try await bootstrap().withBoundSocket(descriptor).get())
+                logger.info("listening on a socket passed by systemd", metadata: ["fd": "\(descriptor)"])
+            }
+            return channels
+        }
         let path = configuration.path
         try SocketPath.prepare(path)
         let previousMask = umask(mode_t(~configuration.mode & 0o777))
@@ -66,14 +91,16 @@ public final class TokenSocketServer: Service, Sendable {
             throw SocketPath.Problem(description: "cannot listen on \(path): \(error)")
         }
         chmod(path, mode_t(configuration.mode))
+        if let group = configuration.group {
+            guard let entry = getgrnam(group) else {
+                try? await channel.close()
+                unlink(path)
+                throw SocketPath.Problem(description: "socket group \(group) does not exist")
+            }
+            chown(path, uid_t.max, entry.pointee.gr_gid)
+        }
         logger.info("listening", metadata: ["socket": "\(path)"])
-        onListening()
-
-        try? await gracefulShutdown()
-        logger.info("shutting down: no new connections, finishing replies")
-        try? await channel.close()
-        unlink(path)
-        await drainConnections()
+        return [channel]
     }
 
     private func bootstrap() -> ServerBootstrap {

@@ -1,9 +1,8 @@
 import ArgumentParser
 import Foundation
 import Logging
-import ServiceLifecycle
+import Systemd
 import TokenAgent
-import TokenAgentServer
 
 /// `fleet-tokend serve`: runs the agent.
 struct ServeCommand: AsyncParsableCommand {
@@ -51,84 +50,57 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default info).")
     var logLevel: String?
 
+    @Option(help: "Group that owns the socket file (default: the process's own).")
+    var socketGroup: String?
+
     func run() async throws {
+        // SIGHUP means reload (ReloadService); never let it end the process before that listens.
+        signal(SIGHUP, SIG_IGN)
+        let environment = ProcessInfo.processInfo.environment
         let configuration: AgentConfiguration
         do {
-            configuration = try resolvedConfiguration()
-            try configuration.validate()
+            configuration = try resolvedConfiguration(environment: environment)
         } catch let error as ConfigurationError {
             FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
             throw ExitCode(78)
         }
-        let level = Logger.Level(rawValue: configuration.logLevel) ?? .info
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        Self.bootstrapLogging(level: Logger.Level(rawValue: configuration.logLevel) ?? .info)
         let logger = Logger(label: "fleet-tokend")
 
-        let providers: [String: any TokenProvider]
+        let providers: ProviderSet.Built
         do {
-            providers = try ProviderSet.make(from: configuration)
+            providers = try ProviderSet.build(from: configuration)
         } catch let error as ConfigurationError {
             logger.critical("bad configuration", metadata: ["key": "\(error.key)", "reason": "\(error.reason)"])
             FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
             throw ExitCode(78)
         }
-        if configuration.usesDemoIssuer {
-            logger.warning(
-                "DEMO ISSUER: no provider and no issuer key configured. Tokens are signed with a throw-away RSA key made at start-up; they are for trying the agent only and Fleet Engine will reject them."
-            )
-        }
-        for kind in providers.keys.sorted() {
-            logger.info(
-                "kind configured",
-                metadata: ["token_kind": "\(kind)", "provider": "\(providers[kind]!.summary)"]
-            )
-        }
-
-        let engine = TokenEngine(
+        try await AgentRuntime(
+            configuration: configuration,
             providers: providers,
-            policy: configuration.policy,
-            maxEntries: configuration.maxEntries,
-            maxConcurrentFetches: configuration.maxConcurrentFetches,
-            logger: Logger(label: "fleet-tokend.engine")
-        )
-        let status = AgentStatus(engine: engine, server: ServerStatistics())
-        var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
-        serverConfiguration.maxConnections = configuration.maxConnections
-        serverConfiguration.mode = configuration.socketMode
-        let server = TokenSocketServer(
-            configuration: serverConfiguration,
-            engine: engine,
-            status: status,
-            logger: Logger(label: "fleet-tokend.server")
-        )
-        let group = ServiceGroup(
-            configuration: ServiceGroupConfiguration(
-                services: [
-                    .init(service: server, successTerminationBehavior: .gracefullyShutdownGroup),
-                    .init(service: RefreshScheduler(engine: engine)),
-                ],
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger
-            )
-        )
-        do {
-            try await group.run()
-        } catch {
-            logger.critical("agent stopped", metadata: ["error": "\(error)"])
-            await engine.shutdown()
-            throw ExitCode(1)
+            load: { [self] in try resolvedConfiguration(environment: environment) },
+            logger: logger
+        ).run()
+    }
+
+    /// Logs to the journal with structured fields when stderr is the journal, else to stderr.
+    static func bootstrapLogging(level: Logger.Level) {
+        let journal = JournalLogHandler.stderrIsJournal
+        LoggingSystem.bootstrap { label in
+            if journal {
+                var handler = JournalLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            }
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
         }
-        await engine.shutdown()
-        logger.info("stopped")
     }
 
     /// Defaults, then the config file, then flags.
-    private func resolvedConfiguration() throws -> AgentConfiguration {
-        var configuration = AgentConfiguration(environment: ProcessInfo.processInfo.environment)
+    func resolvedConfiguration(environment: [String: String]) throws -> AgentConfiguration {
+        var configuration = AgentConfiguration(environment: environment)
         if let config {
             configuration = try ConfigurationFile.load(path: config, over: configuration)
         }
@@ -153,6 +125,9 @@ struct ServeCommand: AsyncParsableCommand {
         if let maxConcurrentFetches { configuration.maxConcurrentFetches = maxConcurrentFetches }
         if let maxConnections { configuration.maxConnections = maxConnections }
         if let logLevel { configuration.logLevel = logLevel }
+        if let socketGroup { configuration.socketGroup = socketGroup }
+        configuration = configuration.resolvingCredentials(environment: environment)
+        try configuration.validate()
         return configuration
     }
 }

@@ -31,10 +31,18 @@ public final class TokenEngine: Sendable {
         case wait(Task<FetchedToken, any Error>)
     }
 
+    /// What a reload may change: the providers and the policy.
+    private struct Runtime {
+        var providers: [String: any TokenProvider]
+        var policy: RefreshPolicy
+    }
+
+    private let runtime: Mutex<Runtime>
+
     /// The provider of each configured kind.
-    public let providers: [String: any TokenProvider]
+    public var providers: [String: any TokenProvider] { runtime.withLock { $0.providers } }
     /// The refresh policy.
-    public let policy: RefreshPolicy
+    public var policy: RefreshPolicy { runtime.withLock { $0.policy } }
     /// The most entries held.
     public let maxEntries: Int
     /// The most requests queued for a fetch place before new misses get `ERR busy`.
@@ -59,8 +67,7 @@ public final class TokenEngine: Sendable {
         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
         logger: Logger = Logger(label: "fleet-tokend.engine")
     ) {
-        self.providers = providers
-        self.policy = policy
+        self.runtime = Mutex(Runtime(providers: providers, policy: policy))
         self.maxEntries = max(1, maxEntries)
         self.maxQueuedFetches = maxQueuedFetches
         self.clock = clock
@@ -160,6 +167,62 @@ public final class TokenEngine: Sendable {
                 started += 1
             }
             return started
+        }
+    }
+
+    /// Swaps in new providers and policy (a reload). Entries of kinds in `changedKinds`, or whose
+    /// kind is no longer configured, are dropped; every other cached token is kept.
+    public func reconfigure(
+        providers: [String: any TokenProvider],
+        policy: RefreshPolicy,
+        changedKinds: Set<String>
+    ) {
+        runtime.withLock { $0 = Runtime(providers: providers, policy: policy) }
+        state.withLock { state in
+            var gone: [TokenKey] = []
+            state.table.forEachKey { key, _ in
+                if changedKinds.contains(key.kind) || providers[key.kind] == nil { gone.append(key) }
+            }
+            for key in gone { state.table.remove(key) }
+        }
+    }
+
+    /// The tokens that can still be served, for handing over to the next process.
+    public func exportTokens() -> [CachedToken] {
+        let now = clock.monotonicSeconds
+        let policy = self.policy
+        return state.withLock { state in
+            var tokens: [CachedToken] = []
+            state.table.forEachKey { key, entry in
+                guard let token = entry.token, policy.isServable(remaining: entry.remaining(at: now)) else { return }
+                tokens.append(CachedToken(kind: key.kind, id: key.id, token: token, expiresAt: entry.expiresAtUnix))
+            }
+            return tokens.reversed()  // least recently used first, so importing keeps the order
+        }
+    }
+
+    /// Takes over tokens an earlier process held: those of configured kinds that can still be
+    /// served are cached as if fetched now. Returns how many were taken.
+    @discardableResult
+    public func importTokens(_ tokens: [CachedToken]) -> Int {
+        let now = clock.monotonicSeconds
+        let wall = clock.wallSeconds
+        let (providers, policy) = runtime.withLock { ($0.providers, $0.policy) }
+        return state.withLock { state in
+            var taken = 0
+            for cached in tokens where providers[cached.kind] != nil {
+                let remaining = Double(cached.expiresAt) - wall
+                guard policy.isServable(remaining: remaining) else { continue }
+                var entry = CacheEntry(lastRead: now)
+                entry.token = cached.token
+                entry.expiresAtUnix = cached.expiresAt
+                entry.expiresAt = now + remaining
+                entry.fetchedAt = now
+                entry.refreshAt = policy.refreshTime(fetchedAt: now, expiresAt: entry.expiresAt, jitterUnit: random())
+                state.table.set(TokenKey(kind: cached.kind, id: cached.id), entry, capacity: maxEntries)
+                taken += 1
+            }
+            return taken
         }
     }
 

@@ -1,3 +1,4 @@
+import Foundation
 import TokenWire
 
 /// Everything `fleet-tokend serve` is configured with: the config file's keys, overridden by flags.
@@ -9,6 +10,8 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var socketPath: String
     /// The socket file's mode (default `0660`).
     public var socketMode: UInt32 = 0o660
+    /// The group of the socket file (default: the process's own).
+    public var socketGroup: String?
     /// The HTTP provider of each kind.
     public var providers: [String: ProviderSettings] = [:]
     /// A Google service-account JSON key; when set, the local issuer mints tokens for the
@@ -50,6 +53,24 @@ public struct AgentConfiguration: Sendable, Hashable {
             throw ConfigurationError(key: "socket_mode", "must be an octal mode such as 0660")
         }
         return mode
+    }
+
+    /// Resolves the secret files against systemd's credentials (`LoadCredential=`): a relative
+    /// `issuer_key` or `headers_file` path is looked up in `$CREDENTIALS_DIRECTORY`, and with no
+    /// `issuer_key` configured, a credential named `issuer-key` is used when present.
+    public func resolvingCredentials(environment: [String: String]) -> AgentConfiguration {
+        guard let directory = environment["CREDENTIALS_DIRECTORY"], !directory.isEmpty else { return self }
+        func resolve(_ path: String) -> String { path.hasPrefix("/") ? path : directory + "/" + path }
+        var resolved = self
+        if let path = issuerKeyPath {
+            resolved.issuerKeyPath = resolve(path)
+        } else if FileManager.default.fileExists(atPath: directory + "/issuer-key") {
+            resolved.issuerKeyPath = directory + "/issuer-key"
+        }
+        for (kind, settings) in providers {
+            if let path = settings.headersFile { resolved.providers[kind]?.headersFile = resolve(path) }
+        }
+        return resolved
     }
 
     /// The log levels accepted.

@@ -15,6 +15,7 @@ public enum ConfigurationFile {
         var maxConcurrentFetches: Double?
         var maxConnections: Double?
         var socketMode: String?
+        var socketGroup: String?
         var logLevel: String?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
@@ -28,6 +29,7 @@ public enum ConfigurationFile {
             case maxConcurrentFetches = "max_concurrent_fetches"
             case maxConnections = "max_connections"
             case socketMode = "socket_mode"
+            case socketGroup = "socket_group"
             case logLevel = "log_level"
         }
     }
@@ -94,6 +96,7 @@ public enum ConfigurationFile {
         if let value = contents.maxConnections {
             configuration.maxConnections = try whole(value, key: "max_connections")
         }
+        if let value = contents.socketGroup { configuration.socketGroup = value }
         if let value = contents.socketMode { configuration.socketMode = try AgentConfiguration.parseMode(value) }
         if let value = contents.logLevel { configuration.logLevel = value }
         return configuration

@@ -1,13 +1,39 @@
+import Crypto
 import Foundation
 
-/// Builds the provider of each kind from a configuration.
+/// Builds the provider of each kind from a configuration, and tells on reload which kinds'
+/// providers changed.
 public enum ProviderSet {
+    /// Providers by kind, with an identity per kind: equal identities mean an unchanged provider.
+    public struct Built: Sendable {
+        /// The provider of each kind.
+        public var providers: [String: any TokenProvider]
+        /// What each kind's provider is made of (settings, and digests of its headers or key
+        /// file); never a secret itself.
+        public var identities: [String: String]
+
+        /// The kinds whose provider differs in `other`, or that `other` lacks.
+        public func changedKinds(since previous: Built) -> Set<String> {
+            Set(previous.identities.keys.filter { identities[$0] != previous.identities[$0] })
+        }
+    }
+
     /// The providers for `configuration`: an ``HTTPTokenProvider`` per configured kind; the local
     /// issuer (or, with nothing configured, the demo issuer) for the well-known kinds without one.
     public static func make(
         from configuration: AgentConfiguration,
         clock: any AgentClock = SystemAgentClock()
     ) throws -> [String: any TokenProvider] {
+        try build(from: configuration, clock: clock).providers
+    }
+
+    /// Builds the providers for `configuration`, reusing from `previous` every provider whose
+    /// identity did not change (so its connections and, for the demo issuer, its key stay).
+    public static func build(
+        from configuration: AgentConfiguration,
+        reusing previous: Built? = nil,
+        clock: any AgentClock = SystemAgentClock()
+    ) throws -> Built {
         var claimNames = FleetEngineKinds.claimNames
         for (kind, settings) in configuration.providers {
             if let claim = settings.claim { claimNames[kind] = claim.lowercased() }
@@ -16,16 +42,26 @@ public enum ProviderSet {
         // Everything that can fail is read before any HTTP client exists, so a bad configuration
         // leaves nothing to shut down.
         var headersByKind: [String: [(String, String)]] = [:]
-        for (kind, settings) in configuration.providers {
+        var identities: [String: String] = [:]
+        for (kind, settings) in configuration.providers.sorted(by: { $0.key < $1.key }) {
+            var identity =
+                "http \(settings.url) token=\(settings.tokenField ?? "") expiry=\(settings.expiryField ?? "")"
+            identity += " mode=\(settings.expiryMode?.rawValue ?? "") connect=\(settings.connectTimeout ?? 2)"
+            identity += " timeout=\(settings.timeout ?? 10) claim=\(claimNames[kind] ?? "")"
             if let path = settings.headersFile {
-                headersByKind[kind] = try HeadersFile.load(path: path, key: "providers.\(kind).headers_file")
+                let text = try readFile(path, key: "providers.\(kind).headers_file")
+                headersByKind[kind] = try HeadersFile.parse(text, key: "providers.\(kind).headers_file")
+                identity += " headers=\(digest(Array(text.utf8)))"
             }
+            identities[kind] = identity
         }
-        let issuer: LocalIssuer?
+        var issuer: LocalIssuer?
+        var issuerIdentity = ""
         if let path = configuration.issuerKeyPath {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw ConfigurationError(key: "issuer_key", "cannot read \(path)")
             }
+            issuerIdentity = "issuer key=\(digest(Array(data))) lifetime=\(configuration.issuerLifetime)"
             do {
                 issuer = try LocalIssuer(
                     serviceAccountJSON: data,
@@ -37,16 +73,18 @@ public enum ProviderSet {
                 throw ConfigurationError(key: "issuer_key", "\(error)")
             }
         } else if configuration.usesDemoIssuer {
-            issuer = try LocalIssuer.demo(lifetime: configuration.issuerLifetime, claimNames: claimNames, clock: clock)
-        } else {
-            issuer = nil
+            issuerIdentity = "demo lifetime=\(configuration.issuerLifetime)"
         }
         var providers: [String: any TokenProvider] = [:]
-        for (kind, settings) in configuration.providers {
-            let headers = headersByKind[kind] ?? []
+        for (kind, identity) in identities {
+            if let previous, previous.identities[kind] == identity, let reused = previous.providers[kind] {
+                providers[kind] = reused
+                continue
+            }
+            let settings = configuration.providers[kind]!
             providers[kind] = HTTPTokenProvider(
                 urlTemplate: settings.url,
-                headers: headers,
+                headers: headersByKind[kind] ?? [],
                 reply: ProviderReply(
                     tokenField: settings.tokenField,
                     expiryField: settings.expiryField,
@@ -58,9 +96,36 @@ public enum ProviderSet {
                 clock: clock
             )
         }
-        if let issuer {
-            for kind in FleetEngineKinds.all where providers[kind] == nil { providers[kind] = issuer }
+        if !issuerIdentity.isEmpty {
+            for kind in FleetEngineKinds.all where providers[kind] == nil {
+                let identity = "\(issuerIdentity) claim=\(claimNames[kind] ?? "")"
+                identities[kind] = identity
+                if let previous, previous.identities[kind] == identity, let reused = previous.providers[kind] {
+                    providers[kind] = reused
+                } else {
+                    if issuer == nil {
+                        issuer = try LocalIssuer.demo(
+                            lifetime: configuration.issuerLifetime,
+                            claimNames: claimNames,
+                            clock: clock
+                        )
+                    }
+                    providers[kind] = issuer
+                }
+            }
         }
-        return providers
+        return Built(providers: providers, identities: identities)
+    }
+
+    private static func readFile(_ path: String, key: String) throws -> String {
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8)
+        else {
+            throw ConfigurationError(key: key, "cannot read \(path)")
+        }
+        return text
+    }
+
+    private static func digest(_ bytes: [UInt8]) -> String {
+        SHA256.hash(data: bytes).prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 }

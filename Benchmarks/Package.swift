@@ -1,0 +1,32 @@
+// swift-tools-version: 6.2
+import Foundation
+import PackageDescription
+
+// The root package's identity is its folder's name, whatever the checkout is called.
+let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+let rootIdentity = root.lastPathComponent.lowercased()
+
+// The benchmarks are their own package, so `swift test` at the root never builds them.
+// Run them with `bash Benchmarks/run.sh` (see docs/BENCHMARKS.md).
+let package = Package(
+    name: "fleet-tokend-benchmarks",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(path: ".."),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+    ],
+    targets: [
+        .executableTarget(
+            name: "token-bench",
+            dependencies: [
+                .product(name: "FleetTokenClient", package: rootIdentity),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ],
+            swiftSettings: [.treatAllWarnings(as: .error)]
+        )
+    ]
+)

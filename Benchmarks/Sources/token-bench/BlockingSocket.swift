@@ -1,0 +1,51 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A blocking Unix-socket connection for request-reply loops with one request outstanding: the
+/// same code measures the agent and Redis.
+final class BlockingSocket {
+    private let fd: Int32
+    private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+
+    init(path: String) throws {
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard result == 0 else { throw BenchError("connect \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    deinit { close(fd) }
+
+    /// Writes `request` and reads until `complete` says the reply is whole; returns its length.
+    @discardableResult
+    func roundTrip(_ request: [UInt8], complete: (UnsafeRawBufferPointer) -> Bool) throws -> Int {
+        let written = request.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == request.count else { throw BenchError("short write") }
+        var filled = 0
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + filled, $0.count - filled) }
+            guard count > 0 else { throw BenchError("read failed") }
+            filled += count
+            let done = buffer.withUnsafeBytes { complete(UnsafeRawBufferPointer(rebasing: $0[0..<filled])) }
+            if done { return filled }
+        }
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}

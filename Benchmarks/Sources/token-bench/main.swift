@@ -1,0 +1,171 @@
+// Side-by-side benchmarks of fleet-tokend, run in one process and one go so the numbers compare:
+//  1. the agent's raw protocol vs Redis over a Unix socket (the hot path's yardstick);
+//  2. what FleetTokenClient replaces (an HTTP GET of the token from a local provider, with
+//     AsyncHTTPClient and with URLSession as the SDK samples do) vs the client through the agent,
+//     without and with the in-process memo.
+import AsyncHTTPClient
+import FleetTokenClient
+import Foundation
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+var arguments = CommandLine.arguments.dropFirst()
+func option(_ name: String, _ fallback: String) -> String {
+    guard let index = arguments.firstIndex(of: name), arguments.index(after: index) < arguments.endIndex else {
+        return fallback
+    }
+    return arguments[arguments.index(after: index)]
+}
+let agentBinary = option("--agent", ".build/release/fleet-tokend")
+let operations = Int(option("--iterations", "20000"))!
+let concurrency = Int(option("--concurrency", "32"))!
+
+let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
+try? FileManager.default.removeItem(at: directory)
+try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+let socketPath = directory.appendingPathComponent("tokens.sock").path
+
+let provider = try await LocalProvider.start()
+let agent = Process()
+agent.executableURL = URL(fileURLWithPath: agentBinary)
+agent.arguments = [
+    "serve", "--socket", socketPath, "--provider", "vehicle=\(provider.url(kind: "vehicle"))", "--log-level", "warning",
+]
+try agent.run()
+var redis: Process?
+defer {
+    agent.terminate()
+    redis?.terminate()
+}
+
+func waitForSocket(_ path: String) async throws {
+    for _ in 0..<200 {
+        if (try? BlockingSocket(path: path)) != nil { return }
+        try await Task.sleep(for: .milliseconds(25))
+    }
+    throw BenchError("nothing listens on \(path)")
+}
+try await waitForSocket(socketPath)
+
+var results: [Measurement] = []
+func record(_ measurement: Measurement) {
+    results.append(measurement)
+    print(measurement.row)
+}
+print("fleet-tokend benchmarks: \(operations) operations each, concurrency 1 and \(concurrency)")
+print(ProcessInfo.processInfo.operatingSystemVersionString, "cores:", ProcessInfo.processInfo.activeProcessorCount)
+print(Measurement.header)
+
+// 1. Raw protocol, one request outstanding, same blocking loop for both servers.
+let agentSocket = try BlockingSocket(path: socketPath)
+let getLine = Array("GET vehicle bench-raw\n".utf8)
+let endsWithLF: (UnsafeRawBufferPointer) -> Bool = { $0.last == UInt8(ascii: "\n") }
+try agentSocket.roundTrip(getLine, complete: endsWithLF)
+let agentRaw = try measureBlocking("agent GET, raw socket", operations: operations) {
+    try agentSocket.roundTrip(getLine, complete: endsWithLF)
+}
+record(agentRaw)
+
+var redisRaw: Measurement?
+if let redisServer = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first(
+    where: FileManager.default.isExecutableFile
+) {
+    let redisSocket = directory.appendingPathComponent("redis.sock").path
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: redisServer)
+    process.arguments = ["--port", "0", "--unixsocket", redisSocket, "--save", "", "--appendonly", "no"]
+    process.standardOutput = FileHandle.nullDevice
+    try process.run()
+    redis = process
+    try await waitForSocket(redisSocket)
+    let connection = try BlockingSocket(path: redisSocket)
+    let token = LocalProvider.token(for: "bench-raw", kind: "vehicle")
+    let key = "token:vehicle:bench-raw"
+    let set = "*3\r\n$3\r\nSET\r\n$\(key.utf8.count)\r\n\(key)\r\n$\(token.utf8.count)\r\n\(token)\r\n"
+    try connection.roundTrip(Array(set.utf8), complete: endsWithLF)
+    let get = Array("*2\r\n$3\r\nGET\r\n$\(key.utf8.count)\r\n\(key)\r\n".utf8)
+    // A bulk reply is "$<n>\r\n<n bytes>\r\n": complete once that many bytes arrived.
+    let expected = "$\(token.utf8.count)\r\n".utf8.count + token.utf8.count + 2
+    let measured = try measureBlocking("Redis GET, raw socket", operations: operations) {
+        try connection.roundTrip(get) { $0.count >= expected }
+    }
+    redisRaw = measured
+    record(measured)
+} else {
+    print("| Redis GET, raw socket | – | – | not installed | | |")
+}
+
+// 2. What the client replaces, and the client.
+let http = HTTPClient(eventLoopGroupProvider: .singleton)
+let tokenURL = provider.url(kind: "vehicle").replacingOccurrences(of: "{id}", with: "bench-http")
+let httpGet: @Sendable () async throws -> Void = {
+    let response = try await http.execute(HTTPClientRequest(url: tokenURL), timeout: .seconds(10))
+    let body = try await response.body.collect(upTo: 65536)
+    guard let object = try JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any],
+        object["token"] is String
+    else { throw BenchError("bad reply") }
+}
+let session = URLSession(configuration: .ephemeral)
+let urlSessionGet: @Sendable () async throws -> Void = {
+    let (data, _) = try await session.data(for: URLRequest(url: URL(string: tokenURL)!))
+    guard let object = try JSONSerialization.jsonObject(with: data) as? [String: Any], object["token"] is String else {
+        throw BenchError("bad reply")
+    }
+}
+var noMemo = FleetTokenClient.Configuration()
+noMemo.memoization = false
+let direct = FleetTokenClient(socketPath: socketPath, configuration: noMemo)
+let memoized = FleetTokenClient(socketPath: socketPath)
+let viaAgent: @Sendable () async throws -> Void = { _ = try await direct.token(.vehicle("bench-client")) }
+let viaMemo: @Sendable () async throws -> Void = { _ = try await memoized.token(.vehicle("bench-client")) }
+
+var table: [String: [Int: Measurement]] = [:]
+for level in [1, concurrency] {
+    for (name, operation) in [
+        ("HTTP GET, AsyncHTTPClient", httpGet), ("HTTP GET, URLSession", urlSessionGet),
+        ("client.token via agent, memo off", viaAgent), ("client.token, memo on", viaMemo),
+    ] {
+        let measured = try await measure(
+            name,
+            operations: level == 1 ? operations / 4 : operations,
+            concurrency: level,
+            operation
+        )
+        table[name, default: [:]][level] = measured
+        record(measured)
+    }
+}
+try await http.shutdown()
+await provider.stop()
+
+print("\nRatios (higher is better for the agent):")
+if let redisRaw {
+    print(
+        String(
+            format: "- agent raw GET vs Redis raw GET, p50 latency: %.2fx (Redis p50 / agent p50)",
+            redisRaw.median / agentRaw.median
+        )
+    )
+}
+for level in [1, concurrency] {
+    let agentOnly = table["client.token via agent, memo off"]![level]!
+    let memo = table["client.token, memo on"]![level]!
+    for baseline in ["HTTP GET, AsyncHTTPClient", "HTTP GET, URLSession"] {
+        let http = table[baseline]![level]!
+        print(
+            String(
+                format:
+                    "- concurrency %d: %@ / client via agent: p50 %.1fx, throughput %.1fx; / client with memo: p50 %.1fx, throughput %.1fx",
+                level,
+                baseline,
+                http.median / agentOnly.median,
+                agentOnly.opsPerSecond / http.opsPerSecond,
+                http.median / memo.median,
+                memo.opsPerSecond / http.opsPerSecond
+            )
+        )
+    }
+}
+try? FileManager.default.removeItem(at: directory)

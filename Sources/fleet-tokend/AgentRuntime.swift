@@ -1,0 +1,107 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NIOPosix
+import ServiceLifecycle
+import Systemd
+import TokenAgent
+import TokenAgentServer
+
+/// Wires the agent together: engine, socket server, refresher, and the systemd services, run as
+/// one service group that turns SIGTERM and SIGINT into a graceful shutdown.
+struct AgentRuntime {
+    let configuration: AgentConfiguration
+    let providers: ProviderSet.Built
+    let load: @Sendable () throws -> AgentConfiguration
+    let logger: Logger
+
+    func run() async throws {
+        let notifier = SystemdNotifier()
+        let passed = ListenFileDescriptors.take()
+        let listeners = passed.filter { $0.name != CacheHandover.name && $0.isListeningUnixStream }
+        for other in passed where other.name != CacheHandover.name && !other.isListeningUnixStream {
+            logger.warning(
+                "ignoring a passed descriptor that is not a listening Unix stream socket",
+                metadata: ["name": "\(other.name)"]
+            )
+            close(other.descriptor)
+        }
+        if configuration.usesDemoIssuer {
+            logger.warning(
+                "DEMO ISSUER: no provider and no issuer key configured. Tokens are signed with a throw-away RSA key made at start-up; they are for trying the agent only and Fleet Engine will reject them."
+            )
+        }
+        for kind in providers.providers.keys.sorted() {
+            logger.info(
+                "kind configured",
+                metadata: ["token_kind": "\(kind)", "provider": "\(providers.providers[kind]!.summary)"]
+            )
+        }
+
+        let engine = TokenEngine(
+            providers: providers.providers,
+            policy: configuration.policy,
+            maxEntries: configuration.maxEntries,
+            maxConcurrentFetches: configuration.maxConcurrentFetches,
+            logger: Logger(label: "fleet-tokend.engine")
+        )
+        CacheHandover.restore(
+            from: passed.filter { $0.name == CacheHandover.name },
+            into: engine,
+            notifier: notifier,
+            logger: logger
+        )
+        let status = AgentStatus(engine: engine, server: ServerStatistics())
+        var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
+        serverConfiguration.maxConnections = configuration.maxConnections
+        serverConfiguration.mode = configuration.socketMode
+        serverConfiguration.group = configuration.socketGroup
+        serverConfiguration.adoptedDescriptors = listeners.map(\.descriptor)
+        let server = TokenSocketServer(
+            configuration: serverConfiguration,
+            engine: engine,
+            status: status,
+            logger: Logger(label: "fleet-tokend.server"),
+            onListening: { notifier.ready(status: status.summary()) }
+        )
+        let heartbeat = Heartbeat()
+        let reload = ReloadService(
+            load: load,
+            engine: engine,
+            providers: providers,
+            notifier: notifier,
+            status: { status.summary() },
+            logger: Logger(label: "fleet-tokend.reload")
+        )
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: [
+                    .init(service: server, successTerminationBehavior: .gracefullyShutdownGroup),
+                    .init(service: RefreshScheduler(engine: engine, heartbeat: heartbeat)),
+                    .init(
+                        service: NotifyService(
+                            notifier: notifier,
+                            status: status,
+                            heartbeat: heartbeat,
+                            group: MultiThreadedEventLoopGroup.singleton,
+                            logger: logger
+                        )
+                    ),
+                    .init(service: reload),
+                ],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+        )
+        do {
+            try await group.run()
+        } catch {
+            logger.critical("agent stopped", metadata: ["error": "\(error)"])
+            await engine.shutdown()
+            throw ExitCode(1)
+        }
+        CacheHandover.save(engine, notifier: notifier, logger: logger)
+        await engine.shutdown()
+        logger.info("stopped")
+    }
+}

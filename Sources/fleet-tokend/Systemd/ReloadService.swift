@@ -1,0 +1,81 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+import Systemd
+import TokenAgent
+import UnixSignals
+
+/// Reloads on SIGHUP: re-reads the config file and the header and key files, keeps the cached
+/// tokens of kinds whose provider did not change, and refuses a broken configuration with a log
+/// line, keeping the old one. Tells systemd `RELOADING=1` … `READY=1` around it.
+final class ReloadService: Service, Sendable {
+    private let load: @Sendable () throws -> AgentConfiguration
+    private let engine: TokenEngine
+    private let current: Mutex<ProviderSet.Built>
+    private let notifier: SystemdNotifier
+    private let status: @Sendable () -> String
+    private let logger: Logger
+
+    init(
+        load: @escaping @Sendable () throws -> AgentConfiguration,
+        engine: TokenEngine,
+        providers: ProviderSet.Built,
+        notifier: SystemdNotifier,
+        status: @escaping @Sendable () -> String,
+        logger: Logger
+    ) {
+        self.load = load
+        self.engine = engine
+        self.current = Mutex(providers)
+        self.notifier = notifier
+        self.status = status
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let signals = await UnixSignalsSequence(trapping: .sighup)
+        await cancelWhenGracefulShutdown {
+            for await _ in signals {
+                self.reload()
+            }
+        }
+    }
+
+    /// One reload; public for tests and for `systemctl reload` through SIGHUP.
+    func reload() {
+        notifier.reloading()
+        defer { notifier.ready(status: status()) }
+        do {
+            let configuration = try load()
+            try configuration.validate()
+            let previous = current.withLock { $0 }
+            let built = try ProviderSet.build(from: configuration, reusing: previous)
+            let changed = built.changedKinds(since: previous)
+            engine.reconfigure(providers: built.providers, policy: configuration.policy, changedKinds: changed)
+            current.withLock { $0 = built }
+            retire(previous, keeping: built)
+            logger.notice(
+                "configuration reloaded",
+                metadata: [
+                    "kinds": "\(built.providers.keys.sorted().joined(separator: ","))",
+                    "changed_kinds": "\(changed.sorted().joined(separator: ","))",
+                ]
+            )
+        } catch {
+            logger.error("reload refused; the old configuration stays", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Shuts down the old HTTP providers that are no longer used, once their fetches had time to end.
+    private func retire(_ previous: ProviderSet.Built, keeping built: ProviderSet.Built) {
+        let kept = Set(built.providers.values.compactMap { ($0 as? HTTPTokenProvider).map(ObjectIdentifier.init) })
+        let retired = previous.providers.values.compactMap { $0 as? HTTPTokenProvider }
+            .filter { !kept.contains(ObjectIdentifier($0)) }
+        guard !retired.isEmpty else { return }
+        Task {
+            try? await Task.sleep(for: .seconds(310))
+            for provider in retired { await provider.shutdown() }
+        }
+    }
+}
