@@ -111,6 +111,7 @@ let package = Package(
             dependencies: [
                 "TokenWire",
                 "FleetTokenClient",
+                "Systemd",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -24,13 +24,27 @@ final class AgentProcess: @unchecked Sendable {
 
     /// Starts `fleet-tokend serve` with `arguments` plus `--socket` (a new temporary path unless
     /// `socketPath` is given) and waits until it answers.
-    init(_ arguments: [String], socketPath: String? = nil, readyTimeout: Double = 20) async throws {
+    init(
+        _ arguments: [String],
+        socketPath: String? = nil,
+        environment: [String: String] = [:],
+        launcher: [String]? = nil,
+        readyTimeout: Double = 20
+    ) async throws {
         directory = try Self.makeTemporaryDirectory()
         self.socketPath = socketPath ?? directory.appendingPathComponent("tokens.sock").path
         logPath = directory.appendingPathComponent("agent.log").path
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = ["serve", "--socket", self.socketPath] + arguments
+        let command = [Self.binary, "serve", "--socket", self.socketPath] + arguments
+        if let launcher {
+            // e.g. ["/bin/sh", "-c", "… exec \"$0\" \"$@\""]: the launcher runs the command.
+            process.executableURL = URL(fileURLWithPath: launcher[0])
+            process.arguments = Array(launcher.dropFirst()) + command
+        } else {
+            process.executableURL = URL(fileURLWithPath: command[0])
+            process.arguments = Array(command.dropFirst())
+        }
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process.standardError = log
         process.standardOutput = log

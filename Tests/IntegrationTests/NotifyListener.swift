@@ -1,0 +1,99 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A test-owned `NOTIFY_SOCKET`: a Unix datagram socket that receives sd_notify messages and any
+/// file descriptors passed with them (`FDSTORE=1`).
+final class NotifyListener {
+    struct Message {
+        var fields: [String: String]
+        var descriptors: [Int32]
+        var text: String
+    }
+
+    let path: String
+    private let fd: Int32
+
+    init(directory: URL) throws {
+        path = directory.appendingPathComponent("notify.sock").path
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard bound == 0 else { throw AgentError("bind \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    deinit { close(fd) }
+
+    /// The next message, waiting at most `timeout` seconds.
+    func next(timeout: Double) -> Message? {
+        var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&descriptor, 1, Int32(timeout * 1000)) == 1 else { return nil }
+        var data = [UInt8](repeating: 0, count: 8192)
+        var control = [UInt8](repeating: 0, count: 512)
+        let (count, controlLength): (Int, Int) = data.withUnsafeMutableBytes { dataBytes in
+            control.withUnsafeMutableBytes { controlBytes in
+                var vector = iovec(iov_base: dataBytes.baseAddress, iov_len: dataBytes.count)
+                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                    var header = msghdr()
+                    header.msg_iov = vectorPointer
+                    header.msg_iovlen = 1
+                    header.msg_control = controlBytes.baseAddress
+                    header.msg_controllen = controlBytes.count
+                    let received = recvmsg(fd, &header, Int32(MSG_CMSG_CLOEXEC))
+                    return (received, Int(header.msg_controllen))
+                }
+            }
+        }
+        guard count >= 0 else { return nil }
+        let text = String(decoding: data[0..<count], as: UTF8.self)
+        var fields: [String: String] = [:]
+        for line in text.split(separator: "\n") {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            fields[String(line[..<equals])] = String(line[line.index(after: equals)...])
+        }
+        // struct cmsghdr { size_t len; int level; int type; } then the data, on 64-bit Linux.
+        var descriptors: [Int32] = []
+        var offset = 0
+        while offset + 16 <= controlLength {
+            let length = control[offset..<offset + 8].withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+            let level = control[offset + 8..<offset + 12].withUnsafeBytes { $0.loadUnaligned(as: Int32.self) }
+            let type = control[offset + 12..<offset + 16].withUnsafeBytes { $0.loadUnaligned(as: Int32.self) }
+            guard length >= 16 else { break }
+            if level == SOL_SOCKET, type == 1 /* SCM_RIGHTS */ {
+                var position = offset + 16
+                while position + 4 <= offset + Int(length) {
+                    descriptors.append(
+                        control[position..<position + 4].withUnsafeBytes { $0.loadUnaligned(as: Int32.self) }
+                    )
+                    position += 4
+                }
+            }
+            offset += (Int(length) + 7) & ~7
+        }
+        return Message(fields: fields, descriptors: descriptors, text: text)
+    }
+
+    /// Messages until one satisfies `condition` (returned with the ones before it), or `nil`.
+    func waitFor(timeout: Double, _ condition: (Message) -> Bool) -> (match: Message, seen: [Message])? {
+        let deadline = Date().addingTimeInterval(timeout)
+        var seen: [Message] = []
+        while Date() < deadline {
+            guard let message = next(timeout: deadline.timeIntervalSinceNow) else { return nil }
+            if condition(message) { return (message, seen) }
+            seen.append(message)
+        }
+        return nil
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import Systemd
+import Testing
+
+@Suite("systemd: socket activation, notify, fd store")
+struct SystemdIntegrationTests {
+    @Test func socketActivationAdoptsThePassedSocket() async throws {
+        let activate = try #require(which("systemd-socket-activate"), "systemd-socket-activate must be installed")
+        let provider = try await FakeTokenProvider.start()
+        defer { Task { await provider.stop() } }
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let socketPath = directory.appendingPathComponent("activated.sock").path
+        let unusedPath = directory.appendingPathComponent("never-bound.sock").path
+        let log = directory.appendingPathComponent("agent.log")
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: activate)
+        process.arguments = [
+            "-l", socketPath, "--fdname=tokens", AgentProcess.binary, "serve", "--socket", unusedPath,
+            "--provider", "vehicle=\(provider.url(kind: "vehicle"))",
+        ]
+        let handle = try FileHandle(forWritingTo: log)
+        process.standardError = handle
+        process.standardOutput = handle
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        // The socket exists before the agent runs; the first connection starts it.
+        var reply: [String] = []
+        for _ in 0..<100 where reply.isEmpty {
+            reply = (try? await SocketClient.exchange(socketPath, "GET vehicle act-1\n", lines: 1)) ?? []
+            if reply.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(tokenOf(reply.first) != nil, "\(reply)")
+        #expect(provider.requests(for: "act-1") == 1)
+        #expect(!FileManager.default.fileExists(atPath: unusedPath), "the passed socket is used, --socket is not bound")
+        let agentLog = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+        #expect(agentLog.contains("listening on a socket passed by systemd"))
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(FileManager.default.fileExists(atPath: socketPath), "systemd's socket is never unlinked")
+    }
+
+    @Test func notifyReadyWatchdogReloadStoppingAndTheFdStore() async throws {
+        let provider = try await FakeTokenProvider.start()
+        defer { Task { await provider.stop() } }
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let notify = try NotifyListener(directory: directory)
+        let environment = ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "600000"]
+        let arguments = ["--provider", "vehicle=\(provider.url(kind: "vehicle"))"]
+        let socketPath = directory.appendingPathComponent("tokens.sock").path
+
+        // AgentProcess waits for a PING answer; start it concurrently and watch READY arrive.
+        async let started = AgentProcess(arguments, socketPath: socketPath, environment: environment)
+        let ready = notify.waitFor(timeout: 20) { $0.fields["READY"] == "1" }
+        let readyMessage = try #require(ready?.match)
+        // READY=1 only once the socket answers: a request right now must succeed.
+        let answer = try await SocketClient.exchange(socketPath, "PING\n", lines: 1)
+        #expect(answer == ["PONG"])
+        #expect(readyMessage.fields["STATUS"]?.contains("tokens held") == true)
+        let agent = try await started
+
+        let token = try #require(tokenOf(try await agent.send("GET vehicle fd-1").first))
+        let pings = (0..<8).compactMap { _ in notify.next(timeout: 1) }.filter { $0.fields["WATCHDOG"] == "1" }
+        #expect(pings.count >= 2, "WATCHDOG=1 at half of the 0.6 s WatchdogSec")
+
+        kill(agent.pid, SIGHUP)
+        let reloading = notify.waitFor(timeout: 5) { $0.fields["RELOADING"] == "1" }
+        #expect(reloading?.match.fields["MONOTONIC_USEC"].flatMap(UInt64.init) != nil)
+        #expect(notify.waitFor(timeout: 5) { $0.fields["READY"] == "1" } != nil, "READY=1 after the reload")
+        #expect(try await agent.send("GET vehicle fd-1").first.flatMap(tokenOf) == token, "the reload kept the token")
+
+        kill(agent.pid, SIGTERM)
+        #expect(notify.waitFor(timeout: 5) { $0.fields["STOPPING"] == "1" } != nil)
+        let stored = try #require(notify.waitFor(timeout: 10) { $0.fields["FDSTORE"] == "1" }?.match)
+        #expect(stored.fields["FDNAME"] == "cache")
+        let cacheFD = try #require(stored.descriptors.first)
+        #expect(SealedMemoryFile.isSealed(cacheFD))
+        let snapshot = String(decoding: try SealedMemoryFile.read(cacheFD), as: UTF8.self)
+        #expect(snapshot.hasPrefix("fleet-tokend-cache v1\n"))
+        #expect(snapshot.contains("vehicle\tfd-1\t"))
+        #expect(snapshot.contains(token))
+        #expect(await agent.stop() == 0)
+
+        // The next process gets the cache back as a passed descriptor named "cache".
+        let launcher = [
+            "/bin/sh", "-c",
+            "exec 3</proc/\(getpid())/fd/\(cacheFD); LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=cache exec \"$0\" \"$@\"",
+        ]
+        let next = try await AgentProcess(
+            arguments,
+            socketPath: socketPath,
+            environment: environment,
+            launcher: launcher
+        )
+        #expect(
+            try await next.send("GET vehicle fd-1").first.flatMap(tokenOf) == token,
+            "served from the handed-over cache"
+        )
+        #expect(provider.requests(for: "fd-1") == 1, "no new provider fetch")
+        #expect(notify.waitFor(timeout: 5) { $0.fields["FDSTOREREMOVE"] == "1" }?.match.fields["FDNAME"] == "cache")
+        #expect(next.log.contains("cache taken over from the previous process"))
+        #expect(!next.log.contains(token))
+        await next.stop()
+        close(cacheFD)
+    }
+
+    @Test func brokenConfigOnReloadIsRefusedAndTheOldOneStays() async throws {
+        let provider = try await FakeTokenProvider.start()
+        defer { Task { await provider.stop() } }
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let config = directory.appendingPathComponent("config.json").path
+        func writeConfig(_ text: String) throws { try text.write(toFile: config, atomically: true, encoding: .utf8) }
+        try writeConfig(
+            #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}, "trip": {"url": "\#(provider.url(kind: "trip"))"}}}"#
+        )
+        let agent = try await AgentProcess(["--config", config])
+        let vehicle = try #require(tokenOf(try await agent.send("GET vehicle rl-1").first))
+        let trip = try #require(tokenOf(try await agent.send("GET trip rl-2").first))
+
+        try writeConfig(#"{"providers": {"vehicle": {"url": "ftp://nope/{id}"}}}"#)
+        kill(agent.pid, SIGHUP)
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(agent.log.contains("reload refused; the old configuration stays"))
+        #expect(try await agent.send("GET vehicle rl-1").first.flatMap(tokenOf) == vehicle)
+
+        // Change only trip's provider (a new field name): vehicle's token stays, trip's is dropped.
+        try writeConfig(
+            #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}, "trip": {"url": "\#(provider.url(kind: "trip"))", "token_field": "jwt"}}}"#
+        )
+        kill(agent.pid, SIGHUP)
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(agent.log.contains("configuration reloaded"))
+        #expect(try await agent.send("GET vehicle rl-1").first.flatMap(tokenOf) == vehicle)
+        #expect(try await agent.send("GET trip rl-2").first.flatMap(tokenOf) != trip)
+        #expect(provider.requests(for: "rl-1") == 1)
+        #expect(provider.requests(for: "rl-2") == 2)
+        #expect(await agent.stop() == 0)
+    }
+}
