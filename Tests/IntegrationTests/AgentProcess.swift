@@ -161,9 +161,23 @@ enum SocketClient {
     }
 }
 
+/// Runs blocking work on a thread of its own, so the tests never starve Swift concurrency's small
+/// pool (two threads on a two-core machine) while they wait for another process.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
+}
+
 /// Runs a command and returns its exit status, standard output and standard error.
 @discardableResult
 func run(_ executable: String, _ arguments: [String], stdin: String? = nil, environment: [String: String]? = nil)
+    async throws -> (status: Int32, stdout: String, stderr: String)
+{
+    try await offPool { try runBlocking(executable, arguments, stdin: stdin, environment: environment) }
+}
+
+private func runBlocking(_ executable: String, _ arguments: [String], stdin: String?, environment: [String: String]?)
     throws -> (status: Int32, stdout: String, stderr: String)
 {
     let process = Process()

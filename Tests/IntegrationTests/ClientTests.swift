@@ -86,7 +86,7 @@ struct ClientTests {
     private func admittedHolder(_ agent: AgentProcess) async throws -> RawSocket {
         for _ in 0..<50 {
             let holder = try RawSocket(path: agent.socketPath)
-            if holder.exchange("PING") == "PONG" { return holder }
+            if try await holder.exchange("PING") == "PONG" { return holder }
             holder.close()
             try await Task.sleep(for: .milliseconds(100))
         }

@@ -9,10 +9,10 @@ struct LocalIssuerIntegrationTests {
         let keyPath = directory.appendingPathComponent("key.pem").path
         let publicPath = directory.appendingPathComponent("public.pem").path
         #expect(
-            try run(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", keyPath])
+            try await run(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", keyPath])
                 .status == 0
         )
-        #expect(try run(openssl, ["pkey", "-in", keyPath, "-pubout", "-out", publicPath]).status == 0)
+        #expect(try await run(openssl, ["pkey", "-in", keyPath, "-pubout", "-out", publicPath]).status == 0)
         let pem = try String(contentsOfFile: keyPath, encoding: .utf8)
         #expect(pem.hasPrefix("-----BEGIN PRIVATE KEY-----"), "PKCS#8, as Google's keys are")
         let account: [String: String] = [
@@ -53,7 +53,7 @@ struct LocalIssuerIntegrationTests {
             let signaturePath = directory.appendingPathComponent("signature").path
             try Data("\(parts[0]).\(parts[1])".utf8).write(to: URL(fileURLWithPath: inputPath))
             try base64URL(parts[2]).write(to: URL(fileURLWithPath: signaturePath))
-            let verify = try run(
+            let verify = try await run(
                 openssl,
                 ["dgst", "-sha256", "-verify", publicPath, "-signature", signaturePath, inputPath]
             )
@@ -62,7 +62,7 @@ struct LocalIssuerIntegrationTests {
             // A changed claim must not verify.
             try Data("\(parts[0]).\(parts[1])x".utf8).write(to: URL(fileURLWithPath: inputPath))
             #expect(
-                try run(openssl, ["dgst", "-sha256", "-verify", publicPath, "-signature", signaturePath, inputPath])
+                try await run(openssl, ["dgst", "-sha256", "-verify", publicPath, "-signature", signaturePath, inputPath])
                     .status != 0
             )
         }

@@ -6,8 +6,8 @@ import Foundation
 
 /// A test-owned `NOTIFY_SOCKET`: a Unix datagram socket that receives sd_notify messages and any
 /// file descriptors passed with them (`FDSTORE=1`).
-final class NotifyListener {
-    struct Message {
+final class NotifyListener: @unchecked Sendable {
+    struct Message: Sendable {
         var fields: [String: String]
         var descriptors: [Int32]
         var text: String
@@ -37,7 +37,11 @@ final class NotifyListener {
     deinit { close(fd) }
 
     /// The next message, waiting at most `timeout` seconds.
-    func next(timeout: Double) -> Message? {
+    func next(timeout: Double) async throws -> Message? {
+        try await offPool { self.nextNow(timeout: timeout) }
+    }
+
+    private func nextNow(timeout: Double) -> Message? {
         var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         guard poll(&descriptor, 1, Int32(timeout * 1000)) == 1 else { return nil }
         var data = [UInt8](repeating: 0, count: 8192)
@@ -86,11 +90,15 @@ final class NotifyListener {
     }
 
     /// Messages until one satisfies `condition` (returned with the ones before it), or `nil`.
-    func waitFor(timeout: Double, _ condition: (Message) -> Bool) -> (match: Message, seen: [Message])? {
+    func waitFor(timeout: Double, _ condition: @escaping @Sendable (Message) -> Bool) async throws -> Message? {
+        try await offPool { self.waitForNow(timeout: timeout, condition)?.match }
+    }
+
+    private func waitForNow(timeout: Double, _ condition: (Message) -> Bool) -> (match: Message, seen: [Message])? {
         let deadline = Date().addingTimeInterval(timeout)
         var seen: [Message] = []
         while Date() < deadline {
-            guard let message = next(timeout: deadline.timeIntervalSinceNow) else { return nil }
+            guard let message = nextNow(timeout: deadline.timeIntervalSinceNow) else { return nil }
             if condition(message) { return (message, seen) }
             seen.append(message)
         }

@@ -5,7 +5,7 @@ import Foundation
 #endif
 
 /// A non-blocking Unix socket that writes and never reads: a slow or hostile client.
-final class RawSocket {
+final class RawSocket: @unchecked Sendable {
     private var fd: Int32
 
     init(path: String) throws {
@@ -27,7 +27,11 @@ final class RawSocket {
     }
 
     /// Writes `chunk` repeatedly until the socket would block `rounds` times; returns bytes written.
-    func writeUntilBlocked(_ chunk: [UInt8], rounds: Int) -> Int {
+    func writeUntilBlocked(_ chunk: [UInt8], rounds: Int) async throws -> Int {
+        try await offPool { self.writeUntilBlockedNow(chunk, rounds: rounds) }
+    }
+
+    private func writeUntilBlockedNow(_ chunk: [UInt8], rounds: Int) -> Int {
         var total = 0
         var blocked = 0
         while blocked < rounds {
@@ -43,7 +47,11 @@ final class RawSocket {
     }
 
     /// Writes `line` (LF added) and reads one reply line, waiting at most `timeout` seconds.
-    func exchange(_ line: String, timeout: Int32 = 5000) -> String? {
+    func exchange(_ line: String, timeout: Int32 = 5000) async throws -> String? {
+        try await offPool { self.exchangeNow(line, timeout: timeout) }
+    }
+
+    private func exchangeNow(_ line: String, timeout: Int32) -> String? {
         let bytes = Array((line + "\n").utf8)
         guard bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else { return nil }
         var reply: [UInt8] = []

@@ -12,20 +12,20 @@ struct ServingTests {
             #expect(abs(expiresAt - (Int(Date().timeIntervalSince1970) + 3600)) <= 5)
 
             let socat = try #require(which("socat"), "socat must be installed (scripts/test installs it)")
-            let viaSocat = try run(
+            let viaSocat = try await run(
                 "/bin/sh",
                 ["-c", "printf 'GET vehicle v-1\\nPING\\n' | \(socat) - UNIX-CONNECT:\(agent.socketPath)"]
             )
             #expect(viaSocat.status == 0)
             #expect(viaSocat.stdout.split(separator: "\n").map(String.init) == [reply[0], "PONG"])
 
-            let cli = try run(AgentProcess.binary, ["get", "vehicle", "v-1", "--socket", agent.socketPath])
+            let cli = try await run(AgentProcess.binary, ["get", "vehicle", "v-1", "--socket", agent.socketPath])
             #expect(cli.status == 0)
             #expect(cli.stdout == token + "\n", "get prints just the token")
             #expect(provider.requests(for: "v-1") == 1)
 
             let env = ["FLEET_TOKEND_SOCKET": agent.socketPath, "PATH": "/usr/bin:/bin"]
-            let viaEnvironment = try run(AgentProcess.binary, ["get", "trip", "t-1"], environment: env)
+            let viaEnvironment = try await run(AgentProcess.binary, ["get", "trip", "t-1"], environment: env)
             #expect(viaEnvironment.status == 0)
             #expect(provider.requests(for: "t-1") == 1)
         }
@@ -33,16 +33,16 @@ struct ServingTests {
 
     @Test func cliExitStatuses() async throws {
         try await withProviderAndAgent { agent, _ in
-            func status(_ kind: String, _ id: String) throws -> Int32 {
-                try run(AgentProcess.binary, ["get", kind, id, "--socket", agent.socketPath]).status
+            func status(_ kind: String, _ id: String) async throws -> Int32 {
+                try await run(AgentProcess.binary, ["get", kind, id, "--socket", agent.socketPath]).status
             }
             let statuses = [
-                try status("vehicle", "status503-x"), try status("vehicle", "status403-x"),
-                try status("vehicle", "a/b"),
-                try status("boat", "b-1"),
+                try await status("vehicle", "status503-x"), try await status("vehicle", "status403-x"),
+                try await status("vehicle", "a/b"),
+                try await status("boat", "b-1"),
             ]
             #expect(statuses == [69, 77, 65, 65])
-            let unreachable = try run(
+            let unreachable = try await run(
                 AgentProcess.binary,
                 ["get", "vehicle", "v", "--socket", agent.directory.path + "/none.sock"]
             )

@@ -9,7 +9,7 @@ struct StartupAndLoggingTests {
         return path
     }
 
-    @Test func badConfigurationStopsStartUpNamingTheKey() throws {
+    @Test func badConfigurationStopsStartUpNamingTheKey() async throws {
         let cases: [(String, String)] = [
             (#"{"refresh_margn": 60}"#, "configuration key refresh_margn: is not a known key"),
             (#"{"providers": {"trip": {"url": "ftp://x/{id}"}}}"#, "configuration key providers.trip.url:"),
@@ -20,18 +20,18 @@ struct StartupAndLoggingTests {
         ]
         for (json, message) in cases {
             let path = try write(json, name: "bad.json")
-            let result = try run(AgentProcess.binary, ["serve", "--config", path, "--socket", "/tmp/ftd-never.sock"])
+            let result = try await run(AgentProcess.binary, ["serve", "--config", path, "--socket", "/tmp/ftd-never.sock"])
             #expect(result.status == 78, "\(json)")
             #expect(result.stderr.contains(message), "\(result.stderr)")
         }
-        let flag = try run(AgentProcess.binary, ["serve", "--provider", "trip", "--socket", "/tmp/ftd-never.sock"])
+        let flag = try await run(AgentProcess.binary, ["serve", "--provider", "trip", "--socket", "/tmp/ftd-never.sock"])
         #expect(flag.status == 78)
         #expect(flag.stderr.contains("configuration key provider: must be KIND=URL"))
         let headers = try write(
             #"{"providers": {"trip": {"url": "http://127.0.0.1:1/{id}", "headers_file": "/nonexistent"}}}"#,
             name: "c.json"
         )
-        let missing = try run(AgentProcess.binary, ["serve", "--config", headers, "--socket", "/tmp/ftd-never.sock"])
+        let missing = try await run(AgentProcess.binary, ["serve", "--config", headers, "--socket", "/tmp/ftd-never.sock"])
         #expect(missing.status == 78)
         #expect(missing.stderr.contains("providers.trip.headers_file"))
     }
@@ -40,12 +40,12 @@ struct StartupAndLoggingTests {
         let directory = try AgentProcess.makeTemporaryDirectory()
         let file = directory.appendingPathComponent("not-a-socket").path
         try "keep me".write(toFile: file, atomically: true, encoding: .utf8)
-        let result = try run(AgentProcess.binary, ["serve", "--socket", file])
+        let result = try await run(AgentProcess.binary, ["serve", "--socket", file])
         #expect(result.status != 0)
         #expect(try String(contentsOfFile: file, encoding: .utf8) == "keep me")
 
         let agent = try await AgentProcess([])
-        let second = try run(AgentProcess.binary, ["serve", "--socket", agent.socketPath])
+        let second = try await run(AgentProcess.binary, ["serve", "--socket", agent.socketPath])
         #expect(second.status != 0)
         #expect(second.stderr.contains("another process is listening"))
         #expect(try await agent.send("PING") == ["PONG"], "the first agent still serves")

@@ -36,6 +36,7 @@ struct SystemdIntegrationTests {
         let agentLog = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
         #expect(agentLog.contains("listening on a socket passed by systemd"))
         kill(process.processIdentifier, SIGTERM)
+        for _ in 0..<400 where process.isRunning { try await Task.sleep(for: .milliseconds(25)) }
         process.waitUntilExit()
         #expect(process.terminationStatus == 0)
         #expect(FileManager.default.fileExists(atPath: socketPath), "systemd's socket is never unlinked")
@@ -52,8 +53,8 @@ struct SystemdIntegrationTests {
 
         // AgentProcess waits for a PING answer; start it concurrently and watch READY arrive.
         async let started = AgentProcess(arguments, socketPath: socketPath, environment: environment)
-        let ready = notify.waitFor(timeout: 20) { $0.fields["READY"] == "1" }
-        let readyMessage = try #require(ready?.match)
+        let ready = try await notify.waitFor(timeout: 20) { $0.fields["READY"] == "1" }
+        let readyMessage = try #require(ready)
         // READY=1 only once the socket answers: a request right now must succeed.
         let answer = try await SocketClient.exchange(socketPath, "PING\n", lines: 1)
         #expect(answer == ["PONG"])
@@ -61,18 +62,21 @@ struct SystemdIntegrationTests {
         let agent = try await started
 
         let token = try #require(tokenOf(try await agent.send("GET vehicle fd-1").first))
-        let pings = (0..<8).compactMap { _ in notify.next(timeout: 1) }.filter { $0.fields["WATCHDOG"] == "1" }
+        var pings: [NotifyListener.Message] = []
+        for _ in 0..<8 {
+            if let message = try await notify.next(timeout: 1), message.fields["WATCHDOG"] == "1" { pings.append(message) }
+        }
         #expect(pings.count >= 2, "WATCHDOG=1 at half of the 0.6 s WatchdogSec")
 
         kill(agent.pid, SIGHUP)
-        let reloading = notify.waitFor(timeout: 5) { $0.fields["RELOADING"] == "1" }
-        #expect(reloading?.match.fields["MONOTONIC_USEC"].flatMap(UInt64.init) != nil)
-        #expect(notify.waitFor(timeout: 5) { $0.fields["READY"] == "1" } != nil, "READY=1 after the reload")
+        let reloading = try await notify.waitFor(timeout: 5) { $0.fields["RELOADING"] == "1" }
+        #expect(reloading?.fields["MONOTONIC_USEC"].flatMap(UInt64.init) != nil)
+        #expect(try await notify.waitFor(timeout: 5) { $0.fields["READY"] == "1" } != nil, "READY=1 after the reload")
         #expect(try await agent.send("GET vehicle fd-1").first.flatMap(tokenOf) == token, "the reload kept the token")
 
         kill(agent.pid, SIGTERM)
-        #expect(notify.waitFor(timeout: 5) { $0.fields["STOPPING"] == "1" } != nil)
-        let stored = try #require(notify.waitFor(timeout: 10) { $0.fields["FDSTORE"] == "1" }?.match)
+        #expect(try await notify.waitFor(timeout: 5) { $0.fields["STOPPING"] == "1" } != nil)
+        let stored = try #require(try await notify.waitFor(timeout: 10) { $0.fields["FDSTORE"] == "1" })
         #expect(stored.fields["FDNAME"] == "cache")
         let cacheFD = try #require(stored.descriptors.first)
         #expect(SealedMemoryFile.isSealed(cacheFD))
@@ -98,7 +102,7 @@ struct SystemdIntegrationTests {
             "served from the handed-over cache"
         )
         #expect(provider.requests(for: "fd-1") == 1, "no new provider fetch")
-        #expect(notify.waitFor(timeout: 5) { $0.fields["FDSTOREREMOVE"] == "1" }?.match.fields["FDNAME"] == "cache")
+        #expect(try await notify.waitFor(timeout: 5) { $0.fields["FDSTOREREMOVE"] == "1" }?.fields["FDNAME"] == "cache")
         #expect(next.log.contains("cache taken over from the previous process"))
         #expect(!next.log.contains(token))
         await next.stop()

@@ -50,7 +50,7 @@ func waitForSocket(_ path: String) async throws {
 try await waitForSocket(socketPath)
 
 var results: [Measurement] = []
-func record(_ measurement: Measurement) {
+@MainActor func record(_ measurement: Measurement) {
     results.append(measurement)
     print(measurement.row)
 }
