@@ -48,28 +48,9 @@ final class AgentConnection: @unchecked Sendable {
 
     /// Connects to the agent's socket at `path`.
     init(path: String) throws {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ConnectionLost(description: "socket: \(Self.errorText())") }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
-            close(fd)
-            throw ConnectionLost(description: "socket path too long")
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard connected == 0 else {
-            let text = Self.errorText()
-            close(fd)
-            throw ConnectionLost(description: "connect \(path): \(text)")
+        let fd = UnixSocketAddress.connectStream(to: path)
+        guard fd >= 0 else {
+            throw ConnectionLost(description: "connect \(path): \(String(cString: strerror(-fd)))")
         }
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         #if canImport(Darwin)

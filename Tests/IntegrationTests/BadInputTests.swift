@@ -91,7 +91,10 @@ struct BadInputTests {
         try await withProviderAndAgent { agent, _ in
             // A client that writes requests as fast as the agent takes them and never reads a reply.
             let hostile = try RawSocket(path: agent.socketPath)
-            let written = try await hostile.writeUntilBlocked(Array(String(repeating: "HELP\n", count: 20_000).utf8), rounds: 50)
+            let written = try await hostile.writeUntilBlocked(
+                Array(String(repeating: "HELP\n", count: 20_000).utf8),
+                rounds: 50
+            )
             #expect(written > 0)
             for index in 0..<20 {
                 #expect(tokenOf(try await agent.send("GET vehicle other-\(index)").first) != nil)

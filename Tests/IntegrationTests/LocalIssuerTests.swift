@@ -9,8 +9,11 @@ struct LocalIssuerIntegrationTests {
         let keyPath = directory.appendingPathComponent("key.pem").path
         let publicPath = directory.appendingPathComponent("public.pem").path
         #expect(
-            try await run(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", keyPath])
-                .status == 0
+            try await run(
+                openssl,
+                ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", keyPath]
+            )
+            .status == 0
         )
         #expect(try await run(openssl, ["pkey", "-in", keyPath, "-pubout", "-out", publicPath]).status == 0)
         let pem = try String(contentsOfFile: keyPath, encoding: .utf8)
@@ -62,8 +65,11 @@ struct LocalIssuerIntegrationTests {
             // A changed claim must not verify.
             try Data("\(parts[0]).\(parts[1])x".utf8).write(to: URL(fileURLWithPath: inputPath))
             #expect(
-                try await run(openssl, ["dgst", "-sha256", "-verify", publicPath, "-signature", signaturePath, inputPath])
-                    .status != 0
+                try await run(
+                    openssl,
+                    ["dgst", "-sha256", "-verify", publicPath, "-signature", signaturePath, inputPath]
+                )
+                .status != 0
             )
         }
         let log = agent.log

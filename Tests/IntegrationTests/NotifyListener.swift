@@ -1,4 +1,5 @@
 import Foundation
+import TokenWire
 
 #if canImport(Glibc)
     import Glibc
@@ -19,18 +20,7 @@ final class NotifyListener: @unchecked Sendable {
     init(directory: URL) throws {
         path = directory.appendingPathComponent("notify.sock").path
         fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
+        let bound = UnixSocketAddress.with(path: path) { bind(fd, $0, $1) } ?? -1
         guard bound == 0 else { throw AgentError("bind \(path): \(String(cString: strerror(errno)))") }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import TokenWire
 
 #if canImport(Glibc)
     import Glibc
@@ -9,20 +10,8 @@ final class RawSocket: @unchecked Sendable {
     private var fd: Int32
 
     init(path: String) throws {
-        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard connected == 0 else { throw AgentError("connect failed") }
+        fd = UnixSocketAddress.connectStream(to: path)
+        guard fd >= 0 else { throw AgentError("connect failed") }
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
     }
 

@@ -20,18 +20,27 @@ struct StartupAndLoggingTests {
         ]
         for (json, message) in cases {
             let path = try write(json, name: "bad.json")
-            let result = try await run(AgentProcess.binary, ["serve", "--config", path, "--socket", "/tmp/ftd-never.sock"])
+            let result = try await run(
+                AgentProcess.binary,
+                ["serve", "--config", path, "--socket", "/tmp/ftd-never.sock"]
+            )
             #expect(result.status == 78, "\(json)")
             #expect(result.stderr.contains(message), "\(result.stderr)")
         }
-        let flag = try await run(AgentProcess.binary, ["serve", "--provider", "trip", "--socket", "/tmp/ftd-never.sock"])
+        let flag = try await run(
+            AgentProcess.binary,
+            ["serve", "--provider", "trip", "--socket", "/tmp/ftd-never.sock"]
+        )
         #expect(flag.status == 78)
         #expect(flag.stderr.contains("configuration key provider: must be KIND=URL"))
         let headers = try write(
             #"{"providers": {"trip": {"url": "http://127.0.0.1:1/{id}", "headers_file": "/nonexistent"}}}"#,
             name: "c.json"
         )
-        let missing = try await run(AgentProcess.binary, ["serve", "--config", headers, "--socket", "/tmp/ftd-never.sock"])
+        let missing = try await run(
+            AgentProcess.binary,
+            ["serve", "--config", headers, "--socket", "/tmp/ftd-never.sock"]
+        )
         #expect(missing.status == 78)
         #expect(missing.stderr.contains("providers.trip.headers_file"))
     }

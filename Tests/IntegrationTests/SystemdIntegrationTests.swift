@@ -64,7 +64,9 @@ struct SystemdIntegrationTests {
         let token = try #require(tokenOf(try await agent.send("GET vehicle fd-1").first))
         var pings: [NotifyListener.Message] = []
         for _ in 0..<8 {
-            if let message = try await notify.next(timeout: 1), message.fields["WATCHDOG"] == "1" { pings.append(message) }
+            if let message = try await notify.next(timeout: 1), message.fields["WATCHDOG"] == "1" {
+                pings.append(message)
+            }
         }
         #expect(pings.count >= 2, "WATCHDOG=1 at half of the 0.6 s WatchdogSec")
 

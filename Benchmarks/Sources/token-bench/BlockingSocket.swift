@@ -1,4 +1,5 @@
 import Foundation
+import TokenWire
 
 #if canImport(Glibc)
     import Glibc
@@ -11,20 +12,8 @@ final class BlockingSocket {
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
 
     init(path: String) throws {
-        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
-        }
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard result == 0 else { throw BenchError("connect \(path): \(String(cString: strerror(errno)))") }
+        fd = UnixSocketAddress.connectStream(to: path)
+        guard fd >= 0 else { throw BenchError("connect \(path): \(String(cString: strerror(-fd)))") }
     }
 
     deinit { close(fd) }

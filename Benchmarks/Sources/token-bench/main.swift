@@ -6,12 +6,13 @@
 import AsyncHTTPClient
 import FleetTokenClient
 import Foundation
+import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
 
-var arguments = CommandLine.arguments.dropFirst()
+let arguments = CommandLine.arguments.dropFirst()
 func option(_ name: String, _ fallback: String) -> String {
     guard let index = arguments.firstIndex(of: name), arguments.index(after: index) < arguments.endIndex else {
         return fallback
@@ -103,7 +104,7 @@ let tokenURL = provider.url(kind: "vehicle").replacingOccurrences(of: "{id}", wi
 let httpGet: @Sendable () async throws -> Void = {
     let response = try await http.execute(HTTPClientRequest(url: tokenURL), timeout: .seconds(10))
     let body = try await response.body.collect(upTo: 65536)
-    guard let object = try JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any],
+    guard let object = try JSONSerialization.jsonObject(with: Data(body.readableBytesView)) as? [String: Any],
         object["token"] is String
     else { throw BenchError("bad reply") }
 }
@@ -120,12 +121,23 @@ let direct = FleetTokenClient(socketPath: socketPath, configuration: noMemo)
 let memoized = FleetTokenClient(socketPath: socketPath)
 let viaAgent: @Sendable () async throws -> Void = { _ = try await direct.token(.vehicle("bench-client")) }
 let viaMemo: @Sendable () async throws -> Void = { _ = try await memoized.token(.vehicle("bench-client")) }
+// Concurrent callers of one key share one request in the client; spread them over 64 keys to
+// measure the pipelined connection itself.
+let spread = Mutex(0)
+let viaAgentSpread: @Sendable () async throws -> Void = {
+    let index = spread.withLock { value -> Int in
+        value &+= 1
+        return value % 64
+    }
+    _ = try await direct.token(.vehicle("bench-spread-\(index)"))
+}
 
 var table: [String: [Int: Measurement]] = [:]
 for level in [1, concurrency] {
     for (name, operation) in [
         ("HTTP GET, AsyncHTTPClient", httpGet), ("HTTP GET, URLSession", urlSessionGet),
-        ("client.token via agent, memo off", viaAgent), ("client.token, memo on", viaMemo),
+        ("client.token via agent, memo off", viaAgent), ("client.token via agent, memo off, 64 keys", viaAgentSpread),
+        ("client.token, memo on", viaMemo),
     ] {
         let measured = try await measure(
             name,
@@ -137,7 +149,7 @@ for level in [1, concurrency] {
         record(measured)
     }
 }
-try await http.shutdown()
+try await http.shutdown().get()
 await provider.stop()
 
 print("\nRatios (higher is better for the agent):")
@@ -150,7 +162,7 @@ if let redisRaw {
     )
 }
 for level in [1, concurrency] {
-    let agentOnly = table["client.token via agent, memo off"]![level]!
+    let agentOnly = table["client.token via agent, memo off, 64 keys"]![level]!
     let memo = table["client.token, memo on"]![level]!
     for baseline in ["HTTP GET, AsyncHTTPClient", "HTTP GET, URLSession"] {
         let http = table[baseline]![level]!

@@ -234,7 +234,8 @@ public final class TokenEngine: Sendable {
     // MARK: Decisions (under the lock)
 
     private func decideGet(_ key: TokenKey, requested: Double?) -> Decision {
-        guard let provider = providers[key.kind] else { return .fail(unknownKind(key.kind)) }
+        let (provider, policy) = runtime.withLock { ($0.providers[key.kind], $0.policy) }
+        guard let provider else { return .fail(unknownKind(key.kind)) }
         let now = clock.monotonicSeconds
         return state.withLock { state in
             if let decision = state.table.update(
@@ -249,13 +250,8 @@ public final class TokenEngine: Sendable {
                             return .serve(served(entry))
                         }
                     }
-                    if now < entry.rejectedUntil {
-                        return servable ? .serve(served(entry)) : .fail(WireError(.rejected, entry.rejection))
-                    }
-                    if now < entry.retryAfter {
-                        if servable { return .serve(served(entry)) }
-                        let wait = Int((entry.retryAfter - now).rounded(.up))
-                        return .fail(WireError(.unavailable, "provider failing; next try in \(wait) s"))
+                    if let failure = holdOff(entry, now: now) {
+                        return servable ? .serve(served(entry)) : .fail(failure)
                     }
                     return nil
                 }
@@ -272,7 +268,8 @@ public final class TokenEngine: Sendable {
     }
 
     private func decideRefresh(_ key: TokenKey) -> Decision {
-        guard let provider = providers[key.kind] else { return .fail(unknownKind(key.kind)) }
+        let (provider, policy) = runtime.withLock { ($0.providers[key.kind], $0.policy) }
+        guard let provider else { return .fail(unknownKind(key.kind)) }
         let now = clock.monotonicSeconds
         return state.withLock { state in
             if let decision = state.table.update(
@@ -284,12 +281,7 @@ public final class TokenEngine: Sendable {
                     {
                         return .serve(served(entry))
                     }
-                    if now < entry.rejectedUntil { return .fail(WireError(.rejected, entry.rejection)) }
-                    if now < entry.retryAfter {
-                        let wait = Int((entry.retryAfter - now).rounded(.up))
-                        return .fail(WireError(.unavailable, "provider failing; next try in \(wait) s"))
-                    }
-                    return nil
+                    return holdOff(entry, now: now).map(Decision.fail)
                 }
             ), let decision {
                 return decision
@@ -299,6 +291,16 @@ public final class TokenEngine: Sendable {
             }
             return .wait(startFlight(key, provider: provider, in: &state))
         }
+    }
+
+    /// Why no fetch may start for `entry` now: a refusal still remembered, or a back-off.
+    private func holdOff(_ entry: CacheEntry, now: Double) -> WireError? {
+        if now < entry.rejectedUntil { return WireError(.rejected, entry.rejection) }
+        if now < entry.retryAfter {
+            let wait = Int((entry.retryAfter - now).rounded(.up))
+            return WireError(.unavailable, "provider failing; next try in \(wait) s")
+        }
+        return nil
     }
 
     // MARK: Fetching

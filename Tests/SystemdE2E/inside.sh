@@ -1,0 +1,86 @@
+#!/bin/bash
+# Runs inside the booted Debian container (systemd as PID 1) after the .deb was installed.
+# Writes one PASS or FAIL line per check to /e2e-out/results, details to /e2e-out/log, then
+# powers the container off.
+set -u
+out=/e2e-out/results
+log=/e2e-out/log
+: > "$out"
+: > "$log"
+sock=/run/fleet-tokend/tokens.sock
+pass() { echo "PASS $1" >> "$out"; }
+fail() { echo "FAIL $1${2:+: $2}" >> "$out"; }
+check() { local name=$1; shift; if "$@" >> "$log" 2>&1; then pass "$name"; else fail "$name"; fi; }
+get() { printf 'GET %s %s\n' "$1" "$2" | socat -t 15 - "UNIX-CONNECT:$sock"; }
+stat_field() { printf 'STATS\n' | socat -t 5 - "UNIX-CONNECT:$sock" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+
+echo "== units" >> "$log"
+check "systemd-analyze verify is clean" sh -c \
+    'out=$(systemd-analyze verify fleet-tokend.socket fleet-tokend.service 2>&1); echo "$out"; [ -z "$out" ]'
+score=$(systemd-analyze security fleet-tokend.service 2>>"$log" | sed -n 's/.*Overall exposure level for fleet-tokend.service: \([0-9.]*\).*/\1/p')
+echo "security score: $score" >> "$log"
+if [ -n "$score" ] && awk "BEGIN { exit !($score <= 2.0) }"; then pass "security rating $score <= 2.0"; else fail "security rating" "$score"; fi
+check "socket unit listening" systemctl is-active fleet-tokend.socket
+check "service not started before the first connection" sh -c '! systemctl is-active --quiet fleet-tokend.service'
+check "socket is root:fleet-tokens 0660" sh -c "[ \"\$(stat -c '%a %U:%G' $sock)\" = '660 root:fleet-tokens' ]"
+
+echo "== activation" >> "$log"
+first=$(get vehicle v-e2e)
+echo "first reply: ${first:0:40}..." >> "$log"
+if [[ "$first" == OK\ * ]]; then pass "GET through the socket unit starts the agent"; else fail "first GET" "$first"; fi
+token=$(echo "$first" | cut -d' ' -f2)
+check "service active after the first connection" systemctl is-active fleet-tokend.service
+check "fleet-tokend get works" sh -c "[ \"\$(FLEET_TOKEND_SOCKET=$sock fleet-tokend get vehicle v-e2e)\" = '$token' ]"
+sleep 6
+status=$(systemctl status fleet-tokend.service --no-pager 2>&1 | sed -n 's/.*Status: "\(.*\)"/\1/p')
+echo "status line: $status" >> "$log"
+if [[ "$status" == *"tokens held"*"hit ratio"*"provider errors"* ]]; then pass "systemctl status shows the STATUS line"; else fail "STATUS line" "$status"; fi
+
+echo "== journal" >> "$log"
+journalctl -u fleet-tokend.service -o verbose --no-pager > /tmp/journal.txt 2>&1
+check "journal has structured fields" sh -c 'grep -q "TOKEN_KIND=vehicle" /tmp/journal.txt && grep -q "TOKEN_ID=v-e2e" /tmp/journal.txt && grep -q "TOKEN_FINGERPRINT=" /tmp/journal.txt && grep -q "SYSLOG_IDENTIFIER=fleet-tokend" /tmp/journal.txt'
+check "no token in the journal" sh -c "! grep -qF '$token' /tmp/journal.txt"
+
+echo "== watchdog" >> "$log"
+check "watchdog configured" sh -c '[ "$(systemctl show -p WatchdogUSec --value fleet-tokend.service)" = "30s" ]'
+before=$(systemctl show -p WatchdogTimestampMonotonic --value fleet-tokend.service)
+sleep 16
+after=$(systemctl show -p WatchdogTimestampMonotonic --value fleet-tokend.service)
+echo "watchdog timestamps: $before -> $after" >> "$log"
+if [ -n "$after" ] && [ "$after" -gt "${before:-0}" ]; then pass "WATCHDOG=1 pings arrive"; else fail "watchdog pings" "$before -> $after"; fi
+
+echo "== reload" >> "$log"
+pid=$(systemctl show -p MainPID --value fleet-tokend.service)
+check "systemctl reload succeeds" systemctl reload fleet-tokend.service
+check "same process after reload" sh -c "[ \"\$(systemctl show -p MainPID --value fleet-tokend.service)\" = '$pid' ]"
+check "reload logged" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "configuration reloaded"'
+check "token kept across reload" sh -c "[ \"\$(get vehicle v-e2e | cut -d' ' -f2)\" = '$token' ]"
+
+echo "== restart under load" >> "$log"
+( ok=0; bad=0
+  for i in $(seq 1 300); do
+      if FLEET_TOKEND_SOCKET=$sock fleet-tokend get vehicle "load-$((i % 7))" > /dev/null 2>>/e2e-out/load-errors; then ok=$((ok+1)); else bad=$((bad+1)); fi
+  done
+  echo "$ok $bad" > /tmp/load-result ) &
+loader=$!
+sleep 1
+check "systemctl restart succeeds" systemctl restart fleet-tokend.service
+wait $loader
+read -r ok bad < /tmp/load-result
+echo "load: $ok ok, $bad failed" >> "$log"
+if [ "$bad" = 0 ] && [ "$ok" = 300 ]; then pass "restart while a client loops loses no request ($ok/300)"; else fail "requests lost across restart" "$ok ok, $bad failed"; fi
+newpid=$(systemctl show -p MainPID --value fleet-tokend.service)
+if [ "$newpid" != "$pid" ]; then pass "a new process serves after restart"; else fail "restart" "same pid $pid"; fi
+after_restart=$(get vehicle v-e2e | cut -d' ' -f2)
+if [ "$after_restart" = "$token" ]; then pass "token cached before restart served after it (fd store)"; else fail "fd store handover" "token changed"; fi
+misses=$(stat_field misses); fetches=$(stat_field fetches)
+echo "after restart: misses=$misses fetches=$fetches" >> "$log"
+check "handover logged" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "cache taken over from the previous process"'
+
+echo "== stop" >> "$log"
+check "systemctl stop succeeds" systemctl stop fleet-tokend.service
+check "socket still listening after stop" systemctl is-active fleet-tokend.socket
+systemctl status fleet-tokend.service --no-pager >> "$log" 2>&1
+journalctl -u fleet-tokend.service -o short-monotonic --no-pager > /e2e-out/journal.txt 2>&1
+echo DONE >> "$out"
+systemctl poweroff --no-block
