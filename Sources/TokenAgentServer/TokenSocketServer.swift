@@ -58,8 +58,11 @@ public final class TokenSocketServer: Service, Sendable {
         self.onListening = onListening
     }
 
+    /// The listen backlog: as deep as the socket unit's `Backlog=`.
+    static let backlog: Int32 = 1024
+
     public func run() async throws {
-        let channels = try await listen()
+        let channels = try await openListeners()
         onListening()
 
         try? await gracefulShutdown()
@@ -70,11 +73,14 @@ public final class TokenSocketServer: Service, Sendable {
     }
 
     /// Adopts the passed sockets, or binds the configured path.
-    private func listen() async throws -> [any Channel] {
+    private func openListeners() async throws -> [any Channel] {
         if !configuration.adoptedDescriptors.isEmpty {
             var channels: [any Channel] = []
             for descriptor in configuration.adoptedDescriptors {
                 channels.append(try await bootstrap().withBoundSocket(descriptor).get())
+                // Adopting listens again with SwiftNIO's default backlog (128); restore the deep
+                // queue the socket unit asks for, so connections made during a restart wait.
+                listen(descriptor, Self.backlog)
                 logger.info("listening on a socket passed by systemd", metadata: ["fd": "\(descriptor)"])
             }
             return channels
@@ -97,7 +103,12 @@ public final class TokenSocketServer: Service, Sendable {
                 unlink(path)
                 throw SocketPath.Problem(description: "socket group \(group) does not exist")
             }
-            chown(path, uid_t.max, entry.pointee.gr_gid)
+            if chown(path, uid_t.max, entry.pointee.gr_gid) != 0 {
+                logger.warning(
+                    "cannot give the socket to its group",
+                    metadata: ["group": "\(group)", "error": "\(String(cString: strerror(errno)))"]
+                )
+            }
         }
         logger.info("listening", metadata: ["socket": "\(path)"])
         return [channel]
@@ -109,7 +120,7 @@ public final class TokenSocketServer: Service, Sendable {
         let logger = self.logger
         let limit = configuration.maxConnections
         return ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 512)
+            .serverChannelOption(.backlog, value: Self.backlog)
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
             .childChannelInitializer { [self] channel in

@@ -24,6 +24,9 @@ check "socket unit listening" systemctl is-active fleet-tokend.socket
 check "service not started before the first connection" sh -c '! systemctl is-active --quiet fleet-tokend.service'
 check "socket is root:fleet-tokens 0660" sh -c "[ \"\$(stat -c '%a %U:%G' $sock)\" = '660 root:fleet-tokens' ]"
 
+# Per-fetch log lines (with TOKEN_ID and TOKEN_FINGERPRINT) are at debug level.
+echo '{"log_level": "debug"}' > /etc/fleet-tokend/config.json
+
 echo "== activation" >> "$log"
 first=$(get vehicle v-e2e)
 echo "first reply: ${first:0:40}..." >> "$log"
@@ -53,7 +56,8 @@ echo "== reload" >> "$log"
 pid=$(systemctl show -p MainPID --value fleet-tokend.service)
 check "systemctl reload succeeds" systemctl reload fleet-tokend.service
 check "same process after reload" sh -c "[ \"\$(systemctl show -p MainPID --value fleet-tokend.service)\" = '$pid' ]"
-check "reload logged" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "configuration reloaded"'
+# With ExecReload=kill -HUP, systemctl reload returns before the agent finished: wait for it.
+check "reload logged" sh -c 'for i in $(seq 1 50); do journalctl -u fleet-tokend.service --no-pager | grep -q "configuration reloaded" && exit 0; sleep 0.1; done; exit 1'
 check "token kept across reload" sh -c "[ \"\$(get vehicle v-e2e | cut -d' ' -f2)\" = '$token' ]"
 
 echo "== restart under load" >> "$log"

@@ -25,10 +25,14 @@ struct NotifyService: Service {
         if let watchdog { logger.info("watchdog enabled", metadata: ["ping_interval": "\(watchdog)"]) }
         let tick = min(watchdog ?? statusInterval, statusInterval)
         var lastStatus = ""
-        var sinceStatus = Duration.zero
+        var sinceStatus = statusInterval
+        var sinceWatchdog = watchdog ?? .zero
         while !Task.isShuttingDownGracefully {
-            if watchdog != nil, await isAlive() { notifier.watchdog() }
-            if sinceStatus >= statusInterval || lastStatus.isEmpty {
+            if let watchdog, sinceWatchdog >= watchdog, await isAlive() {
+                notifier.watchdog()
+                sinceWatchdog = .zero
+            }
+            if sinceStatus >= statusInterval {
                 let summary = status.summary()
                 if summary != lastStatus { notifier.status(summary) }
                 lastStatus = summary
@@ -40,6 +44,7 @@ struct NotifyService: Service {
                 break
             }
             sinceStatus += tick
+            sinceWatchdog += tick
         }
         notifier.stopping()
         notifier.status("stopping: finishing replies")
