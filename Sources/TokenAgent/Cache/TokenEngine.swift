@@ -145,6 +145,7 @@ public final class TokenEngine: Sendable {
     @discardableResult
     public func maintain() -> Int {
         let now = clock.monotonicSeconds
+        let (providers, policy) = runtime.withLock { ($0.providers, $0.policy) }
         return state.withLock { state in
             var due: [TokenKey] = []
             var idle: [TokenKey] = []
