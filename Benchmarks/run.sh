@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 if ! command -v redis-server >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null || true
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; } || true
 fi
 swift build -c release --product fleet-tokend
 swift build -c release --package-path Benchmarks
