@@ -8,13 +8,21 @@ public struct AgentStatus: Sendable {
     public let engine: TokenEngine
     /// The server whose connections are counted.
     public let server: ServerStatistics
+    /// The reloads applied and refused.
+    public let reloads: ReloadStatistics
     private let startedAt: Double
     private let clock: any AgentClock
 
     /// Creates the status of `engine` and `server`, counting uptime from now.
-    public init(engine: TokenEngine, server: ServerStatistics, clock: any AgentClock = SystemAgentClock()) {
+    public init(
+        engine: TokenEngine,
+        server: ServerStatistics,
+        reloads: ReloadStatistics = ReloadStatistics(),
+        clock: any AgentClock = SystemAgentClock()
+    ) {
         self.engine = engine
         self.server = server
+        self.reloads = reloads
         self.clock = clock
         self.startedAt = clock.monotonicSeconds
     }
@@ -39,6 +47,8 @@ public struct AgentStatus: Sendable {
             "served_after_failure=\(stats.servedAfterFailure)",
             "connections_total=\(server.acceptedConnections)",
             "connections_refused=\(server.refusedConnections)",
+            "reloads=\(reloads.reloads)",
+            "reload_failures=\(reloads.failures)",
         ].joined(separator: " ")
     }
 

@@ -51,7 +51,8 @@ struct AgentRuntime {
             notifier: notifier,
             logger: logger
         )
-        let status = AgentStatus(engine: engine, server: ServerStatistics())
+        let reloads = ReloadStatistics()
+        let status = AgentStatus(engine: engine, server: ServerStatistics(), reloads: reloads)
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
         serverConfiguration.mode = configuration.socketMode
@@ -71,6 +72,7 @@ struct AgentRuntime {
             providers: providers,
             notifier: notifier,
             status: { status.summary() },
+            statistics: reloads,
             logger: Logger(label: "fleet-tokend.reload")
         )
         let group = ServiceGroup(

@@ -1,21 +1,56 @@
 import ArgumentParser
+import FleetTokenClient
 import Foundation
 
-/// `fleet-tokend reload --pid PID`: asks a running agent to reload (SIGHUP). The service unit's
-/// `ExecReload=` uses it, so the package needs no `kill` binary.
-struct ReloadCommand: ParsableCommand {
+/// `fleet-tokend reload --pid PID`: asks a running agent to reload (SIGHUP) and waits for the
+/// outcome, so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration is
+/// applied, and fails when the agent refused it. Needs no `kill` binary.
+struct ReloadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "reload",
-        abstract: "Ask the running agent to re-read its configuration (sends SIGHUP)."
+        abstract: "Ask the running agent to re-read its configuration and wait for the outcome.",
+        discussion: "Exit status: 0 applied, 1 refused (the old configuration stays) or no answer in time."
     )
 
     @Option(help: "The agent's process id ($MAINPID in the unit).")
     var pid: Int32
 
-    func run() throws {
+    @Option(help: "Unix socket path (default $FLEET_TOKEND_SOCKET, else /run/fleet-tokend/tokens.sock).")
+    var socket: String?
+
+    @Option(help: "Seconds to wait for the outcome.")
+    var timeout: Double = 10
+
+    func run() async throws {
+        var configuration = FleetTokenClient.Configuration()
+        configuration.reconnectDeadline = 0.5
+        configuration.callTimeout = 2
+        let client = FleetTokenClient(
+            socketPath: socket ?? FleetTokenClient.defaultSocketPath,
+            configuration: configuration
+        )
+        let before = try? await client.stats()
         guard pid > 1, kill(pid, SIGHUP) == 0 else {
-            FileHandle.standardError.write(Data("fleet-tokend: cannot signal process \(pid)\n".utf8))
-            throw ExitCode(1)
+            fail("cannot signal process \(pid)")
         }
+        guard let before, let applied = before["reloads"], let refused = before["reload_failures"] else {
+            // No answer on the socket: the signal is sent, the outcome cannot be told.
+            return
+        }
+        let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
+        while ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            guard let now = try? await client.stats() else { continue }
+            if (now["reloads"] ?? 0) > applied { return }
+            if (now["reload_failures"] ?? 0) > refused {
+                fail("the agent refused the new configuration and kept the old one; see its log")
+            }
+        }
+        fail("no reload outcome within \(timeout) s")
+    }
+
+    private func fail(_ message: String) -> Never {
+        FileHandle.standardError.write(Data("fleet-tokend: \(message)\n".utf8))
+        Foundation.exit(1)
     }
 }

@@ -125,8 +125,13 @@ struct SystemdIntegrationTests {
         let trip = try #require(tokenOf(try await agent.send("GET trip rl-2").first))
 
         try writeConfig(#"{"providers": {"vehicle": {"url": "ftp://nope/{id}"}}}"#)
-        kill(agent.pid, SIGHUP)
-        try await Task.sleep(for: .milliseconds(500))
+        // As the unit's ExecReload= does it: signal, then wait for the outcome.
+        let refused = try await run(
+            AgentProcess.binary,
+            ["reload", "--pid", "\(agent.pid)", "--socket", agent.socketPath]
+        )
+        #expect(refused.status == 1, "a refused reload fails systemctl reload")
+        #expect(refused.stderr.contains("refused the new configuration"))
         #expect(agent.log.contains("reload refused; the old configuration stays"))
         #expect(try await agent.send("GET vehicle rl-1").first.flatMap(tokenOf) == vehicle)
 
@@ -134,10 +139,15 @@ struct SystemdIntegrationTests {
         try writeConfig(
             #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}, "trip": {"url": "\#(provider.url(kind: "trip"))", "token_field": "jwt"}}}"#
         )
-        // As the unit's ExecReload= does it.
-        #expect(try await run(AgentProcess.binary, ["reload", "--pid", "\(agent.pid)"]).status == 0)
-        try await Task.sleep(for: .milliseconds(500))
-        #expect(agent.log.contains("configuration reloaded"))
+        let applied = try await run(
+            AgentProcess.binary,
+            ["reload", "--pid", "\(agent.pid)", "--socket", agent.socketPath]
+        )
+        #expect(applied.status == 0, "\(applied.stderr)")
+        #expect(agent.log.contains("configuration reloaded"), "reload returns once the reload is applied")
+        let stats = try await agent.stats()
+        #expect(stats["reloads"] == 1)
+        #expect(stats["reload_failures"] == 1)
         #expect(try await agent.send("GET vehicle rl-1").first.flatMap(tokenOf) == vehicle)
         #expect(try await agent.send("GET trip rl-2").first.flatMap(tokenOf) != trip)
         #expect(provider.requests(for: "rl-1") == 1)

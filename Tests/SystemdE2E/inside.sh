@@ -56,8 +56,13 @@ echo "== reload" >> "$log"
 pid=$(systemctl show -p MainPID --value fleet-tokend.service)
 check "systemctl reload succeeds" systemctl reload fleet-tokend.service
 check "same process after reload" sh -c "[ \"\$(systemctl show -p MainPID --value fleet-tokend.service)\" = '$pid' ]"
-# With ExecReload=kill -HUP, systemctl reload returns before the agent finished: wait for it.
+reloads=$(stat_field reloads)
+if [ "$reloads" = 1 ]; then pass "reload applied before systemctl reload returned"; else fail "reload applied" "reloads=$reloads"; fi
 check "reload logged" sh -c 'for i in $(seq 1 50); do journalctl -u fleet-tokend.service --no-pager | grep -q "configuration reloaded" && exit 0; sleep 0.1; done; exit 1'
+echo '{"log_level": "debug", "max_entries": "many"}' > /etc/fleet-tokend/config.json
+check "a broken config fails systemctl reload" sh -c '! systemctl reload fleet-tokend.service'
+check "the agent keeps running after a refused reload" systemctl is-active fleet-tokend.service
+echo '{"log_level": "debug"}' > /etc/fleet-tokend/config.json
 kept=$(get vehicle v-e2e | cut -d' ' -f2)
 if [ "$kept" = "$token" ]; then pass "token kept across reload"; else fail "token kept across reload"; fi
 

@@ -4,6 +4,7 @@ import ServiceLifecycle
 import Synchronization
 import Systemd
 import TokenAgent
+import TokenAgentServer
 import UnixSignals
 
 /// Reloads on SIGHUP: re-reads the config file and the header and key files, keeps the cached
@@ -15,6 +16,7 @@ final class ReloadService: Service, Sendable {
     private let current: Mutex<ProviderSet.Built>
     private let notifier: SystemdNotifier
     private let status: @Sendable () -> String
+    private let statistics: ReloadStatistics
     private let logger: Logger
 
     init(
@@ -23,8 +25,10 @@ final class ReloadService: Service, Sendable {
         providers: ProviderSet.Built,
         notifier: SystemdNotifier,
         status: @escaping @Sendable () -> String,
+        statistics: ReloadStatistics,
         logger: Logger
     ) {
+        self.statistics = statistics
         self.load = load
         self.engine = engine
         self.current = Mutex(providers)
@@ -55,6 +59,7 @@ final class ReloadService: Service, Sendable {
             engine.reconfigure(providers: built.providers, policy: configuration.policy, changedKinds: changed)
             current.withLock { $0 = built }
             retire(previous, keeping: built)
+            statistics.recordApplied()
             logger.notice(
                 "configuration reloaded",
                 metadata: [
@@ -63,6 +68,7 @@ final class ReloadService: Service, Sendable {
                 ]
             )
         } catch {
+            statistics.recordRefused()
             logger.error("reload refused; the old configuration stays", metadata: ["error": "\(error)"])
         }
     }
