@@ -51,8 +51,7 @@ final class ReloadService: Service, Sendable {
         notifier.reloading()
         defer { notifier.ready(status: status()) }
         do {
-            let configuration = try load()
-            try configuration.validate()
+            let configuration = try load()  // resolved and validated as at start-up
             let previous = current.withLock { $0 }
             let built = try ProviderSet.build(from: configuration, reusing: previous)
             let changed = built.changedKinds(since: previous)
