@@ -3,15 +3,6 @@ import Foundation
 /// A file of extra request headers for a provider: one `Name: value` a line; blank lines and lines
 /// starting with `#` are skipped. The values are secrets: they are never logged.
 public enum HeadersFile {
-    /// Reads the headers at `path`. `key` names the setting in errors.
-    public static func load(path: String, key: String) throws -> [(String, String)] {
-        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8)
-        else {
-            throw ConfigurationError(key: key, "cannot read \(path)")
-        }
-        return try parse(text, key: key)
-    }
-
     /// Parses header lines. `key` names the setting in errors.
     public static func parse(_ text: String, key: String) throws -> [(String, String)] {
         var headers: [(String, String)] = []
