@@ -90,7 +90,24 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "TokenWireTests", dependencies: ["TokenWire"], swiftSettings: strict),
+        .testTarget(
+            name: "TokenWireTests",
+            dependencies: ["TokenWire"],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "TokenAgentServerTests",
+            dependencies: [
+                "TokenAgentServer",
+                "TokenAgent",
+                "TokenWire",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOTestUtils", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "SystemdTests",
             dependencies: ["Systemd", .product(name: "Logging", package: "swift-log")],

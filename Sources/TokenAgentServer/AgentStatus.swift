@@ -10,6 +10,8 @@ public struct AgentStatus: Sendable {
     public let server: ServerStatistics
     /// The reloads applied and refused.
     public let reloads: ReloadStatistics
+    /// The access rules, with the count of denied requests.
+    public let access: AccessControl
     private let startedAt: Double
     private let clock: any AgentClock
 
@@ -18,8 +20,10 @@ public struct AgentStatus: Sendable {
         engine: TokenEngine,
         server: ServerStatistics,
         reloads: ReloadStatistics = ReloadStatistics(),
+        access: AccessControl = AccessControl(),
         clock: any AgentClock = SystemAgentClock()
     ) {
+        self.access = access
         self.engine = engine
         self.server = server
         self.reloads = reloads
@@ -49,6 +53,7 @@ public struct AgentStatus: Sendable {
             "connections_refused=\(server.refusedConnections)",
             "reloads=\(reloads.reloads)",
             "reload_failures=\(reloads.failures)",
+            "denied=\(access.denied)",
         ].joined(separator: " ")
     }
 

@@ -39,23 +39,43 @@ final class RequestHandler: ChannelDuplexHandler {
     private var readHeld = false
     private var closed = false
 
-    /// Whether the connection was admitted under the connection limit.
-    private let admitted: Bool
+    /// Whether the connection was admitted under the connection limits.
+    private let admission: ServerStatistics.Admission
+    /// Who is at the other end; `nil` when the kernel could not tell.
+    private let peer: PeerCredentials?
+    /// How long a partial line may wait for its end while reading.
+    private let requestTimeout: TimeAmount
+    /// A partial line waits for its end.
+    private var partialPending = false
+    private var partialTimer: Scheduled<Void>?
 
-    init(engine: TokenEngine, status: AgentStatus, logger: Logger, admitted: Bool = true) {
+    init(
+        engine: TokenEngine,
+        status: AgentStatus,
+        logger: Logger,
+        admission: ServerStatistics.Admission = .admitted,
+        peer: PeerCredentials? = nil,
+        requestTimeout: TimeAmount = .seconds(10)
+    ) {
         self.engine = engine
         self.status = status
         self.logger = logger
-        self.admitted = admitted
+        self.admission = admission
+        self.peer = peer
+        self.requestTimeout = requestTimeout
     }
 
     func channelActive(context: ChannelHandlerContext) {
         context.fireChannelActive()
-        if !admitted {
-            acceptingRequests = false
-            slots.append(Slot(reply: .error(WireError(.busy, "too many connections")), closeAfter: true))
-            writeReadyReplies(context: context)
+        let refusal: String
+        switch admission {
+        case .admitted: return
+        case .tooManyConnections: refusal = "too many connections"
+        case .tooManyForUID(let uid): refusal = "too many connections for uid \(uid)"
         }
+        acceptingRequests = false
+        slots.append(Slot(reply: .error(WireError(.busy, refusal)), closeAfter: true))
+        writeReadyReplies(context: context)
     }
 
     // MARK: Inbound
@@ -63,10 +83,16 @@ final class RequestHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard acceptingRequests, !closed else { return }
         switch unwrapInboundIn(data) {
+        case .partialLine:
+            partialPending = true
+            startPartialTimer(context: context)
+            return
         case .tooLong:
+            stopPartialTimer()
             acceptingRequests = false
             append(Slot(reply: .error(WireError(.badRequest, "line too long")), closeAfter: true))
         case .line(let line):
+            stopPartialTimer()
             switch RequestParser.parse(line.readableBytesView) {
             case .failure(let error): append(Slot(reply: .error(error)))
             case .success(let request): handle(request, context: context)
@@ -76,20 +102,64 @@ final class RequestHandler: ChannelDuplexHandler {
     }
 
     private func handle(_ request: WireRequest, context: ChannelHandlerContext) {
+        let access = status.access
         switch request {
         case .ping: append(Slot(reply: .pong))
         case .help: append(Slot(reply: .ok(AgentStatus.helpText)))
-        case .stats: append(Slot(statsWhenDue: true))
+        case .stats:
+            if let denied = access.checkAdmin(peer, verb: "STATS") {
+                append(Slot(reply: .error(denied)))
+            } else {
+                append(Slot(statsWhenDue: true))
+            }
         case .quit:
             acceptingRequests = false
             append(Slot(reply: nil, closeAfter: true))
         case .drop(let kind, let id):
-            append(Slot(reply: engine.drop(kind: kind, id: id).map(WireReply.error) ?? .ok("")))
+            if let denied = access.checkAdmin(peer, verb: "DROP") ?? access.check(peer, kind: kind) {
+                append(Slot(reply: .error(denied)))
+            } else {
+                append(Slot(reply: engine.drop(kind: kind, id: id).map(WireReply.error) ?? .ok("")))
+            }
         case .get(let kind, let id, let minValidity):
-            answer(engine.lookup(kind: kind, id: id, minValidity: minValidity), context: context)
-        case .refresh(let kind, let id):
-            answer(engine.lookupRefresh(kind: kind, id: id), context: context)
+            if let denied = access.check(peer, kind: kind) {
+                append(Slot(reply: .error(denied)))
+            } else {
+                answer(engine.lookup(kind: kind, id: id, minValidity: minValidity), context: context)
+            }
+        case .refresh(let kind, let id, let refused):
+            if let denied = access.check(peer, kind: kind) {
+                append(Slot(reply: .error(denied)))
+            } else {
+                answer(engine.lookupRefresh(kind: kind, id: id, refusedToken: refused), context: context)
+            }
         }
+    }
+
+    // MARK: Slow clients
+
+    /// Starts the partial-line clock, unless reading is paused (then the client is not the one
+    /// holding the line up) or it already runs.
+    private func startPartialTimer(context: ChannelHandlerContext) {
+        guard partialPending, partialTimer == nil, !readHeld, !closed, acceptingRequests else { return }
+        partialTimer = context.eventLoop.assumeIsolated().scheduleTask(in: requestTimeout) { [self] in
+            partialTimer = nil
+            guard partialPending, acceptingRequests, !closed else { return }
+            acceptingRequests = false
+            logger.debug("partial request line timed out")
+            append(Slot(reply: .error(WireError(.badRequest, "request timed out")), closeAfter: true))
+            writeReadyReplies(context: context)
+        }
+    }
+
+    private func stopPartialTimer() {
+        partialPending = false
+        pausePartialTimer()
+    }
+
+    private func pausePartialTimer() {
+        partialTimer?.cancel()
+        partialTimer = nil
     }
 
     private func answer(_ lookup: TokenEngine.Lookup, context: ChannelHandlerContext) {
@@ -138,6 +208,7 @@ final class RequestHandler: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         closed = true
+        pausePartialTimer()
         context.fireChannelInactive()
     }
 
@@ -153,6 +224,7 @@ final class RequestHandler: ChannelDuplexHandler {
             context.read()  // lingering: keep draining what the client still sends
         } else if slots.count >= Self.maxPending || !context.channel.isWritable {
             readHeld = true
+            pausePartialTimer()
         } else {
             context.read()
         }
@@ -197,6 +269,7 @@ final class RequestHandler: ChannelDuplexHandler {
     private func resumeReadingIfPossible(context: ChannelHandlerContext) {
         guard readHeld, !closed, slots.count < Self.maxPending, context.channel.isWritable else { return }
         readHeld = false
+        startPartialTimer(context: context)
         context.read()
     }
 
@@ -208,6 +281,7 @@ final class RequestHandler: ChannelDuplexHandler {
         guard !closed else { return }
         closed = true
         acceptingRequests = false
+        pausePartialTimer()
         let linger = !inputClosed
         // Writes complete in order: once this empty one is out, every reply before it is too.
         let drained = context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))

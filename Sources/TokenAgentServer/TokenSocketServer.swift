@@ -23,6 +23,10 @@ public struct SocketServerConfiguration: Sendable {
     public var adoptedDescriptors: [Int32] = []
     /// The most client connections at once; further ones get `ERR busy` and are closed.
     public var maxConnections = 1024
+    /// The most connections one uid may hold at once; 0 for no per-uid limit.
+    public var maxConnectionsPerUID = 0
+    /// How long a partial request line may wait for its end while the agent reads.
+    public var requestTimeout: TimeAmount = .seconds(10)
     /// How long a graceful shutdown waits for connections to finish their replies.
     public var drainTimeout: TimeAmount = .seconds(5)
 
@@ -119,32 +123,49 @@ public final class TokenSocketServer: Service, Sendable {
         let status = self.status
         let logger = self.logger
         let limit = configuration.maxConnections
+        let perUIDLimit = configuration.maxConnectionsPerUID
+        let requestTimeout = configuration.requestTimeout
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: Self.backlog)
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
             .childChannelInitializer { [self] channel in
-                let admitted = status.server.admit(limit: limit)
-                if admitted {
-                    track(channel)
-                } else {
-                    logger.warning("connection refused: too many connections", metadata: ["limit": "\(limit)"])
-                }
-                return channel.eventLoop.makeCompletedFuture {
+                PeerCredentialsReader.read(channel).flatMapThrowing { peer in
+                    let admission = status.server.admit(limit: limit, uid: peer?.uid, perUIDLimit: perUIDLimit)
+                    switch admission {
+                    case .admitted:
+                        self.track(channel, uid: peer?.uid)
+                    case .tooManyConnections:
+                        logger.warning("connection refused: too many connections", metadata: ["limit": "\(limit)"])
+                    case .tooManyForUID(let uid):
+                        logger.warning(
+                            "connection refused: too many connections for one uid",
+                            metadata: [
+                                "peer_uid": "\(uid)", "peer_pid": "\(peer?.pid ?? -1)", "limit": "\(perUIDLimit)",
+                            ]
+                        )
+                    }
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(LineFrameDecoder()),
-                        RequestHandler(engine: engine, status: status, logger: logger, admitted: admitted),
+                        RequestHandler(
+                            engine: engine,
+                            status: status,
+                            logger: logger,
+                            admission: admission,
+                            peer: peer,
+                            requestTimeout: requestTimeout
+                        ),
                     ])
                 }
             }
     }
 
-    private func track(_ channel: any Channel) {
+    private func track(_ channel: any Channel, uid: UInt32?) {
         let id = ObjectIdentifier(channel)
         connections.withLock { $0[id] = channel }
         let status = self.status
         channel.closeFuture.whenComplete { [self] _ in
-            status.server.release()
+            status.server.release(uid: uid)
             connections.withLock { _ = $0.removeValue(forKey: id) }
         }
     }

@@ -50,17 +50,30 @@ public enum RequestParser {
                 minValidity = value
             }
             return .success(.get(kind: String(kind), id: String(id), minValiditySeconds: minValidity))
-        case "REFRESH", "DROP":
-            guard arguments.count == 2 else {
-                return .failure(WireError(.badRequest, "usage: \(verb) <kind> <id>"))
+        case "REFRESH":
+            guard arguments.count == 2 || arguments.count == 3 else {
+                return .failure(WireError(.badRequest, "usage: REFRESH <kind> <id> [<refused-token>]"))
             }
             let kind = arguments[arguments.startIndex]
             let id = arguments[arguments.startIndex + 1]
             if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
-            return .success(
-                verb == "REFRESH"
-                    ? .refresh(kind: String(kind), id: String(id)) : .drop(kind: String(kind), id: String(id))
-            )
+            var refused: String?
+            if arguments.count == 3 {
+                let token = arguments[arguments.startIndex + 2]
+                guard token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                    return .failure(WireError(.badRequest, "refused token must be printable ASCII"))
+                }
+                refused = String(token)
+            }
+            return .success(.refresh(kind: String(kind), id: String(id), refusedToken: refused))
+        case "DROP":
+            guard arguments.count == 2 else {
+                return .failure(WireError(.badRequest, "usage: DROP <kind> <id>"))
+            }
+            let kind = arguments[arguments.startIndex]
+            let id = arguments[arguments.startIndex + 1]
+            if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+            return .success(.drop(kind: String(kind), id: String(id)))
         case "PING", "STATS", "HELP", "QUIT":
             guard arguments.isEmpty else {
                 return .failure(WireError(.badRequest, "\(verb) takes no arguments"))

@@ -2,8 +2,9 @@
 public enum WireRequest: Sendable, Hashable {
     /// `GET <kind> <id> [<min-validity-s>]`.
     case get(kind: String, id: String, minValiditySeconds: Int?)
-    /// `REFRESH <kind> <id>`.
-    case refresh(kind: String, id: String)
+    /// `REFRESH <kind> <id> [<refused-token>]`: with the token the caller was refused, the agent
+    /// fetches only while that token is still the cached one.
+    case refresh(kind: String, id: String, refusedToken: String? = nil)
     /// `DROP <kind> <id>`.
     case drop(kind: String, id: String)
     /// `PING`.
@@ -24,7 +25,9 @@ public enum WireRequest: Sendable, Hashable {
         case .get(let kind, let id, let minValidity):
             if let minValidity { return "GET \(kind) \(id) \(minValidity)" }
             return "GET \(kind) \(id)"
-        case .refresh(let kind, let id): return "REFRESH \(kind) \(id)"
+        case .refresh(let kind, let id, let refused):
+            if let refused { return "REFRESH \(kind) \(id) \(refused)" }
+            return "REFRESH \(kind) \(id)"
         case .drop(let kind, let id): return "DROP \(kind) \(id)"
         case .ping: return "PING"
         case .stats: return "STATS"

@@ -12,6 +12,7 @@ import TokenAgentServer
 struct AgentRuntime {
     let configuration: AgentConfiguration
     let providers: ProviderSet.Built
+    let rules: AccessRules
     let load: @Sendable () throws -> AgentConfiguration
     let logger: Logger
 
@@ -52,9 +53,12 @@ struct AgentRuntime {
             logger: logger
         )
         let reloads = ReloadStatistics()
-        let status = AgentStatus(engine: engine, server: ServerStatistics(), reloads: reloads)
+        let access = AccessControl(rules: rules, logger: Logger(label: "fleet-tokend.access"))
+        let status = AgentStatus(engine: engine, server: ServerStatistics(), reloads: reloads, access: access)
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
+        serverConfiguration.maxConnectionsPerUID = configuration.maxConnectionsPerUID
+        serverConfiguration.requestTimeout = .milliseconds(Int64(configuration.requestTimeout * 1000))
         serverConfiguration.mode = configuration.socketMode
         serverConfiguration.group = configuration.socketGroup
         serverConfiguration.adoptedDescriptors = listeners.map(\.descriptor)
@@ -70,6 +74,7 @@ struct AgentRuntime {
             load: load,
             engine: engine,
             providers: providers,
+            access: access,
             notifier: notifier,
             status: { status.summary() },
             statistics: reloads,

@@ -9,7 +9,8 @@ struct ReloadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "reload",
         abstract: "Ask the running agent to re-read its configuration and wait for the outcome.",
-        discussion: "Exit status: 0 applied, 1 refused (the old configuration stays) or no answer in time."
+        discussion:
+            "Exit status: 0 applied; 1 refused (the old configuration stays), no answer in time, or the outcome could not be read."
     )
 
     @Option(help: "The agent's process id ($MAINPID in the unit).")
@@ -34,8 +35,7 @@ struct ReloadCommand: AsyncParsableCommand {
             fail("cannot signal process \(pid)")
         }
         guard let before, let applied = before["reloads"], let refused = before["reload_failures"] else {
-            // No answer on the socket: the signal is sent, the outcome cannot be told.
-            return
+            fail("signalled process \(pid), but cannot read the outcome: STATS did not answer on the socket")
         }
         let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
         while ContinuousClock.now < deadline {

@@ -47,6 +47,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Most client connections at once (default 1024).")
     var maxConnections: Int?
 
+    @Option(help: "Most connections one uid may hold at once; 0 for no limit (default 0).")
+    var maxConnectionsPerUid: Int?
+
+    @Option(help: "Seconds a partial request line may wait for its end (default 10).")
+    var requestTimeout: Double?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default info).")
     var logLevel: String?
 
@@ -68,8 +74,16 @@ struct ServeCommand: AsyncParsableCommand {
         let logger = Logger(label: "fleet-tokend")
 
         let providers: ProviderSet.Built
+        let rules: AccessRules
         do {
+            try configuration.checkAccessKinds()
             providers = try ProviderSet.build(from: configuration)
+            // NSS or LDAP may come up after the agent: a name that does not resolve yet is a warning.
+            let resolved = try AccessRules.resolve(configuration.access, strict: false)
+            for warning in resolved.warnings {
+                logger.warning("access rule matches nobody", metadata: ["problem": "\(warning)"])
+            }
+            rules = resolved.rules
         } catch let error as ConfigurationError {
             logger.critical("bad configuration", metadata: ["key": "\(error.key)", "reason": "\(error.reason)"])
             FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
@@ -78,6 +92,7 @@ struct ServeCommand: AsyncParsableCommand {
         try await AgentRuntime(
             configuration: configuration,
             providers: providers,
+            rules: rules,
             load: { [self] in try resolvedConfiguration(environment: environment) },
             logger: logger
         ).run()
@@ -124,6 +139,8 @@ struct ServeCommand: AsyncParsableCommand {
         if let maxEntries { configuration.maxEntries = maxEntries }
         if let maxConcurrentFetches { configuration.maxConcurrentFetches = maxConcurrentFetches }
         if let maxConnections { configuration.maxConnections = maxConnections }
+        if let maxConnectionsPerUid { configuration.maxConnectionsPerUID = maxConnectionsPerUid }
+        if let requestTimeout { configuration.requestTimeout = requestTimeout }
         if let logLevel { configuration.logLevel = logLevel }
         if let socketGroup { configuration.socketGroup = socketGroup }
         configuration = configuration.resolvingCredentials(environment: environment)

@@ -20,6 +20,9 @@ public struct EngineStatistics: Sendable, Hashable {
     public var lastFailureAt: Double?
     /// The text of the last fetch failure (never a secret).
     public var lastFailure: String?
+    /// The largest clock difference a provider's `Date` header showed at its last reply (its clock
+    /// minus ours, seconds), if any provider sent one.
+    public var providerClockSkew: Double?
 
     /// Creates zeroed counters.
     public init() {}

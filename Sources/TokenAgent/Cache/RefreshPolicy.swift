@@ -20,6 +20,8 @@ public struct RefreshPolicy: Sendable, Hashable {
     public var backoffBase: Double = 1
     /// The longest back-off step.
     public var backoffCap: Double = 60
+    /// The longest wait a provider's `Retry-After` can impose.
+    public var retryAfterCap: Double = 300
 
     /// Creates a policy with the given settings (the defaults are the agent's).
     public init(refreshMargin: Double = 600, minValidity: Double = 300, idleTimeout: Double = 600) {

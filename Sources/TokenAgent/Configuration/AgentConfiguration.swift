@@ -25,12 +25,23 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var minValidity: Double = 300
     /// Entries not read for this long are not refreshed, seconds.
     public var idleTimeout: Double = 600
+    /// A token fetched this recently is not fetched again by a plain REFRESH, seconds.
+    public var refetchGuard: Double = 5
+    /// How long a provider's refusal of an id is remembered, seconds.
+    public var rejectionMemory: Double = 5
     /// The most cache entries.
     public var maxEntries = 100_000
     /// The most concurrent fetches to providers.
     public var maxConcurrentFetches = 16
     /// The most client connections at once.
     public var maxConnections = 1024
+    /// Who may ask for which kinds, and who may use the operator verbs.
+    public var access = AccessConfiguration()
+    /// Seconds a partial request line may wait for its end while the agent reads; then the
+    /// connection gets `ERR bad-request request timed out` and is closed.
+    public var requestTimeout: Double = 10
+    /// The most connections one uid may hold at once; 0 for no per-uid limit.
+    public var maxConnectionsPerUID = 0
     /// The log level: trace, debug, info, notice, warning, error, critical.
     public var logLevel = "info"
 
@@ -41,7 +52,10 @@ public struct AgentConfiguration: Sendable, Hashable {
 
     /// The refresh policy these settings describe.
     public var policy: RefreshPolicy {
-        RefreshPolicy(refreshMargin: refreshMargin, minValidity: minValidity, idleTimeout: idleTimeout)
+        var policy = RefreshPolicy(refreshMargin: refreshMargin, minValidity: minValidity, idleTimeout: idleTimeout)
+        policy.refetchGuard = refetchGuard
+        policy.rejectionMemory = rejectionMemory
+        return policy
     }
 
     /// Whether no provider and no key is configured, so the demo issuer runs.
@@ -53,6 +67,26 @@ public struct AgentConfiguration: Sendable, Hashable {
             throw ConfigurationError(key: "socket_mode", "must be an octal mode such as 0660")
         }
         return mode
+    }
+
+    /// The kinds this configuration serves: those with an HTTP provider, and the well-known kinds
+    /// when the local (or demo) issuer runs.
+    public var configuredKinds: Set<String> {
+        var kinds = Set(providers.keys)
+        if issuerKeyPath != nil || usesDemoIssuer { kinds.formUnion(FleetEngineKinds.all) }
+        return kinds
+    }
+
+    /// Checks that every kind with access rules is configured: a misspelt kind would leave the
+    /// real one open.
+    public func checkAccessKinds() throws {
+        let kinds = configuredKinds
+        for kind in access.allow.keys.sorted() where !kinds.contains(kind) {
+            throw ConfigurationError(
+                key: "allow.\(kind)",
+                "kind \(kind) is not configured; configured: \(kinds.sorted().joined(separator: ","))"
+            )
+        }
     }
 
     /// Resolves the secret files against systemd's credentials (`LoadCredential=`): a relative
@@ -88,6 +122,11 @@ public struct AgentConfiguration: Sendable, Hashable {
                 throw ConfigurationError(key: name, "must be seconds from 0 to 86400")
             }
         }
+        for (name, value) in [("refetch_guard", refetchGuard), ("rejection_memory", rejectionMemory)] {
+            guard value.isFinite, value >= 0, value <= 300 else {
+                throw ConfigurationError(key: name, "must be seconds from 0 to 300")
+            }
+        }
         guard issuerLifetime >= 60, issuerLifetime <= 3600 else {
             throw ConfigurationError(key: "issuer_lifetime", "must be seconds from 60 to 3600")
         }
@@ -96,6 +135,15 @@ public struct AgentConfiguration: Sendable, Hashable {
             throw ConfigurationError(key: "max_concurrent_fetches", "must be from 1 to 1024")
         }
         guard maxConnections >= 1 else { throw ConfigurationError(key: "max_connections", "must be at least 1") }
+        guard maxConnectionsPerUID >= 0 else {
+            throw ConfigurationError(key: "max_connections_per_uid", "must be 0 (no limit) or more")
+        }
+        guard requestTimeout.isFinite, requestTimeout >= 0.1, requestTimeout <= 3600 else {
+            throw ConfigurationError(key: "request_timeout", "must be seconds from 0.1 to 3600")
+        }
+        for kind in access.allow.keys.sorted() where !TokenIdentifier.isWellFormedKind(kind) {
+            throw ConfigurationError(key: "allow.\(kind)", "kind names are 1 to 32 of a-z, 0-9 and -")
+        }
         guard Self.logLevels.contains(logLevel) else {
             throw ConfigurationError(key: "log_level", "must be one of \(Self.logLevels.joined(separator: ", "))")
         }

@@ -17,6 +17,12 @@ public enum ConfigurationFile {
         var socketMode: String?
         var socketGroup: String?
         var logLevel: String?
+        var allow: [String: PrincipalListContents]?
+        var admin: PrincipalListContents?
+        var requestTimeout: Double?
+        var maxConnectionsPerUid: Double?
+        var refetchGuard: Double?
+        var rejectionMemory: Double?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case socket, providers
@@ -31,6 +37,52 @@ public enum ConfigurationFile {
             case socketMode = "socket_mode"
             case socketGroup = "socket_group"
             case logLevel = "log_level"
+            case allow, admin
+            case requestTimeout = "request_timeout"
+            case maxConnectionsPerUid = "max_connections_per_uid"
+            case refetchGuard = "refetch_guard"
+            case rejectionMemory = "rejection_memory"
+        }
+    }
+
+    /// `{"users": [...], "groups": [...]}`, each entry a name or a number.
+    private struct PrincipalListContents: Decodable {
+        var users: [Principal]?
+        var groups: [Principal]?
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case users, groups
+        }
+
+        var list: PrincipalList {
+            PrincipalList(users: (users ?? []).map(\.reference), groups: (groups ?? []).map(\.reference))
+        }
+    }
+
+    /// One user or group: a name, or a whole number from 0 to 4294967294.
+    private struct Principal: Decodable {
+        var reference: PrincipalReference
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.singleValueContainer()
+            if let name = try? container.decode(String.self) {
+                guard !name.isEmpty, name.utf8.count <= 256, !name.contains(where: \.isWhitespace) else {
+                    throw DecodingError.dataCorruptedError(
+                        in: container,
+                        debugDescription: "must be a user or group name, or a number"
+                    )
+                }
+                reference = UInt32(name).map(PrincipalReference.number) ?? .name(name)
+            } else if let number = try? container.decode(Double.self), number.rounded() == number, number >= 0,
+                number < 4_294_967_295
+            {
+                reference = .number(UInt32(number))
+            } else {
+                throw DecodingError.dataCorruptedError(
+                    in: container,
+                    debugDescription: "must be a user or group name, or a number"
+                )
+            }
         }
     }
 
@@ -57,6 +109,16 @@ public enum ConfigurationFile {
             throw ConfigurationError(key: "config", "must be a JSON object")
         }
         try refuseUnknownKeys(top, allowed: Contents.CodingKeys.allCases.map(\.rawValue), path: "")
+        for (path, value) in principalLists(top) {
+            guard let list = value as? [String: Any] else {
+                throw ConfigurationError(key: path, "must be an object with users and groups")
+            }
+            try refuseUnknownKeys(
+                list,
+                allowed: PrincipalListContents.CodingKeys.allCases.map(\.rawValue),
+                path: path + "."
+            )
+        }
         if let providers = top["providers"] as? [String: Any] {
             for (kind, settings) in providers {
                 guard let settings = settings as? [String: Any] else { continue }
@@ -99,7 +161,25 @@ public enum ConfigurationFile {
         if let value = contents.socketGroup { configuration.socketGroup = value }
         if let value = contents.socketMode { configuration.socketMode = try AgentConfiguration.parseMode(value) }
         if let value = contents.logLevel { configuration.logLevel = value }
+        if let value = contents.allow { configuration.access.allow = value.mapValues(\.list) }
+        if let value = contents.admin { configuration.access.admin = value.list }
+        if let value = contents.requestTimeout { configuration.requestTimeout = value }
+        if let value = contents.refetchGuard { configuration.refetchGuard = value }
+        if let value = contents.rejectionMemory { configuration.rejectionMemory = value }
+        if let value = contents.maxConnectionsPerUid {
+            configuration.maxConnectionsPerUID = try whole(value, key: "max_connections_per_uid")
+        }
         return configuration
+    }
+
+    /// The `allow.<kind>` and `admin` objects, by dotted key.
+    private static func principalLists(_ top: [String: Any]) -> [(String, Any)] {
+        var lists: [(String, Any)] = []
+        if let allow = top["allow"] as? [String: Any] {
+            for (kind, value) in allow.sorted(by: { $0.key < $1.key }) { lists.append(("allow.\(kind)", value)) }
+        }
+        if let admin = top["admin"] { lists.append(("admin", admin)) }
+        return lists
     }
 
     private static func whole(_ value: Double, key: String) throws -> Int {

@@ -1,6 +1,8 @@
 import AsyncHTTPClient
 import Foundation
+import Logging
 import NIOCore
+import Synchronization
 
 /// Fetches tokens from an HTTP token provider: `GET` on a URL template where `{id}` is replaced by
 /// the percent-encoded id, with optional extra headers (the agent's own credentials).
@@ -16,6 +18,18 @@ public final class HTTPTokenProvider: TokenProvider {
     private let timeout: TimeAmount
     private let client: HTTPClient
     private let clock: any AgentClock
+    private let logger: Logger
+    private let skew = Mutex(ClockSkew())
+
+    /// The provider's clock as its replies showed it, and what was logged about it.
+    private struct ClockSkew {
+        var lastSkew: Double?
+        var warnedDateSkew = false
+        var warnedFutureIAT = false
+    }
+
+    /// The skew of the provider's `Date` header beyond which the agent warns, seconds.
+    public static let dateSkewWarning: Double = 60
 
     /// Creates a provider. `headers` are sent with every request; they are never logged.
     public init(
@@ -25,8 +39,10 @@ public final class HTTPTokenProvider: TokenProvider {
         acceptance: TokenAcceptance = TokenAcceptance(),
         connectTimeout: Double = 2,
         timeout: Double = 10,
-        clock: any AgentClock = SystemAgentClock()
+        clock: any AgentClock = SystemAgentClock(),
+        logger: Logger = Logger(label: "fleet-tokend.provider")
     ) {
+        self.logger = logger
         self.urlTemplate = urlTemplate
         self.headers = headers
         self.reply = reply
@@ -44,6 +60,8 @@ public final class HTTPTokenProvider: TokenProvider {
     }
 
     public var summary: String { "http \(Self.redactedURL(urlTemplate))" }
+
+    public var clockSkew: Double? { skew.withLock { $0.lastSkew } }
 
     /// The URL for `id`: the template with `{id}` replaced by the percent-encoded id.
     public static func url(template: String, id: String) -> String {
@@ -95,18 +113,26 @@ public final class HTTPTokenProvider: TokenProvider {
         } catch {
             throw ProviderError.failed("reading the reply failed: \(Self.describe(error))")
         }
+        let now = clock.wallSeconds
+        noteDate(response.headers.first(name: "date"), now: now)
         let status = Int(response.status.code)
         switch status {
         case 200..<300:
             break
-        case 408, 429:
+        case 429, 503:
+            if let wait = ProviderReply.retryAfter(response.headers.first(name: "retry-after"), now: now) {
+                throw ProviderError.throttled("HTTP \(status)", retryAfter: wait)
+            }
+            throw ProviderError.failed("HTTP \(status)")
+        case 300..<400:
+            throw ProviderError.failed("HTTP \(status) redirect, not followed")
+        case 408:
             throw ProviderError.failed("HTTP \(status)")
         case 400..<500:
             throw ProviderError.rejected("HTTP \(status)")
         default:
             throw ProviderError.failed("HTTP \(status)")
         }
-        let now = clock.wallSeconds
         let (token, expiresAt) = try reply.read(
             body: Array(buffer: body),
             contentType: response.headers.first(name: "content-type"),
@@ -117,7 +143,45 @@ public final class HTTPTokenProvider: TokenProvider {
             ),
             now: now
         )
-        return try acceptance.accept(token: token, expiresAt: expiresAt, for: key, now: now)
+        let fetched = try acceptance.accept(token: token, expiresAt: expiresAt, for: key, now: now)
+        if let issuedAt = JWTClaims(token: fetched.token)?.issuedAt, issuedAt > now + 1 {
+            noteFutureIssue(aheadBy: issuedAt - now)
+        }
+        return fetched
+    }
+
+    /// Records how far the provider's `Date` header is from our clock, warning once when it is
+    /// more than ``dateSkewWarning`` off (and again after it came back and left again).
+    private func noteDate(_ header: String?, now: Double) {
+        guard let header, let date = ProviderReply.httpDate(header) else { return }
+        let difference = date - now
+        let warn = skew.withLock { state -> Bool in
+            state.lastSkew = difference
+            let far = abs(difference) > Self.dateSkewWarning
+            defer { state.warnedDateSkew = far }
+            return far && !state.warnedDateSkew
+        }
+        if warn {
+            logger.warning(
+                "provider clock differs from ours",
+                metadata: ["provider": "\(summary)", "provider_clock_skew_s": "\(Int(difference.rounded()))"]
+            )
+        }
+    }
+
+    /// Logs once that the provider issues tokens dated in our future (its clock runs ahead); the
+    /// tokens are still used.
+    private func noteFutureIssue(aheadBy seconds: Double) {
+        let first = skew.withLock { state in
+            defer { state.warnedFutureIAT = true }
+            return !state.warnedFutureIAT
+        }
+        if first {
+            logger.warning(
+                "provider issues tokens dated in the future; using them",
+                metadata: ["provider": "\(summary)", "iat_ahead_s": "\(Int(seconds.rounded()))"]
+            )
+        }
     }
 
     public func shutdown() async {

@@ -5,6 +5,8 @@ import Foundation
 public struct JWTClaims: Sendable {
     /// The `exp` claim, if present and numeric.
     public var expiresAt: Double?
+    /// The `iat` claim, if present and numeric.
+    public var issuedAt: Double?
     /// The string values of the `authorization` claim object (`vehicleid`, `tripid`, ...).
     public var authorization: [String: String]
 
@@ -17,6 +19,9 @@ public struct JWTClaims: Sendable {
         else { return nil }
         if let exp = payload["exp"] as? NSNumber, !(exp is Bool) {
             expiresAt = exp.doubleValue
+        }
+        if let iat = payload["iat"] as? NSNumber, !(iat is Bool) {
+            issuedAt = iat.doubleValue
         }
         var authorization: [String: String] = [:]
         if let object = payload["authorization"] as? [String: Any] {

@@ -64,16 +64,27 @@ public struct ProviderReply: Sendable, Hashable {
                 }
             }
         }
-        if let expires {
-            let formatter = DateFormatter()
-            formatter.locale = Locale(identifier: "en_US_POSIX")
-            formatter.timeZone = TimeZone(identifier: "GMT")
-            formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-            if let date = formatter.date(from: expires.trimmingCharacters(in: .whitespaces)) {
-                return date.timeIntervalSince1970
-            }
-        }
+        if let expires, let date = httpDate(expires) { return date }
         return nil
+    }
+
+    /// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) as Unix seconds.
+    public static func httpDate(_ text: String) -> Double? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        return formatter.date(from: text.trimmingCharacters(in: .whitespaces))?.timeIntervalSince1970
+    }
+
+    /// The seconds a `Retry-After` header asks to wait at wall time `now`: whole seconds, or an
+    /// HTTP date. `nil` when absent or unreadable; never negative.
+    public static func retryAfter(_ header: String?, now: Double) -> Double? {
+        guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
+        if header.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+            return header.utf8.count <= 9 ? Double(header) : nil
+        }
+        return httpDate(header).map { max(0, $0 - now) }
     }
 
     private func readBody(_ body: [UInt8], contentType: String?, now: Double) throws -> (

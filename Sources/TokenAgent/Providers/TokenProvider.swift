@@ -4,12 +4,17 @@ public protocol TokenProvider: Sendable {
     var summary: String { get }
     /// Fetches a fresh token for `key`. Throws ``ProviderError``.
     func fetchToken(for key: TokenKey) async throws -> FetchedToken
-    /// Releases what the provider holds (HTTP connections). Called once at shutdown.
+    /// Releases what the provider holds (HTTP connections). Called once, when the provider is
+    /// retired by a reload (after its last fetch ends) or at shutdown.
     func shutdown() async
+    /// How far the provider's clock is ahead of ours (its `Date` header minus our wall clock) at
+    /// its last reply, seconds; `nil` when unknown.
+    var clockSkew: Double? { get }
 }
 
 extension TokenProvider {
     public func shutdown() async {}
+    public var clockSkew: Double? { nil }
 }
 
 /// Why a provider could not hand over a token.
@@ -19,10 +24,14 @@ public enum ProviderError: Error, Sendable, Hashable, CustomStringConvertible {
     case failed(String)
     /// The provider refused this id: a 4xx other than 408/429, or a token for another id.
     case rejected(String)
+    /// The provider asked to be left alone for `retryAfter` seconds (429 or 503 with
+    /// `Retry-After`): retried no sooner than that (capped at 300 s).
+    case throttled(String, retryAfter: Double)
 
     public var description: String {
         switch self {
         case .failed(let text): return "provider failed: \(text)"
+        case .throttled(let text, let retryAfter): return "provider failed: \(text), retry after \(Int(retryAfter)) s"
         case .rejected(let text): return "provider rejected the id: \(text)"
         }
     }

@@ -14,6 +14,7 @@ final class ReloadService: Service, Sendable {
     private let load: @Sendable () throws -> AgentConfiguration
     private let engine: TokenEngine
     private let current: Mutex<ProviderSet.Built>
+    private let access: AccessControl
     private let notifier: SystemdNotifier
     private let status: @Sendable () -> String
     private let statistics: ReloadStatistics
@@ -23,6 +24,7 @@ final class ReloadService: Service, Sendable {
         load: @escaping @Sendable () throws -> AgentConfiguration,
         engine: TokenEngine,
         providers: ProviderSet.Built,
+        access: AccessControl,
         notifier: SystemdNotifier,
         status: @escaping @Sendable () -> String,
         statistics: ReloadStatistics,
@@ -32,6 +34,7 @@ final class ReloadService: Service, Sendable {
         self.load = load
         self.engine = engine
         self.current = Mutex(providers)
+        self.access = access
         self.notifier = notifier
         self.status = status
         self.logger = logger
@@ -53,11 +56,14 @@ final class ReloadService: Service, Sendable {
         do {
             let configuration = try load()  // resolved and validated as at start-up
             let previous = current.withLock { $0 }
+            try configuration.checkAccessKinds()
+            // On a reload every name must resolve: a typo must not silently lock users out.
+            let rules = try AccessRules.resolve(configuration.access, strict: true).rules
             let built = try ProviderSet.build(from: configuration, reusing: previous)
             let changed = built.changedKinds(since: previous)
             engine.reconfigure(providers: built.providers, policy: configuration.policy, changedKinds: changed)
+            access.update(rules)
             current.withLock { $0 = built }
-            retire(previous, keeping: built)
             statistics.recordApplied()
             logger.notice(
                 "configuration reloaded",
@@ -69,18 +75,6 @@ final class ReloadService: Service, Sendable {
         } catch {
             statistics.recordRefused()
             logger.error("reload refused; the old configuration stays", metadata: ["error": "\(error)"])
-        }
-    }
-
-    /// Shuts down the old HTTP providers that are no longer used, once their fetches had time to end.
-    private func retire(_ previous: ProviderSet.Built, keeping built: ProviderSet.Built) {
-        let kept = Set(built.providers.values.compactMap { ($0 as? HTTPTokenProvider).map(ObjectIdentifier.init) })
-        let retired = previous.providers.values.compactMap { $0 as? HTTPTokenProvider }
-            .filter { !kept.contains(ObjectIdentifier($0)) }
-        guard !retired.isEmpty else { return }
-        Task {
-            try? await Task.sleep(for: .seconds(310))
-            for provider in retired { await provider.shutdown() }
         }
     }
 }

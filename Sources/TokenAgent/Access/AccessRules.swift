@@ -1,0 +1,140 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Looks users and groups up by name (NSS in the agent; a table in tests).
+public protocol PrincipalResolver: Sendable {
+    /// The uid of user `name`, if it exists.
+    func uid(ofUser name: String) -> UInt32?
+    /// The gid of group `name`, if it exists.
+    func gid(ofGroup name: String) -> UInt32?
+}
+
+/// Resolves names through the system's name service (`getpwnam_r`, `getgrnam_r`): files, LDAP,
+/// SSSD, whatever NSS is configured with.
+public struct SystemPrincipalResolver: PrincipalResolver {
+    /// Creates the resolver.
+    public init() {}
+
+    public func uid(ofUser name: String) -> UInt32? {
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 16 * 1024)
+        guard getpwnam_r(name, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return entry.pw_uid
+    }
+
+    public func gid(ofGroup name: String) -> UInt32? {
+        var entry = group()
+        var result: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 64 * 1024)
+        guard getgrnam_r(name, &entry, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return entry.gr_gid
+    }
+}
+
+/// The access rules in numbers, checked on every request: which peers may ask for each kind, and
+/// which may use the operator verbs.
+///
+/// uid 0 and the agent's own uid pass every rule: they can read the agent's memory anyway.
+public struct AccessRules: Sendable, Hashable {
+    /// The numeric form of a ``PrincipalList``.
+    public struct Principals: Sendable, Hashable {
+        /// Allowed uids.
+        public var uids: Set<UInt32> = []
+        /// Allowed gids (primary or supplementary).
+        public var gids: Set<UInt32> = []
+
+        /// Whether `peer` is one of these users or in one of these groups.
+        public func match(_ peer: PeerCredentials) -> Bool {
+            uids.contains(peer.uid) || gids.contains(peer.gid) || peer.groups.contains(where: gids.contains)
+        }
+    }
+
+    /// Per kind with rules, who may ask.
+    public var allow: [String: Principals]
+    /// Who may use the operator verbs; `nil` when they are open.
+    public var admin: Principals?
+    /// The agent's own uid (always allowed, like uid 0).
+    public var agentUID: UInt32
+
+    /// No rules: every kind and verb is open to whoever can open the socket.
+    public static func open(agentUID: UInt32 = UInt32(getuid())) -> AccessRules {
+        AccessRules(allow: [:], admin: nil, agentUID: agentUID)
+    }
+
+    /// Creates rules from numbers.
+    public init(allow: [String: Principals], admin: Principals?, agentUID: UInt32) {
+        self.allow = allow
+        self.admin = admin
+        self.agentUID = agentUID
+    }
+
+    /// Whether `peer` may ask for tokens of `kind`. A peer whose credentials are unknown passes
+    /// only kinds without rules.
+    public func allows(_ peer: PeerCredentials?, kind: String) -> Bool {
+        guard let rule = allow[kind] else { return true }
+        guard let peer else { return false }
+        return isPrivileged(peer) || rule.match(peer)
+    }
+
+    /// Whether `peer` may use the operator verbs (`DROP`, `STATS`).
+    public func allowsAdmin(_ peer: PeerCredentials?) -> Bool {
+        guard let admin else { return true }
+        guard let peer else { return false }
+        return isPrivileged(peer) || admin.match(peer)
+    }
+
+    private func isPrivileged(_ peer: PeerCredentials) -> Bool { peer.uid == 0 || peer.uid == agentUID }
+
+    /// Resolves `configuration`'s names. With `strict` (a reload), a name that does not resolve is
+    /// an error naming its key; without (start-up, when NSS or LDAP may come up late), it is a
+    /// warning and the entry matches nobody.
+    /// - Returns: the rules, and one warning per name that did not resolve.
+    public static func resolve(
+        _ configuration: AccessConfiguration,
+        agentUID: UInt32 = UInt32(getuid()),
+        resolver: any PrincipalResolver = SystemPrincipalResolver(),
+        strict: Bool
+    ) throws -> (rules: AccessRules, warnings: [String]) {
+        var warnings: [String] = []
+        func principals(_ list: PrincipalList, key: String) throws -> Principals {
+            var resolved = Principals()
+            for user in list.users {
+                switch user {
+                case .number(let uid): resolved.uids.insert(uid)
+                case .name(let name):
+                    if let uid = resolver.uid(ofUser: name) {
+                        resolved.uids.insert(uid)
+                    } else {
+                        let problem = "user \(name) does not exist"
+                        if strict { throw ConfigurationError(key: key + ".users", problem) }
+                        warnings.append("\(key).users: \(problem); it matches nobody until a reload")
+                    }
+                }
+            }
+            for group in list.groups {
+                switch group {
+                case .number(let gid): resolved.gids.insert(gid)
+                case .name(let name):
+                    if let gid = resolver.gid(ofGroup: name) {
+                        resolved.gids.insert(gid)
+                    } else {
+                        let problem = "group \(name) does not exist"
+                        if strict { throw ConfigurationError(key: key + ".groups", problem) }
+                        warnings.append("\(key).groups: \(problem); it matches nobody until a reload")
+                    }
+                }
+            }
+            return resolved
+        }
+        var allow: [String: Principals] = [:]
+        for (kind, list) in configuration.allow.sorted(by: { $0.key < $1.key }) {
+            allow[kind] = try principals(list, key: "allow.\(kind)")
+        }
+        let admin = try configuration.admin.map { try principals($0, key: "admin") }
+        return (AccessRules(allow: allow, admin: admin, agentUID: agentUID), warnings)
+    }
+}

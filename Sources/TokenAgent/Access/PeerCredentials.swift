@@ -1,0 +1,23 @@
+/// Who is at the other end of a connection, as the kernel reported it when the peer connected
+/// (`SO_PEERCRED` and `SO_PEERGROUPS`).
+public struct PeerCredentials: Sendable, Hashable {
+    /// The peer's process id when it connected.
+    public var pid: Int32
+    /// The peer's effective user id.
+    public var uid: UInt32
+    /// The peer's effective group id.
+    public var gid: UInt32
+    /// The peer's supplementary groups.
+    public var groups: [UInt32]
+
+    /// Creates credentials.
+    public init(pid: Int32, uid: UInt32, gid: UInt32, groups: [UInt32] = []) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+        self.groups = groups
+    }
+
+    /// Whether the peer is in `group`, as its primary or a supplementary group.
+    public func isMember(of group: UInt32) -> Bool { gid == group || groups.contains(group) }
+}

@@ -1,0 +1,66 @@
+import Logging
+import Synchronization
+import TokenAgent
+import TokenWire
+
+/// The access rules in force, swapped by a reload and checked on every request, with the count of
+/// denied requests and a log line once per peer and kind.
+public final class AccessControl: Sendable {
+    private struct Denial: Hashable {
+        var pid: Int32
+        var uid: UInt32
+        var kind: String
+    }
+
+    private let rules: Mutex<AccessRules>
+    private let deniedRequests = Atomic<Int>(0)
+    private let logged = Mutex<Set<Denial>>([])
+    private let logger: Logger
+
+    /// At most this many peer-and-kind pairs are remembered as logged; then the memory starts over.
+    static let loggedLimit = 10_000
+
+    /// Creates the control with `rules` in force.
+    public init(rules: AccessRules = .open(), logger: Logger = Logger(label: "fleet-tokend.access")) {
+        self.rules = Mutex(rules)
+        self.logger = logger
+    }
+
+    /// The rules in force.
+    public var current: AccessRules { rules.withLock { $0 } }
+
+    /// Puts `rules` in force; open connections meet them at their next request.
+    public func update(_ rules: AccessRules) { self.rules.withLock { $0 = rules } }
+
+    /// Requests denied since start.
+    public var denied: Int { deniedRequests.load(ordering: .relaxed) }
+
+    /// `nil` when `peer` may ask for `kind`, else the `denied` error (counted and logged).
+    func check(_ peer: PeerCredentials?, kind: String) -> WireError? {
+        if rules.withLock({ $0.allows(peer, kind: kind) }) { return nil }
+        return deny(peer, kind: kind, WireError(.denied, "not allowed to ask for kind \(kind)"))
+    }
+
+    /// `nil` when `peer` may use the operator verb `verb`, else the `denied` error.
+    func checkAdmin(_ peer: PeerCredentials?, verb: String) -> WireError? {
+        if rules.withLock({ $0.allowsAdmin(peer) }) { return nil }
+        return deny(peer, kind: "admin", WireError(.denied, "\(verb) is for the agent's admins"))
+    }
+
+    private func deny(_ peer: PeerCredentials?, kind: String, _ error: WireError) -> WireError {
+        deniedRequests.add(1, ordering: .relaxed)
+        let denial = Denial(pid: peer?.pid ?? -1, uid: peer?.uid ?? UInt32.max, kind: kind)
+        let first = logged.withLock { logged in
+            if logged.count >= Self.loggedLimit { logged.removeAll() }
+            return logged.insert(denial).inserted
+        }
+        if first {
+            var metadata: Logger.Metadata = [
+                "token_kind": "\(kind)", "peer_pid": "\(denial.pid)", "peer_uid": "\(denial.uid)",
+            ]
+            if let peer, let name = ProcFile.processName(pid: peer.pid) { metadata["peer_process"] = "\(name)" }
+            logger.warning("request denied", metadata: metadata)
+        }
+        return error
+    }
+}
