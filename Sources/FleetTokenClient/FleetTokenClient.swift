@@ -121,6 +121,40 @@ public final class FleetTokenClient: Sendable {
         return try remember(subject, reply)
     }
 
+    /// A token to use instead of `refused`, the token a service just refused (HTTP 401)
+    /// (`REFRESH <kind> <id> <refused>`).
+    ///
+    /// The agent fetches only while `refused` is still its cached token, so a hundred workers
+    /// that were all refused the same token cause one fetch; a worker whose token was already
+    /// replaced gets the newer one at once. The refused token is never handed back. An older
+    /// agent that does not know the form answers `bad-request`; then a plain ``refresh(_:)`` is
+    /// sent, as it is for a token too long to fit a request line.
+    public func refresh(_ subject: TokenSubject, replacing refused: Token) async throws(FleetTokenError) -> Token {
+        forget(subject, ifHolding: refused.jwt)
+        let request = WireRequest.refresh(kind: subject.kind, id: subject.id, refusedToken: refused.jwt)
+        // A token too long to fit a request line cannot be named: fall back to the plain form.
+        guard request.line.utf8.count <= WireLimits.maxRequestLineBytes else { return try await refresh(subject) }
+        let reply: WireReply
+        do {
+            reply = try await exchange(request)
+        } catch .badRequest(let text) where text.hasPrefix(WireErrorCode.badRequest.rawValue) {
+            return try await refresh(subject)
+        }
+        let token = try remember(subject, reply)
+        guard token.jwt != refused.jwt else {
+            forget(subject, ifHolding: refused.jwt)
+            throw .unavailable("the agent handed back the refused token")
+        }
+        return token
+    }
+
+    /// Forgets the remembered token for `subject` if it is `jwt`.
+    private func forget(_ subject: TokenSubject, ifHolding jwt: String) {
+        state.withLock { state in
+            if state.memo[subject]?.token.jwt == jwt { state.memo[subject] = nil }
+        }
+    }
+
     /// Makes the agent (and this client) forget the token for `subject` (`DROP`).
     public func drop(_ subject: TokenSubject) async throws(FleetTokenError) {
         _ = state.withLock { $0.memo.removeValue(forKey: subject) }

@@ -54,6 +54,7 @@ public struct AgentStatus: Sendable {
             "reloads=\(reloads.reloads)",
             "reload_failures=\(reloads.failures)",
             "denied=\(access.denied)",
+            "provider_clock_skew_s=\(Int((stats.providerClockSkew ?? 0).rounded()))",
         ].joined(separator: " ")
     }
 

@@ -35,15 +35,24 @@ final class ScriptedProvider: TokenProvider, Sendable {
         var fetches = 0
         var held: [CheckedContinuation<Void, Never>] = []
         var holding = false
+        var shutdowns = 0
     }
 
     private let state = Mutex(State())
     private let clock: ManualClock
+    private let prefix: String
 
-    init(clock: ManualClock) { self.clock = clock }
+    /// A provider minting `<prefix>-<id>-<n>` tokens.
+    init(clock: ManualClock, prefix: String = "tok") {
+        self.clock = clock
+        self.prefix = prefix
+    }
 
     var summary: String { "scripted" }
     var fetches: Int { state.withLock { $0.fetches } }
+    var shutdowns: Int { state.withLock { $0.shutdowns } }
+
+    func shutdown() async { state.withLock { $0.shutdowns += 1 } }
     var heldCount: Int { state.withLock { $0.held.count } }
 
     func setMode(_ mode: Mode) { state.withLock { $0.mode = mode } }
@@ -75,11 +84,11 @@ final class ScriptedProvider: TokenProvider, Sendable {
         }
         switch mode {
         case .succeed(let lifetime):
-            return FetchedToken(token: "tok-\(key.id)-\(count)", expiresAt: clock.wallSeconds + lifetime)
+            return FetchedToken(token: "\(prefix)-\(key.id)-\(count)", expiresAt: clock.wallSeconds + lifetime)
         case .fail(let error):
             throw error
         case .expiresAt(let wall):
-            return FetchedToken(token: "tok-\(key.id)-\(count)", expiresAt: wall)
+            return FetchedToken(token: "\(prefix)-\(key.id)-\(count)", expiresAt: wall)
         }
     }
 }

@@ -1,0 +1,147 @@
+import Testing
+import TokenAgent
+import TokenWire
+
+@Suite("Token engine: reload generations, refused tokens, Retry-After")
+struct EngineReloadAndRefreshTests {
+    let clock = ManualClock()
+
+    private func engine(_ providers: [String: any TokenProvider], random: Double = 0) -> TokenEngine {
+        TokenEngine(providers: providers, clock: clock, random: { random })
+    }
+
+    private func token(_ outcome: TokenEngine.Outcome) -> String? {
+        if case .success(let served) = outcome { return served.token }
+        return nil
+    }
+
+    private func error(_ outcome: TokenEngine.Outcome) -> WireError? {
+        if case .failure(let error) = outcome { return error }
+        return nil
+    }
+
+    @Test func aFetchStartedOnTheOldProviderIsNotStoredAndItsWaitersGetTheNewOne() async {
+        let old = ScriptedProvider(clock: clock, prefix: "old")
+        let new = ScriptedProvider(clock: clock, prefix: "new")
+        let engine = engine(["vehicle": old])
+        old.hold()
+        let waiters = Task {
+            await withTaskGroup(of: String?.self) { group in
+                for _ in 0..<20 { group.addTask { self.token(await engine.get(kind: "vehicle", id: "v-1")) } }
+                return await group.reduce(into: [String?]()) { $0.append($1) }
+            }
+        }
+        #expect(await eventually { old.heldCount == 1 })
+        let before = engine.generation(of: "vehicle")
+        engine.reconfigure(providers: ["vehicle": new], policy: RefreshPolicy(), changedKinds: ["vehicle"])
+        #expect(engine.generation(of: "vehicle") != before)
+        old.release()  // the old provider answers after the reload
+        let tokens = await waiters.value
+        #expect(Set(tokens) == ["new-v-1-1"], "waiters are answered by one fetch on the new provider")
+        #expect(new.fetches == 1)
+        #expect(token(await engine.get(kind: "vehicle", id: "v-1")) == "new-v-1-1", "nothing old was stored")
+    }
+
+    @Test func aRetiredProviderShutsDownWhenItsLastFetchEnds() async {
+        let old = ScriptedProvider(clock: clock, prefix: "old")
+        let new = ScriptedProvider(clock: clock, prefix: "new")
+        let kept = ScriptedProvider(clock: clock, prefix: "kept")
+        let engine = engine(["vehicle": old, "trip": kept])
+        old.hold()
+        let waiter = Task { await engine.get(kind: "vehicle", id: "v-1") }
+        #expect(await eventually { old.heldCount == 1 })
+        engine.reconfigure(
+            providers: ["vehicle": new, "trip": kept],
+            policy: RefreshPolicy(),
+            changedKinds: ["vehicle"]
+        )
+        #expect(engine.retiringProviders == 1)
+        try? await Task.sleep(for: .milliseconds(50))
+        #expect(old.shutdowns == 0, "not while its fetch runs")
+        old.release()
+        _ = await waiter.value
+        #expect(await eventually { old.shutdowns == 1 && engine.retiringProviders == 0 })
+        #expect(kept.shutdowns == 0 && new.shutdowns == 0)
+    }
+
+    @Test func aReloadThatKeepsTheProviderKeepsTokensAndGeneration() async {
+        let provider = ScriptedProvider(clock: clock)
+        let engine = engine(["vehicle": provider])
+        let first = token(await engine.get(kind: "vehicle", id: "v-1"))
+        let generation = engine.generation(of: "vehicle")
+        engine.reconfigure(providers: ["vehicle": provider], policy: RefreshPolicy(), changedKinds: [])
+        #expect(engine.generation(of: "vehicle") == generation)
+        #expect(token(await engine.get(kind: "vehicle", id: "v-1")) == first)
+        #expect(provider.fetches == 1)
+        #expect(provider.shutdowns == 0)
+    }
+
+    @Test func aHundredWorkersRefusedOneTokenCauseOneFetchAndNeverGetItBack() async {
+        let provider = ScriptedProvider(clock: clock)
+        let engine = engine(["vehicle": provider])
+        let refused = token(await engine.get(kind: "vehicle", id: "v-1"))!
+        provider.hold()
+        let replies = Task {
+            await withTaskGroup(of: String?.self) { group in
+                for _ in 0..<100 {
+                    group.addTask {
+                        self.token(await engine.refresh(kind: "vehicle", id: "v-1", refusedToken: refused))
+                    }
+                }
+                return await group.reduce(into: [String?]()) { $0.append($1) }
+            }
+        }
+        #expect(await eventually { provider.heldCount == 1 })
+        // Meanwhile a GET does not get the refused token either: it joins the fetch.
+        let get = Task { self.token(await engine.get(kind: "vehicle", id: "v-1")) }
+        try? await Task.sleep(for: .milliseconds(20))
+        provider.release()
+        #expect(Set(await replies.value) == ["tok-v-1-2"])
+        #expect(await get.value == "tok-v-1-2")
+        #expect(provider.fetches == 2, "one fetch for all hundred, within the re-fetch guard")
+        // A late worker refused the same old token gets the newer one at once, without a fetch.
+        guard case .ready(let late) = engine.lookupRefresh(kind: "vehicle", id: "v-1", refusedToken: refused) else {
+            Issue.record("a newer cached token must be answered at once")
+            return
+        }
+        #expect(token(late) == "tok-v-1-2")
+        #expect(provider.fetches == 2)
+    }
+
+    @Test func aPlainRefreshStillKeepsTheGuard() async {
+        let provider = ScriptedProvider(clock: clock)
+        let engine = engine(["vehicle": provider])
+        let first = token(await engine.get(kind: "vehicle", id: "v-1"))
+        #expect(token(await engine.refresh(kind: "vehicle", id: "v-1")) == first)
+        #expect(provider.fetches == 1)
+    }
+
+    @Test func aProviderHandingBackTheRefusedTokenIsAnError() async {
+        // Scripted providers number their tokens: a second one mints the same text again.
+        let same = ScriptedProvider(clock: clock, prefix: "tok")
+        let engine = engine(["vehicle": same])
+        let refused = token(await engine.get(kind: "vehicle", id: "v-1"))!
+        #expect(refused == "tok-v-1-1")
+        let again = ScriptedProvider(clock: clock, prefix: "tok")
+        engine.reconfigure(providers: ["vehicle": again], policy: RefreshPolicy(), changedKinds: [])
+        let outcome = await engine.refresh(kind: "vehicle", id: "v-1", refusedToken: refused)
+        #expect(error(outcome)?.code == .unavailable)
+        #expect(token(outcome) == nil)
+    }
+
+    @Test(arguments: [(120.0, 120.0), (10_000.0, 300.0)])
+    func retryAfterIsTheBackOffFloorCappedAt300Seconds(retryAfter: Double, expected: Double) async {
+        let provider = ScriptedProvider(clock: clock)
+        let engine = engine(["vehicle": provider])
+        provider.setMode(.fail(.throttled("HTTP 429", retryAfter: retryAfter)))
+        let first = await engine.get(kind: "vehicle", id: "v-1")
+        #expect(error(first)?.message.contains("retry after") == true)
+        provider.setMode(.succeed(lifetime: 3600))
+        clock.advance(expected - 1)
+        let held = await engine.get(kind: "vehicle", id: "v-1")
+        #expect(error(held)?.message == "provider failing; next try in 1 s")
+        #expect(provider.fetches == 1)
+        clock.advance(1)
+        #expect(token(await engine.get(kind: "vehicle", id: "v-1")) == "tok-v-1-2")
+    }
+}
