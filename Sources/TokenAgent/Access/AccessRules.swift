@@ -43,9 +43,15 @@ public struct AccessRules: Sendable, Hashable {
     /// The numeric form of a ``PrincipalList``.
     public struct Principals: Sendable, Hashable {
         /// Allowed uids.
-        public var uids: Set<UInt32> = []
+        public var uids: Set<UInt32>
         /// Allowed gids (primary or supplementary).
-        public var gids: Set<UInt32> = []
+        public var gids: Set<UInt32>
+
+        /// Creates a set of users and groups.
+        public init(uids: Set<UInt32> = [], gids: Set<UInt32> = []) {
+            self.uids = uids
+            self.gids = gids
+        }
 
         /// Whether `peer` is one of these users or in one of these groups.
         public func match(_ peer: PeerCredentials) -> Bool {

@@ -1,0 +1,241 @@
+import Logging
+import NIOCore
+import NIOEmbedded
+import Testing
+import TokenAgent
+import TokenWire
+
+@testable import TokenAgentServer
+
+/// Mints `tok-<id>` tokens for an hour, except for ids starting `hang-`, whose fetch never ends
+/// (until the test's task is cancelled).
+private struct InstantProvider: TokenProvider {
+    var summary: String { "instant" }
+
+    func fetchToken(for key: TokenKey) async throws -> FetchedToken {
+        if key.id.hasPrefix("hang-") { try await Task.sleep(for: .seconds(3600)) }
+        return FetchedToken(token: "tok-\(key.id)", expiresAt: SystemAgentClock().wallSeconds + 3600)
+    }
+}
+
+/// Counts the reads that reach the head of the pipeline: whether the handler lets reading go on.
+private final class ReadCounter: ChannelOutboundHandler {
+    typealias OutboundIn = ByteBuffer
+    var reads = 0
+
+    func read(context: ChannelHandlerContext) {
+        reads += 1
+        context.read()
+    }
+}
+
+/// The real frame decoder and request handler on an `EmbeddedChannel`, with the real engine.
+private struct Connection {
+    let channel = EmbeddedChannel()
+    let counter = ReadCounter()
+    let status: AgentStatus
+
+    init(
+        rules: AccessRules = .open(agentUID: 4_000_000),
+        peer: PeerCredentials? = PeerCredentials(pid: 1, uid: 1000, gid: 1000),
+        admission: ServerStatistics.Admission = .admitted,
+        requestTimeout: TimeAmount = .seconds(10)
+    ) throws {
+        let engine = TokenEngine(providers: ["vehicle": InstantProvider(), "trip": InstantProvider()])
+        // Cached tokens answer at once, on the channel's own thread; only `hang-` ids fetch.
+        let expiresAt = Int64(SystemAgentClock().wallSeconds) + 3600
+        engine.importTokens([
+            CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
+            CachedToken(kind: "trip", id: "t-1", token: "tok-t-1", expiresAt: expiresAt),
+        ])
+        status = AgentStatus(engine: engine, server: ServerStatistics(), access: AccessControl(rules: rules))
+        try channel.pipeline.syncOperations.addHandlers([
+            counter,
+            ByteToMessageHandler(LineFrameDecoder()),
+            RequestHandler(
+                engine: engine,
+                status: status,
+                logger: Logger(label: "test"),
+                admission: admission,
+                peer: peer,
+                requestTimeout: requestTimeout
+            ),
+        ])
+        // Connecting makes the channel active (and fires channelActive), as an accepted one is.
+        try channel.connect(to: SocketAddress(unixDomainSocketPath: "/tmp/unused.sock")).wait()
+    }
+
+    func send(_ text: String) throws {
+        try channel.writeInbound(channel.allocator.buffer(string: text))
+    }
+
+    /// Every reply line written so far.
+    func replies() throws -> [String] {
+        var text = ""
+        while var buffer = try channel.readOutbound(as: ByteBuffer.self) {
+            text += buffer.readString(length: buffer.readableBytes) ?? ""
+        }
+        return text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+    }
+}
+
+@Suite("Request handler on an EmbeddedChannel")
+struct RequestHandlerTests {
+    @Test func pipelinedRepliesStopReadingAtTheLimitAndResume() throws {
+        let connection = try Connection()
+        // A fetch that never ends holds the head of the queue; everything after it waits.
+        try connection.send("GET vehicle hang-1\n")
+        try connection.send(String(repeating: "PING\n", count: RequestHandler.maxPending - 2))
+        connection.channel.read()
+        #expect(connection.counter.reads == 1, "under the limit, reading goes on")
+        try connection.send("PING\n")
+        connection.channel.read()
+        #expect(connection.counter.reads == 1, "at \(RequestHandler.maxPending) owed replies, reading pauses")
+        #expect(try connection.replies().isEmpty, "replies keep request order behind the slow fetch")
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func aClientThatDoesNotReadPausesReadingUntilWritable() throws {
+        let connection = try Connection()
+        try connection.send("PING\n")
+        #expect(try connection.replies() == ["PONG"])
+        connection.channel.isWritable = false
+        connection.channel.read()
+        #expect(connection.counter.reads == 0)
+        connection.channel.isWritable = true
+        connection.channel.pipeline.fireChannelWritabilityChanged()
+        #expect(connection.counter.reads == 1, "reading resumes once the client drains its replies")
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func theLineLimitIs4096BytesAndALongerLineClosesTheConnection() throws {
+        let connection = try Connection()
+        try connection.send("GET vehicle " + String(repeating: "x", count: 4096 - 12) + "\r\n")
+        #expect(try connection.replies().first?.hasPrefix("ERR bad-id") == true, "4096 bytes is still a line")
+        try connection.send("GET vehicle " + String(repeating: "x", count: 4097 - 12) + "\nPING\n")
+        #expect(try connection.replies() == ["ERR bad-request line too long"], "nothing after it is answered")
+        #expect(!connection.channel.isActive)
+    }
+
+    @Test func aPartialLineTimesOutWhileReading() throws {
+        let connection = try Connection(requestTimeout: .seconds(10))
+        #expect(connection.channel.isActive)
+        try connection.send("PING\nGET veh")
+        #expect(try connection.replies() == ["PONG"])
+        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(9))
+        #expect(try connection.replies().isEmpty)
+        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(try connection.replies() == ["ERR bad-request request timed out"])
+        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(2))
+        #expect(!connection.channel.isActive, "the connection is closed")
+    }
+
+    @Test func aLineFinishedInTimeCancelsTheClockAndIdleConnectionsStay() throws {
+        let connection = try Connection(requestTimeout: .seconds(10))
+        try connection.send("GET veh")
+        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(9))
+        try connection.send("icle v-1\n")
+        #expect(try connection.replies().first?.hasPrefix("OK tok-v-1 ") == true)
+        try connection.send("PI")
+        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(9))
+        try connection.send("NG\n")
+        #expect(try connection.replies() == ["PONG"], "each line has its own 10 s")
+        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(3600))
+        #expect(try connection.replies() == [])
+        #expect(connection.channel.isActive, "an idle connection with nothing pending is kept")
+        try connection.send("PING\n")
+        #expect(try connection.replies().last == "PONG")
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func thePartialLineClockPausesWhileReadingIsPaused() throws {
+        let connection = try Connection(requestTimeout: .seconds(10))
+        connection.channel.isWritable = false
+        connection.channel.read()  // reading pauses: the client does not read its replies
+        try connection.send("GET veh")
+        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(60))
+        #expect(try connection.replies().isEmpty, "not the client's fault while the agent does not read")
+        connection.channel.isWritable = true
+        connection.channel.pipeline.fireChannelWritabilityChanged()
+        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(10))
+        #expect(try connection.replies() == ["ERR bad-request request timed out"])
+    }
+
+    @Test func rulesAreCheckedOnEveryRequest() throws {
+        var vehicle = AccessRules.Principals()
+        vehicle.uids = [1000]
+        var admin = AccessRules.Principals()
+        admin.gids = [50]
+        let rules = AccessRules(allow: ["vehicle": vehicle], admin: admin, agentUID: 4_000_000)
+        let allowed = try Connection(rules: rules, peer: PeerCredentials(pid: 7, uid: 1000, gid: 1000))
+        try allowed.send("GET vehicle v-1\nSTATS\nDROP vehicle v-1\n")
+        let allowedReplies = try allowed.replies()
+        #expect(allowedReplies.count == 3)
+        #expect(allowedReplies.first?.hasPrefix("OK tok-v-1 ") == true, "uid 1000 may ask for vehicle")
+        #expect(
+            Array(allowedReplies.dropFirst()) == [
+                "ERR denied STATS is for the agent's admins", "ERR denied DROP is for the agent's admins",
+            ]
+        )
+
+        // An admin by supplementary group, not allowed vehicle; trip has no rules.
+        let other = try Connection(rules: rules, peer: PeerCredentials(pid: 8, uid: 1001, gid: 1001, groups: [50]))
+        try other.send("GET vehicle v-1\nGET trip t-1\nSTATS\nREFRESH vehicle v-1 tok-v-1\nDROP vehicle v-1\n")
+        let replies = try other.replies()
+        #expect(replies.count == 5)
+        #expect(replies.first == "ERR denied not allowed to ask for kind vehicle")
+        #expect(replies.dropFirst().first?.hasPrefix("OK tok-t-1 ") == true)
+        #expect(replies.dropFirst(2).first?.hasPrefix("OK entries=2 ") == true, "STATS for an admin")
+        #expect(replies.dropFirst(3).first == "ERR denied not allowed to ask for kind vehicle")
+        #expect(replies.last == "ERR denied not allowed to ask for kind vehicle", "DROP needs the kind too")
+        #expect(other.status.access.denied == 3)
+        #expect(other.status.statsText().contains(" denied=3"))
+
+        let unknown = try Connection(rules: rules, peer: nil)
+        try unknown.send("GET vehicle v-1\nSTATS\nPING\n")
+        #expect(
+            try unknown.replies() == [
+                "ERR denied not allowed to ask for kind vehicle", "ERR denied STATS is for the agent's admins", "PONG",
+            ]
+        )
+        #expect(unknown.status.access.denied == 2)
+        let root = try Connection(rules: rules, peer: PeerCredentials(pid: 9, uid: 0, gid: 0))
+        try root.send("STATS\n")
+        #expect(try root.replies().first?.hasPrefix("OK entries=") == true, "uid 0 is always admin")
+    }
+
+    @Test func connectionsOverALimitAreToldWhyAndClosed() throws {
+        let connection = try Connection(admission: .tooManyForUID(1000))
+        #expect(try connection.replies() == ["ERR busy too many connections for uid 1000"])
+        try connection.send("PING\n")
+        #expect(try connection.replies().isEmpty, "nothing more is answered")
+    }
+}
+
+@Suite("Connection limits and peer credentials")
+struct ConnectionLimitTests {
+    @Test func perUIDLimitLeavesOtherUsersRoom() {
+        let server = ServerStatistics()
+        #expect(server.admit(limit: 10, uid: 1000, perUIDLimit: 2) == .admitted)
+        #expect(server.admit(limit: 10, uid: 1000, perUIDLimit: 2) == .admitted)
+        #expect(server.admit(limit: 10, uid: 1000, perUIDLimit: 2) == .tooManyForUID(1000))
+        #expect(server.admit(limit: 10, uid: 1001, perUIDLimit: 2) == .admitted)
+        server.release(uid: 1000)
+        #expect(server.admit(limit: 10, uid: 1000, perUIDLimit: 2) == .admitted)
+        #expect(server.openConnections == 3)
+        #expect(server.refusedConnections == 1)
+        #expect(server.admit(limit: 3, uid: 1002, perUIDLimit: 0) == .tooManyConnections)
+        #expect(server.admit(limit: 10, uid: 1000, perUIDLimit: 0) == .admitted, "0 is no per-uid limit")
+    }
+
+    @Test func supplementaryGroupsAreTheLeadingAscendingRun() {
+        var buffer = InlineArray<256, UInt32>(repeating: 0)
+        #expect(PeerCredentialsReader.groups(in: buffer) == [])
+        buffer[0] = 4
+        buffer[1] = 27
+        buffer[2] = 1001
+        #expect(PeerCredentialsReader.groups(in: buffer) == [4, 27, 1001])
+        buffer[0] = 0
+        #expect(PeerCredentialsReader.groups(in: buffer) == [0, 27, 1001], "gid 0 leads when more follow")
+    }
+}
