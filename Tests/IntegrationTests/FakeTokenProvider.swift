@@ -20,7 +20,14 @@ import Synchronization
 /// | `status<N>-` | HTTP status N |
 /// | `hang-`    | never answers |
 /// | `slow-`    | answers after 400 ms |
+/// | `retry<N>-` | `429` with `Retry-After: N` |
+/// | `retrydate-` | `503` with `Retry-After` an HTTP date 30 s ahead |
+/// | `redirect-` | `302` to ``redirectTarget`` |
+/// | `truncated-` | `200` whose body ends before its `Content-Length`, then the connection closes |
+/// | `nonjson-` | `200` `application/json` that is not JSON |
+/// | `futureiat-` | a JWT issued 300 s in the future |
 ///
+/// ``setDateSkew(seconds:)`` adds a `Date` header that far from the real time to every reply.
 /// ``failAll`` turns every reply into a 503 (the provider is "down").
 final class FakeTokenProvider: Sendable {
     private struct State {
@@ -30,6 +37,8 @@ final class FakeTokenProvider: Sendable {
         var failAll = false
         var lifetime = 3600
         var delayMilliseconds = 0
+        var dateSkew: Int?
+        var redirectTarget = "http://127.0.0.2:1/token/vehicle/elsewhere"
     }
 
     private let state = Mutex(State())
@@ -42,7 +51,7 @@ final class FakeTokenProvider: Sendable {
         self.port = channel.localAddress!.port!
     }
 
-    static func start() async throws -> FakeTokenProvider {
+    static func start(host: String = "127.0.0.1") async throws -> FakeTokenProvider {
         let box = Mutex<FakeTokenProvider?>(nil)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -53,7 +62,7 @@ final class FakeTokenProvider: Sendable {
                     )
                 }
             }
-            .bind(host: "127.0.0.1", port: 0).get()
+            .bind(host: host, port: 0).get()
         let provider = FakeTokenProvider(channel: channel)
         box.withLock { $0 = provider }
         return provider
@@ -75,6 +84,29 @@ final class FakeTokenProvider: Sendable {
     func setDown(_ down: Bool) { state.withLock { $0.failAll = down } }
     /// The lifetime of the tokens it issues, seconds.
     func setLifetime(_ seconds: Int) { state.withLock { $0.lifetime = seconds } }
+    /// A `Date` header `seconds` away from the real time on every reply (`nil`: no header).
+    func setDateSkew(seconds: Int?) { state.withLock { $0.dateSkew = seconds } }
+    /// Where `redirect-` ids are sent.
+    func setRedirectTarget(_ url: String) { state.withLock { $0.redirectTarget = url } }
+    /// The extra headers of every reply.
+    fileprivate var replyHeaders: [(String, String)] {
+        guard let skew = state.withLock({ $0.dateSkew }) else { return [] }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return [("Date", formatter.string(from: Date().addingTimeInterval(TimeInterval(skew))))]
+    }
+
+    /// An HTTP date `seconds` from now.
+    static func httpDate(secondsFromNow seconds: Double) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: Date().addingTimeInterval(seconds))
+    }
+
     /// A delay before every reply.
     func setDelay(milliseconds: Int) { state.withLock { $0.delayMilliseconds = milliseconds } }
 
@@ -130,6 +162,25 @@ final class FakeTokenProvider: Sendable {
         if id.hasPrefix("huge-") {
             return (.ok, "application/json", Array(repeating: UInt8(ascii: " "), count: 100 * 1024), delay)
         }
+        if id.hasPrefix("retrydate-") {
+            return (.serviceUnavailable, Self.header("Retry-After", Self.httpDate(secondsFromNow: 30)), [], delay)
+        }
+        if id.hasPrefix("retry"), let dash = id.firstIndex(of: "-"),
+            let seconds = Int(id[id.index(id.startIndex, offsetBy: 5)..<dash])
+        {
+            return (.tooManyRequests, Self.header("Retry-After", "\(seconds)"), [], delay)
+        }
+        if id.hasPrefix("redirect-") {
+            let target = state.withLock { $0.redirectTarget }
+            return (.found, Self.header("Location", target), [], delay)
+        }
+        if id.hasPrefix("truncated-") { return (.ok, Self.truncated, Array(#"{"token": "eyJhbGciOi"#.utf8), delay) }
+        if id.hasPrefix("nonjson-") { return (.ok, "application/json", Array("{not json at all".utf8), delay) }
+        if id.hasPrefix("futureiat-") {
+            let token = Self.jwt(["exp": now + lifetime + 300, "iat": now + 300, "authorization": [claim: id]])
+            state.withLock { $0.issued.append(token) }
+            return (.ok, "application/json", json(["token": token, "expires_in": lifetime]), delay)
+        }
         if id.hasPrefix("status"), let dash = id.firstIndex(of: "-"),
             let code = Int(id[id.index(id.startIndex, offsetBy: 6)..<dash])
         {
@@ -142,6 +193,11 @@ final class FakeTokenProvider: Sendable {
 
     /// The content type that makes the handler answer `text/plain` with `Cache-Control: max-age=600`.
     static let plainWithMaxAge600 = "text/plain;max-age=600"
+    /// The content type that makes the handler promise more body than it sends, then close.
+    static let truncated = "application/json;truncated"
+
+    /// A "content type" that makes the handler send one extra header instead.
+    static func header(_ name: String, _ value: String) -> String { "header:\(name):\(value)" }
 
     /// An unsigned JWT-shaped token with the given claims.
     static func jwt(_ claims: [String: Any]) -> String {
@@ -170,13 +226,22 @@ private final class ProviderHandler: ChannelInboundHandler {
         case .body: break
         case .end:
             guard let head else { return }
-            guard let (status, type, body, delay) = provider().reply(path: head.uri, headers: head.headers) else {
+            let provider = provider()
+            guard let (status, type, body, delay) = provider.reply(path: head.uri, headers: head.headers) else {
                 return
             }
+            let extra = provider.replyHeaders
             let respond = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             context.eventLoop.scheduleTask(in: .milliseconds(Int64(delay))) {
                 let (handler, context) = respond.value
-                handler.respond(context: context, status: status, type: type, body: body, keepAlive: head.isKeepAlive)
+                handler.respond(
+                    context: context,
+                    status: status,
+                    type: type,
+                    body: body,
+                    keepAlive: head.isKeepAlive,
+                    extra: extra
+                )
             }
         }
     }
@@ -186,12 +251,31 @@ private final class ProviderHandler: ChannelInboundHandler {
         status: HTTPResponseStatus,
         type: String,
         body: [UInt8],
-        keepAlive: Bool
+        keepAlive: Bool,
+        extra: [(String, String)]
     ) {
         var headers = HTTPHeaders([("Content-Length", "\(body.count)")])
+        for (name, value) in extra { headers.add(name: name, value: value) }
         if type == FakeTokenProvider.plainWithMaxAge600 {
             headers.add(name: "Content-Type", value: "text/plain")
             headers.add(name: "Cache-Control", value: "max-age=600")
+        } else if type == FakeTokenProvider.truncated {
+            headers.replaceOrAdd(name: "Content-Length", value: "\(body.count + 100)")
+            headers.add(name: "Content-Type", value: "application/json")
+            context.write(
+                wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
+                promise: nil
+            )
+            context.writeAndFlush(
+                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))),
+                promise: nil
+            )
+            context.close(promise: nil)
+            return
+        } else if type.hasPrefix("header:") {
+            let parts = type.split(separator: ":", maxSplits: 2).map(String.init)
+            headers.add(name: parts[1], value: parts[2])
+            headers.add(name: "Content-Type", value: "text/plain")
         } else {
             headers.add(name: "Content-Type", value: type)
         }

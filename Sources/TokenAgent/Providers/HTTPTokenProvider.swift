@@ -190,6 +190,7 @@ public final class HTTPTokenProvider: TokenProvider {
 
     private static func describe(_ error: any Error) -> String {
         if let error = error as? HTTPClientError { return error.shortDescription }
+        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
         return String(describing: type(of: error))
     }
 }
