@@ -130,6 +130,22 @@ struct BadInputTests {
         }
     }
 
+    @Test func aHalfLineIsTimedOutButAnIdleConnectionIsKept() async throws {
+        try await withProviderAndAgent(["--request-timeout", "0.5"]) { agent, _ in
+            let idle = try RawSocket(path: agent.socketPath)
+            #expect(try await idle.exchange("PING") == "PONG")
+            let slow = try RawSocket(path: agent.socketPath)
+            #expect(try await slow.exchange("PING") == "PONG")
+            // Half a line, then nothing: the agent answers and closes after the request time-out.
+            let replies = try await slow.sendPartialAndReadUntilClosed("GET vehi", timeout: 5000)
+            #expect(replies == ["ERR bad-request request timed out"])
+            try await Task.sleep(for: .seconds(1))
+            #expect(try await idle.exchange("PING") == "PONG", "a connection with nothing owed is kept")
+            idle.close()
+            slow.close()
+        }
+    }
+
     private func providerTimeoutConfig(seconds: Int) throws -> String {
         let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
         let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": \#(seconds)}}}"#

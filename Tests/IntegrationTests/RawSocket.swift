@@ -53,6 +53,28 @@ final class RawSocket: @unchecked Sendable {
         }
     }
 
+    /// Writes `bytes` without LF and reads reply lines until the agent closes the connection (or
+    /// `timeout` ms pass without news).
+    func sendPartialAndReadUntilClosed(_ bytes: String, timeout: Int32) async throws -> [String]? {
+        try await offPool { self.sendPartialNow(bytes, timeout: timeout) }
+    }
+
+    private func sendPartialNow(_ text: String, timeout: Int32) -> [String]? {
+        let bytes = Array(text.utf8)
+        guard bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else { return nil }
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, timeout) == 1 else { return nil }
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0, errno == EAGAIN { continue }
+            if count <= 0 { break }
+            received += chunk[..<count]
+        }
+        return String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init)
+    }
+
     func close() {
         if fd >= 0 { _ = Glibc.close(fd) }
         fd = -1

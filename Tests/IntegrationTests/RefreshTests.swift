@@ -28,9 +28,9 @@ struct RefreshTests {
             let token = try #require(tokenOf(try await agent.send("GET vehicle d-1").first))
             provider.setDown(true)
             #expect(try await agent.send("GET vehicle d-1").first.flatMap(tokenOf) == token)
-            // Ask for more validity than the cached token has, once the 5 s re-fetch guard passed:
-            // the fetch fails, and the cached token is still served.
-            try await Task.sleep(for: .seconds(5.5))
+            // Ask for more validity than the cached token has, once the re-fetch guard (1 s here)
+            // passed: the fetch fails, and the cached token is still served.
+            try await Task.sleep(for: .seconds(1.2))
             #expect(try await agent.send("GET vehicle d-1 3600").first.flatMap(tokenOf) == token)
             #expect(provider.requests(for: "d-1") == 2)
             let refresh = try await agent.send("REFRESH vehicle d-1")
@@ -48,7 +48,7 @@ struct RefreshTests {
         try await withProviderAndAgent(["--config", try timeoutConfig()]) { agent, provider in
             let token = try #require(tokenOf(try await agent.send("GET vehicle h-1").first))
             provider.setDelay(milliseconds: 10_000)
-            try await Task.sleep(for: .seconds(5.5))
+            try await Task.sleep(for: .seconds(1.2))
             let started = Date()
             #expect(try await agent.send("GET vehicle h-1 3600").first.flatMap(tokenOf) == token)
             #expect(Date().timeIntervalSince(started) < 5, "bounded by the provider's 1 s time-out")
@@ -56,11 +56,11 @@ struct RefreshTests {
     }
 
     @Test func refreshFetchesAFreshTokenOnce() async throws {
-        try await withProviderAndAgent { agent, provider in
+        try await withProviderAndAgent(["--config", try guardConfig()]) { agent, provider in
             let first = try #require(tokenOf(try await agent.send("GET trip rf-1").first))
             let replies = try await agent.send("REFRESH trip rf-1", "REFRESH trip rf-1")
-            #expect(replies.map(tokenOf) == [first, first], "fetched in the last 5 s: not fetched again")
-            try await Task.sleep(for: .seconds(5.2))
+            #expect(replies.map(tokenOf) == [first, first], "fetched within the guard: not fetched again")
+            try await Task.sleep(for: .seconds(1.2))
             let concurrent = try await withThrowingTaskGroup(of: String?.self) { group in
                 for _ in 0..<20 {
                     group.addTask { try await agent.send("REFRESH trip rf-1").first.flatMap(tokenOf) }
@@ -73,9 +73,33 @@ struct RefreshTests {
         }
     }
 
+    @Test func refreshWithTheRefusedTokenFetchesOnceForEveryone() async throws {
+        try await withProviderAndAgent { agent, provider in
+            let refused = try #require(tokenOf(try await agent.send("GET vehicle rt-1").first))
+            // Within the 5 s guard a plain REFRESH would not fetch; naming the refused token does.
+            let replies = try await withThrowingTaskGroup(of: String?.self) { group in
+                for _ in 0..<50 {
+                    group.addTask { try await agent.send("REFRESH vehicle rt-1 \(refused)").first.flatMap(tokenOf) }
+                }
+                return try await group.reduce(into: Set<String?>()) { $0.insert($1) }
+            }
+            #expect(replies.count == 1)
+            let fresh = try #require(replies.first ?? nil)
+            #expect(fresh != refused)
+            #expect(provider.requests(for: "rt-1") == 2, "fifty refused workers, one fetch")
+            #expect(try await agent.send("GET vehicle rt-1").first.flatMap(tokenOf) == fresh)
+        }
+    }
+
+    private func guardConfig() throws -> String {
+        let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
+        try #"{"refetch_guard": 1}"#.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
     private func timeoutConfig() throws -> String {
         let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
-        let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": 1}}}"#
+        let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": 1}}, "refetch_guard": 1}"#
         try json.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }

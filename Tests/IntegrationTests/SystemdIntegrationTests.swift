@@ -152,6 +152,14 @@ struct SystemdIntegrationTests {
         #expect(try await agent.send("GET trip rl-2").first.flatMap(tokenOf) != trip)
         #expect(provider.requests(for: "rl-1") == 1)
         #expect(provider.requests(for: "rl-2") == 2)
+
+        // No answer on the socket: the outcome cannot be read, and that is a failure, not a success.
+        let blind = try await run(
+            AgentProcess.binary,
+            ["reload", "--pid", "\(agent.pid)", "--socket", agent.directory.path + "/none.sock"]
+        )
+        #expect(blind.status == 1, "\(blind.stderr)")
+        #expect(blind.stderr.contains("cannot read the outcome"))
         #expect(await agent.stop() == 0)
     }
 }

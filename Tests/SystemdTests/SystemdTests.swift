@@ -41,16 +41,18 @@ struct SystemdTests {
         #expect(write(fd, "x", 1) == -1, "sealed against writes")
     }
 
-    @Test func notifierIsSilentWithoutANotifySocket() {
-        guard ProcessInfo.processInfo.environment["NOTIFY_SOCKET"] == nil else { return }
+    @Test(
+        .enabled(if: ProcessInfo.processInfo.environment["NOTIFY_SOCKET"] == nil, "run under a service manager")
+    )
+    func notifierIsSilentWithoutANotifySocket() {
         let notifier = SystemdNotifier()
         #expect(!notifier.isEnabled)
         #expect(!notifier.store(fileDescriptor: 0, name: "cache"))
         notifier.ready(status: "ignored")
     }
 
-    @Test func noDescriptorsPassedOutsideSocketActivation() {
-        guard ProcessInfo.processInfo.environment["LISTEN_FDS"] == nil else { return }
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["LISTEN_FDS"] == nil, "run with sockets passed"))
+    func noDescriptorsPassedOutsideSocketActivation() {
         #expect(ListenFileDescriptors.take().isEmpty)
     }
 }
