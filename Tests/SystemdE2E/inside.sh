@@ -87,6 +87,26 @@ misses=$(stat_field misses); fetches=$(stat_field fetches)
 echo "after restart: misses=$misses fetches=$fetches" >> "$log"
 check "handover logged" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "cache taken over from the previous process"'
 
+echo "== peer rules" >> "$log"
+# Two workers that may open the socket (group fleet-tokens); only one is allowed vehicle tokens.
+useradd --system --no-create-home --shell /usr/sbin/nologin -G fleet-tokens e2e-dispatch >> "$log" 2>&1
+useradd --system --no-create-home --shell /usr/sbin/nologin -G fleet-tokens e2e-other >> "$log" 2>&1
+echo '{"log_level": "debug", "allow": {"vehicle": {"users": ["e2e-dispatch"]}}}' > /etc/fleet-tokend/config.json
+check "reload with peer rules" systemctl reload fleet-tokend.service
+as_user() { printf 'GET %s %s\n' "$2" "$3" | runuser -u "$1" -- socat -t 15 - "UNIX-CONNECT:$sock"; }
+allowed=$(as_user e2e-dispatch vehicle v-peer)
+denied=$(as_user e2e-other vehicle v-peer)
+open_kind=$(as_user e2e-other trip t-peer)
+echo "allowed: ${allowed:0:20}... denied: $denied trip: ${open_kind:0:20}..." >> "$log"
+if [[ "$allowed" == OK\ * ]]; then pass "an allowed user gets a vehicle token through the packaged unit"; else fail "allowed user" "$allowed"; fi
+if [[ "$denied" == "ERR denied "* ]]; then pass "another user gets ERR denied"; else fail "other user" "$denied"; fi
+if [[ "$open_kind" == OK\ * ]]; then pass "a kind without rules stays open to the socket's group"; else fail "open kind" "$open_kind"; fi
+other_uid=$(id -u e2e-other)
+check "the denial is logged with the peer's real uid and process" sh -c \
+    "journalctl -u fleet-tokend.service -o verbose --no-pager | grep -q 'PEER_UID=$other_uid' && journalctl -u fleet-tokend.service -o verbose --no-pager | grep -q 'PEER_PROCESS=socat'"
+denied_count=$(stat_field denied)
+if [ "$denied_count" = 1 ]; then pass "STATS counts denied=1"; else fail "denied count" "$denied_count"; fi
+
 echo "== stop" >> "$log"
 check "systemctl stop succeeds" systemctl stop fleet-tokend.service
 check "socket still listening after stop" systemctl is-active fleet-tokend.socket

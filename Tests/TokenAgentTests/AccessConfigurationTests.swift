@@ -161,3 +161,18 @@ struct AccessConfigurationTests {
         #expect(ProviderReply.retryAfter(nil, now: now) == nil)
     }
 }
+
+@Suite("The packaged example configuration")
+struct ExampleConfigurationTests {
+    @Test func theExampleParsesAndValidates() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let path = root.appendingPathComponent("packaging/fleet-tokend.example.json").path
+        let configuration = try ConfigurationFile.load(path: path, over: AgentConfiguration())
+        try configuration.validate()
+        try configuration.checkAccessKinds()
+        #expect(configuration.access.allow.keys.sorted() == ["trip", "vehicle"])
+        #expect(configuration.access.admin == PrincipalList(groups: [.name("fleet-admins")]))
+        #expect(configuration.providers.keys.sorted() == ["trip", "vehicle"])
+    }
+}
