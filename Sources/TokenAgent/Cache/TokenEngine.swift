@@ -312,10 +312,12 @@ public final class TokenEngine: Sendable {
         }
     }
 
-    /// Shuts the providers down (closes HTTP connections).
+    /// Shuts the providers down (closes HTTP connections), those still retiring after a reload
+    /// included.
     public func shutdown() async {
         var seen: Set<ObjectIdentifier> = []
-        for provider in providers.values {
+        let all = state.withLock { state in Array(state.runtime.providers.values) + state.retiring.map(\.provider) }
+        for provider in all {
             if let id = Self.identity(provider), !seen.insert(id).inserted { continue }
             await provider.shutdown()
         }
