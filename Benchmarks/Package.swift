@@ -15,6 +15,7 @@ let package = Package(
         .package(path: ".."),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
     ],
     targets: [
         .executableTarget(
@@ -27,6 +28,15 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: [.treatAllWarnings(as: .error)]
-        )
+        ),
+        // <sys/epoll.h>, which the Swift Glibc module leaves out.
+        .systemLibrary(name: "CEpoll", path: "Sources/CEpoll"),
+        // The closed-loop load generator behind `bash Benchmarks/compare.sh`: plain POSIX sockets,
+        // threads and epoll, no dependency beyond HdrHistogram.
+        .executableTarget(
+            name: "load-gen",
+            dependencies: ["CEpoll", .product(name: "Histogram", package: "hdrhistogram-swift")],
+            swiftSettings: [.treatAllWarnings(as: .error)]
+        ),
     ]
 )

@@ -20,6 +20,9 @@ final class RequestHandler: ChannelDuplexHandler {
         var closeAfter = false
         /// A STATS reply, made when its turn comes so it counts every request before it.
         var statsWhenDue = false
+        /// The key a token reply answers, so a token that aged past the serving floor while its
+        /// reply waited behind slower ones can be looked up again.
+        var key: (kind: String, id: String, minValidity: Int?)?
 
         var isReady: Bool { reply != nil || closeAfter || statsWhenDue }
     }
@@ -28,6 +31,7 @@ final class RequestHandler: ChannelDuplexHandler {
     static let maxPending = 128
 
     private let engine: TokenEngine
+    private let clock: any AgentClock = SystemAgentClock()
     private let status: AgentStatus
     private let logger: Logger
     private var slots = CircularBuffer<Slot>(initialCapacity: 8)
@@ -125,13 +129,21 @@ final class RequestHandler: ChannelDuplexHandler {
             if let denied = access.check(peer, kind: kind) {
                 append(Slot(reply: .error(denied)))
             } else {
-                answer(engine.lookup(kind: kind, id: id, minValidity: minValidity), context: context)
+                answer(
+                    engine.lookup(kind: kind, id: id, minValidity: minValidity),
+                    key: (kind, id, minValidity),
+                    context: context
+                )
             }
         case .refresh(let kind, let id, let refused):
             if let denied = access.check(peer, kind: kind) {
                 append(Slot(reply: .error(denied)))
             } else {
-                answer(engine.lookupRefresh(kind: kind, id: id, refusedToken: refused), context: context)
+                answer(
+                    engine.lookupRefresh(kind: kind, id: id, refusedToken: refused),
+                    key: (kind, id, nil),
+                    context: context
+                )
             }
         }
     }
@@ -162,22 +174,41 @@ final class RequestHandler: ChannelDuplexHandler {
         partialTimer = nil
     }
 
-    private func answer(_ lookup: TokenEngine.Lookup, context: ChannelHandlerContext) {
+    private func answer(
+        _ lookup: TokenEngine.Lookup,
+        key: (kind: String, id: String, minValidity: Int?),
+        context: ChannelHandlerContext
+    ) {
         switch lookup {
         case .ready(let outcome):
-            append(Slot(reply: Self.reply(outcome)))
+            append(Slot(reply: Self.reply(outcome), key: key))
         case .pending(let wait):
-            let sequence = firstSequence + slots.count
-            append(Slot())
-            let promise = context.eventLoop.makePromise(of: TokenEngine.Outcome.self)
-            promise.completeWithTask { await wait() }
-            promise.futureResult.assumeIsolated().whenSuccess { [self] outcome in
-                let index = sequence - firstSequence
-                guard !closed, index >= 0, index < slots.count else { return }
-                slots[slots.index(slots.startIndex, offsetBy: index)].reply = Self.reply(outcome)
-                writeReadyReplies(context: context)
-            }
+            append(Slot(key: key))
+            deliver(wait, sequence: firstSequence + slots.count - 1, context: context)
         }
+    }
+
+    /// Fills the slot of request `sequence` when `wait` ends, and writes what is then ready.
+    private func deliver(
+        _ wait: @escaping @Sendable () async -> TokenEngine.Outcome,
+        sequence: Int,
+        context: ChannelHandlerContext
+    ) {
+        let promise = context.eventLoop.makePromise(of: TokenEngine.Outcome.self)
+        promise.completeWithTask { await wait() }
+        promise.futureResult.assumeIsolated().whenSuccess { [self] outcome in
+            let index = sequence - firstSequence
+            guard !closed, index >= 0, index < slots.count else { return }
+            slots[slots.index(slots.startIndex, offsetBy: index)].reply = Self.reply(outcome)
+            writeReadyReplies(context: context)
+        }
+    }
+
+    /// Whether `slot` holds a token that has aged under the serving floor while its reply waited
+    /// behind slower replies (replies go out in request order).
+    private func isStale(_ slot: Slot) -> Bool {
+        guard case .token(_, let expiresAt) = slot.reply, slot.key != nil else { return false }
+        return Double(expiresAt) - clock.wallSeconds < engine.policy.servingFloor
     }
 
     private static func reply(_ outcome: TokenEngine.Outcome) -> WireReply {
@@ -244,7 +275,19 @@ final class RequestHandler: ChannelDuplexHandler {
     private func writeReadyReplies(context: ChannelHandlerContext) {
         guard !closed else { return }
         var wrote = false
-        while let head = slots.first, head.isReady {
+        while var head = slots.first, head.isReady {
+            if isStale(head), let key = head.key {
+                // Never a token with under 10 s left: ask again now.
+                switch engine.lookup(kind: key.kind, id: key.id, minValidity: key.minValidity) {
+                case .ready(let outcome):
+                    head.reply = Self.reply(outcome)
+                    if isStale(head) { head.reply = .error(WireError(.unavailable, "token expired while queued")) }
+                case .pending(let wait):
+                    slots[slots.startIndex].reply = nil
+                    deliver(wait, sequence: firstSequence, context: context)
+                }
+                if head.reply == nil || slots.first?.reply == nil { break }
+            }
             slots.removeFirst()
             firstSequence += 1
             if let reply = head.statsWhenDue ? .ok(status.statsText()) : head.reply {

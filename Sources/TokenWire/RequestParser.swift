@@ -10,21 +10,30 @@ public enum RequestParser {
         if bytes.count > WireLimits.maxRequestLineBytes {
             return .failure(WireError(.badRequest, "line too long"))
         }
-        guard let text = String(validating: bytes, as: UTF8.self) else {
+        guard String(validating: bytes, as: UTF8.self) != nil else {
             return .failure(WireError(.badRequest, "line is not UTF-8"))
         }
-        return parse(text: text)
+        return parseFields(bytes)
     }
 
     /// Parses one request line that is already a string (no LF; a trailing CR is dropped).
     public static func parse(text: String) -> Result<WireRequest, WireError> {
-        var text = Substring(text)
-        if text.last == "\r" { text = text.dropLast() }
-        let fields = text.split(separator: " ", omittingEmptySubsequences: true)
+        var bytes = Array(text.utf8)
+        if bytes.last == 0x0D { bytes.removeLast() }
+        return parseFields(bytes)
+    }
+
+    /// Parses a line of valid UTF-8 whose CR, if any, is already gone. Fields are separated by
+    /// U+0020 bytes alone (not by what Unicode treats as a cluster boundary), and verbs match
+    /// case-insensitively in ASCII only.
+    private static func parseFields(_ bytes: [UInt8]) -> Result<WireRequest, WireError> {
+        let fields = bytes.split(separator: 0x20, omittingEmptySubsequences: true).map {
+            Substring(decoding: $0, as: UTF8.self)
+        }
         guard let verbField = fields.first else {
             return .failure(WireError(.badRequest, "empty request"))
         }
-        let verb = verbField.uppercased()
+        let verb = String(decoding: verbField.utf8.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }, as: UTF8.self)
         let arguments = fields.dropFirst()
         switch verb {
         case "GET":

@@ -20,6 +20,7 @@ import Synchronization
 /// | `status<N>-` | HTTP status N |
 /// | `hang-`    | never answers |
 /// | `slow-`    | answers after 400 ms |
+/// | `delay<N>-` | answers an hour-long token after N ms |
 /// | `retry<N>-` | `429` with `Retry-After: N` |
 /// | `retrydate-` | `503` with `Retry-After` an HTTP date 30 s ahead |
 /// | `redirect-` | `302` to ``redirectTarget`` |
@@ -136,6 +137,13 @@ final class FakeTokenProvider: Sendable {
         }
         func json(_ object: [String: Any]) -> [UInt8] { Array(try! JSONSerialization.data(withJSONObject: object)) }
         if id.hasPrefix("hang-") { return nil }
+        if id.hasPrefix("delay"), let dash = id.firstIndex(of: "-"),
+            let milliseconds = Int(id[id.index(id.startIndex, offsetBy: 5)..<dash])
+        {
+            return (
+                .ok, "application/json", json(["token": jwt(id: id, exp: now + 3600), "expires_in": 3600]), milliseconds
+            )
+        }
         if id.hasPrefix("slow-") {
             return (
                 .ok, "application/json", json(["token": jwt(id: id, exp: now + lifetime), "expires_in": lifetime]), 400

@@ -91,6 +91,22 @@ struct RefreshTests {
         }
     }
 
+    @Test func aTokenThatAgesWhileItsReplyWaitsIsLookedUpAgain() async throws {
+        // Replies go out in request order: a cached token answered behind a slow fetch waits
+        // with it. One that fell under 10 s left meanwhile is not sent; it is looked up again.
+        try await withProviderAndAgent(configure: { $0.setLifetime(12) }) { agent, provider in
+            let warm = try #require(tokenOf(try await agent.send("GET vehicle aged-1").first))
+            let replies = try await agent.send("GET vehicle delay2500-1", "GET vehicle aged-1")
+            #expect(tokenOf(replies.first) != nil)
+            let second = try #require(replies.last)
+            let token = try #require(tokenOf(second), "\(second)")
+            #expect(token != warm, "the aged token is not sent")
+            let expiresAt = try #require(Int(second.split(separator: " ")[2]))
+            #expect(expiresAt - Int(Date().timeIntervalSince1970) >= 10)
+            #expect(provider.requests(for: "aged-1") == 2)
+        }
+    }
+
     private func guardConfig() throws -> String {
         let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
         try #"{"refetch_guard": 1}"#.write(toFile: path, atomically: true, encoding: .utf8)

@@ -1,11 +1,29 @@
 import Synchronization
 
 /// A counting semaphore for async code: at most `limit` holders at once, the rest wait in order.
+///
+/// A waiter whose task is cancelled leaves the queue at once and throws `CancellationError`;
+/// the queue's storage shrinks as it drains, however long the limiter stays saturated.
 public final class AsyncLimiter: Sendable {
     private struct State {
         var available: Int
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        /// Waiting callers by ticket.
+        var waiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        /// Tickets in arrival order from `head` on; tickets of cancelled waiters are skipped.
+        var order: [UInt64] = []
         var head = 0
+        var nextTicket: UInt64 = 0
+
+        /// Drops the consumed front of `order` once it is most of the storage.
+        mutating func compact() {
+            if head == order.count {
+                order.removeAll(keepingCapacity: order.count <= 1024)
+                head = 0
+            } else if head >= 1024, head * 2 >= order.count {
+                order.removeFirst(head)
+                head = 0
+            }
+        }
     }
 
     private let state: Mutex<State>
@@ -17,48 +35,65 @@ public final class AsyncLimiter: Sendable {
     }
 
     /// How many callers wait for a place now.
-    public var waiting: Int { state.withLock { $0.waiters.count - $0.head } }
+    public var waiting: Int { state.withLock { $0.waiters.count } }
 
-    /// Runs `body` once a place is free, and frees it afterwards.
-    public func withPlace<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
-        await acquire()
+    /// Tickets kept in the arrival queue (waiting or already gone but not yet compacted away).
+    var queueStorage: Int { state.withLock { $0.order.count - $0.head } }
+
+    /// Runs `body` once a place is free, and frees it afterwards. Throws `CancellationError`,
+    /// without running `body`, when the task is cancelled while it waits.
+    public func withPlace<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        try await acquire()
         defer { release() }
         return try await body()
     }
 
-    private func acquire() async {
-        let acquired = state.withLock { state -> Bool in
+    private func acquire() async throws {
+        let ticket = state.withLock { state -> UInt64? in
             if state.available > 0 {
                 state.available -= 1
-                return true
+                return nil
             }
-            return false
+            state.nextTicket += 1
+            return state.nextTicket
         }
-        if acquired { return }
-        await withCheckedContinuation { continuation in
-            let resumeNow = state.withLock { state -> Bool in
-                if state.available > 0 {
-                    state.available -= 1
-                    return true
+        guard let ticket else { return }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                enum Next { case wait, resume, cancel }
+                let next = state.withLock { state -> Next in
+                    if Task.isCancelled { return .cancel }
+                    if state.available > 0 {
+                        state.available -= 1
+                        return .resume
+                    }
+                    state.waiters[ticket] = continuation
+                    state.order.append(ticket)
+                    return .wait
                 }
-                state.waiters.append(continuation)
-                return false
+                switch next {
+                case .wait: break
+                case .resume: continuation.resume()
+                case .cancel: continuation.resume(throwing: CancellationError())
+                }
             }
-            if resumeNow { continuation.resume() }
+        } onCancel: {
+            let cancelled = state.withLock { $0.waiters.removeValue(forKey: ticket) }
+            cancelled?.resume(throwing: CancellationError())
         }
     }
 
     private func release() {
-        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            if state.head < state.waiters.count {
-                let next = state.waiters[state.head]
+        let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            while state.head < state.order.count {
+                let ticket = state.order[state.head]
                 state.head += 1
-                if state.head == state.waiters.count {
-                    state.waiters.removeAll(keepingCapacity: true)
-                    state.head = 0
+                if let waiter = state.waiters.removeValue(forKey: ticket) {
+                    state.compact()
+                    return waiter
                 }
-                return next
             }
+            state.compact()
             state.available += 1
             return nil
         }

@@ -1,0 +1,241 @@
+import Foundation
+import NIOCore
+import NIOEmbedded
+import NIOTestUtils
+import Testing
+import TokenWire
+
+@testable import TokenAgentServer
+
+/// ``LineFrameDecoder`` on NIO: NIO's decoder verifier, the 4096-byte limit, CRLF, partial-line
+/// news, and the fuzz corpus replayed through an `EmbeddedChannel` in random chunks against
+/// ``RequestLinesOracle`` (`RequestLinesOracle.swift` here is a symlink to `Tests/Fuzz/`).
+@Suite("Line frame decoder")
+struct LineFrameDecoderTests {
+    private static let limit = WireLimits.maxRequestLineBytes
+
+    // MARK: NIO's verifier
+
+    /// NIO's verifier feeds the inputs whole, a byte at a time (each byte in its own buffer, with
+    /// bytes before and after it outside the readable window) and all at once, through one
+    /// decoder, and expects the same frames every way. ``RequestFrame/partialLine`` depends on
+    /// where chunks end by design (a byte at a time, every non-empty line has one), so the
+    /// verifier runs the real decoder behind ``LinesOnly``, which drops that news; it is checked
+    /// on its own below. Too-long lines end the framing for good, so they cannot be among the
+    /// verifier's shuffled and repeated inputs either.
+    @Test func verifierGetsTheSameLinesHoweverTheInputIsSplit() throws {
+        let pairs: [(String, [String])] = [
+            ("PING\n", ["PING"]),
+            ("GET vehicle v-1\r\n", ["GET vehicle v-1\r"]),
+            ("\n", [""]),
+            ("\r\n", ["\r"]),
+            ("GET trip t-1 60\nPING\nHELP\n", ["GET trip t-1 60", "PING", "HELP"]),
+            ("GET vehicle a\u{0}b\nPI\rNG\n", ["GET vehicle a\u{0}b", "PI\rNG"]),
+            (
+                "GET vehicle " + String(repeating: "x", count: Self.limit - 12) + "\n",
+                ["GET vehicle " + String(repeating: "x", count: Self.limit - 12)]
+            ),
+            (
+                "REFRESH vehicle " + String(repeating: "y", count: Self.limit - 16) + "\r\n",
+                ["REFRESH vehicle " + String(repeating: "y", count: Self.limit - 16) + "\r"]
+            ),
+        ]
+        let allocator = ByteBufferAllocator()
+        var inputOutputPairs = pairs.map { input, lines in
+            (allocator.buffer(string: input), lines.map { RequestFrame.line(allocator.buffer(string: $0)) })
+        }
+        inputOutputPairs.append(
+            (
+                allocator.buffer(bytes: Array("GET vehicle ".utf8) + [0xC3, 0x28, 0x0A]),
+                [.line(allocator.buffer(bytes: Array("GET vehicle ".utf8) + [0xC3, 0x28]))]
+            )
+        )
+        try ByteToMessageDecoderVerifier.verifyDecoder(inputOutputPairs: inputOutputPairs) { LinesOnly() }
+    }
+
+    // MARK: Partial lines, CRLF, the limit, end of input
+
+    @Test func partialLineIsReportedOncePerLineBeforeItsLine() throws {
+        #expect(
+            try frames(["GE", "T vehi", "cle v-1", "\nPI", "NG\n"])
+                == [.partialLine, .line(Array("GET vehicle v-1".utf8)), .partialLine, .line(Array("PING".utf8))]
+        )
+        #expect(try frames(["PING\nHELP\n"]) == [.line(Array("PING".utf8)), .line(Array("HELP".utf8))])
+        #expect(
+            try frames(["PING\n", "\n"]) == [.line(Array("PING".utf8)), .line([])],
+            "an LF alone is no partial line"
+        )
+    }
+
+    @Test func crBeforeLFStaysInTheLineForTheParser() throws {
+        #expect(try frames(["PING\r\n"]) == [.line(Array("PING\r".utf8))])
+        #expect(try frames(["PING\r", "\n"]) == [.partialLine, .line(Array("PING\r".utf8))])
+        #expect(try frames(["\r\n\r\n"]) == [.line([0x0D]), .line([0x0D])])
+    }
+
+    @Test func fourThousandNinetySixBytesIsALineAndOneMoreIsTooLong() throws {
+        let full = [UInt8](repeating: UInt8(ascii: "x"), count: Self.limit)
+        let ping = Array("PING\n".utf8)
+        #expect(try frames([full + [0x0A] + ping]) == [.line(full), .line(Array("PING".utf8))])
+        #expect(
+            try frames([full + [0x0D, 0x0A] + ping]) == [.line(full + [0x0D]), .line(Array("PING".utf8))],
+            "CR not counted"
+        )
+        #expect(try frames([full, [0x0D], [0x0A]]) == [.partialLine, .line(full + [0x0D])])
+        // One byte more: too long, and nothing after it is framed, now or later.
+        #expect(try frames([ping + full + [0x78, 0x0A] + ping, ping]) == [.line(Array("PING".utf8)), .tooLong])
+        #expect(try frames([full + [0x78, 0x0D, 0x0A] + ping]) == [.tooLong], "4097 bytes and a CR")
+        #expect(try frames([full + [0x0D, 0x0D, 0x0A]]) == [.tooLong], "only one CR is not counted")
+        // 4097 bytes without LF may still be 4096 and a CR; a 4098th byte that is not LF ends it.
+        #expect(try frames([full + [0x78], ping]) == [.partialLine, .tooLong])
+        #expect(try frames([full + [0x78, 0x78]]) == [.tooLong])
+        #expect(try frames([full + [0x78, 0x78]], endOfInput: true) == [.tooLong], "nothing is left at end of input")
+        #expect(try frames([[0x78], full, ping]) == [.partialLine, .tooLong])
+    }
+
+    @Test func lastLineWithoutLFIsDeliveredAtEndOfInput() throws {
+        #expect(
+            try frames(["PING\nGET v"], endOfInput: true)
+                == [.line(Array("PING".utf8)), .partialLine, .lastLine(Array("GET v".utf8))]
+        )
+        #expect(try frames(["PING\n"], endOfInput: true) == [.line(Array("PING".utf8))])
+        #expect(try frames([String](), endOfInput: true) == [])
+    }
+
+    // MARK: The corpus
+
+    @Test func fuzzCorpusThroughAnEmbeddedChannelMatchesTheOracle() throws {
+        let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fuzz/corpus")
+        let files = try FileManager.default.contentsOfDirectory(atPath: corpus.path).sorted()
+        try #require(files.count >= 10, "expected the seed corpus in \(corpus.path)")
+        var random = SplitMix64(seed: 0xDEC0_DE25)
+        for name in files {
+            let input = RequestLinesOracle.input(
+                fuzzData: Array(try Data(contentsOf: corpus.appendingPathComponent(name)))
+            )
+            let count = input.stream.count
+            var chunkings = [
+                RequestLinesOracle.cuts(count: count, chunkLengths: input.chunkLengths),
+                RequestLinesOracle.cuts(count: count, chunkLengths: [1]),
+            ]
+            for round in 0..<4 {
+                let lengths = (0..<6).map { _ in Int.random(in: 1...(round == 3 ? 6000 : 64), using: &random) }
+                chunkings.append(RequestLinesOracle.cuts(count: count, chunkLengths: lengths))
+            }
+            for cuts in chunkings {
+                var chunks: [[UInt8]] = []
+                var start = 0
+                for cut in cuts {
+                    chunks.append(Array(input.stream[start..<cut]))
+                    start = cut
+                }
+                let expected = RequestLinesOracle.expectedEvents(stream: input.stream, cuts: cuts)
+                let actual = try frames(chunks, endOfInput: true)
+                #expect(actual == expected, "\(name) cut at \(cuts)")
+                for event in actual {
+                    if case .line(let line) = event, line.count > Self.limit + 1 {
+                        Issue.record("\(name): a framed line of \(line.count) bytes")
+                    }
+                }
+            }
+        }
+    }
+
+    // MARK: Helpers
+
+    /// Writes `chunks` into an `EmbeddedChannel` with the decoder, one `channelRead` each, then
+    /// (with `endOfInput`) closes the input, and returns what the decoder passed on; a line
+    /// delivered at end of input is a ``RequestLinesOracle/Event/lastLine(_:)``.
+    private func frames(_ chunks: [[UInt8]], endOfInput: Bool = false) throws -> [RequestLinesOracle.Event] {
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder()))
+        defer { _ = try? channel.finish() }
+        var events: [RequestLinesOracle.Event] = []
+        func readAll(atEnd: Bool) throws {
+            while let frame = try channel.readInbound(as: RequestFrame.self) {
+                switch frame {
+                case .line(let buffer):
+                    events.append(
+                        atEnd ? .lastLine(Array(buffer.readableBytesView)) : .line(Array(buffer.readableBytesView))
+                    )
+                case .partialLine: events.append(.partialLine)
+                case .tooLong: events.append(.tooLong)
+                }
+            }
+        }
+        for chunk in chunks {
+            try channel.writeInbound(channel.allocator.buffer(bytes: chunk))
+            try readAll(atEnd: false)
+        }
+        if endOfInput {
+            channel.pipeline.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+            try readAll(atEnd: true)
+        }
+        return events
+    }
+
+    private func frames(_ chunks: [String], endOfInput: Bool = false) throws -> [RequestLinesOracle.Event] {
+        try frames(chunks.map { Array($0.utf8) }, endOfInput: endOfInput)
+    }
+}
+
+extension RequestFrame: Equatable {
+    /// Frames are equal when they are the same case and, for lines, hold the same bytes.
+    public static func == (lhs: RequestFrame, rhs: RequestFrame) -> Bool {
+        switch (lhs, rhs) {
+        case (.line(let left), .line(let right)): return left.readableBytesView.elementsEqual(right.readableBytesView)
+        case (.tooLong, .tooLong), (.partialLine, .partialLine): return true
+        default: return false
+        }
+    }
+}
+
+/// The real ``LineFrameDecoder``, in a `ByteToMessageHandler` on a channel of its own, with its
+/// ``RequestFrame/partialLine`` news dropped: every buffer it is given goes to that channel as is
+/// (reader index and neighbouring bytes included), and every line or too-long frame comes back out.
+private struct LinesOnly: ByteToMessageDecoder {
+    typealias InboundOut = RequestFrame
+
+    private let inner = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder()))
+
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        let chunk = buffer
+        buffer.moveReaderIndex(to: buffer.writerIndex)
+        try inner.writeInbound(chunk)
+        try forward(context: context)
+        return .needMoreData
+    }
+
+    mutating func decodeLast(
+        context: ChannelHandlerContext,
+        buffer: inout ByteBuffer,
+        seenEOF: Bool
+    ) throws -> DecodingState {
+        if buffer.readableBytes > 0 { _ = try decode(context: context, buffer: &buffer) }
+        inner.pipeline.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
+        try forward(context: context)
+        return .needMoreData
+    }
+
+    private func forward(context: ChannelHandlerContext) throws {
+        while let frame = try inner.readInbound(as: RequestFrame.self) {
+            if case .partialLine = frame { continue }
+            context.fireChannelRead(Self.wrapInboundOut(frame))
+        }
+    }
+}
+
+/// A small seeded generator (SplitMix64), so a failing chunking can be replayed.
+private struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,99 @@
+import Synchronization
+import Testing
+
+@testable import TokenAgent
+
+/// A gate the holders wait at until the test opens it.
+final class Gate: Sendable {
+    private let waiting = Mutex<[CheckedContinuation<Void, Never>]>([])
+    private let open = Mutex(false)
+
+    var count: Int { waiting.withLock { $0.count } }
+
+    func pass() async {
+        await withCheckedContinuation { continuation in
+            let now = open.withLock { $0 }
+            if now { continuation.resume() } else { waiting.withLock { $0.append(continuation) } }
+        }
+    }
+
+    func openAll() {
+        open.withLock { $0 = true }
+        let released = waiting.withLock { list in
+            defer { list = [] }
+            return list
+        }
+        for continuation in released { continuation.resume() }
+    }
+}
+
+/// Numbers appended from many tasks.
+final class Recorder: Sendable {
+    private let values = Mutex<[Int]>([])
+
+    func append(_ value: Int) { values.withLock { $0.append(value) } }
+    var all: [Int] { values.withLock { $0 } }
+}
+
+@Suite("AsyncLimiter")
+struct AsyncLimiterTests {
+    @Test func atMostLimitHoldersAndTheRestWaitInOrder() async throws {
+        let limiter = AsyncLimiter(limit: 2)
+        let gate = Gate()
+        let order = Recorder()
+        var holders: [Task<Void, any Error>] = []
+        for index in 0..<6 {
+            holders.append(
+                Task {
+                    try await limiter.withPlace {
+                        order.append(index)
+                        await gate.pass()
+                    }
+                }
+            )
+            // One at a time, so the arrival order is known.
+            #expect(await eventually { gate.count + limiter.waiting == index + 1 })
+        }
+        #expect(gate.count == 2 && limiter.waiting == 4)
+        gate.openAll()
+        for holder in holders { try await holder.value }
+        #expect(order.all == Array(0..<6), "first come, first served")
+        #expect(limiter.waiting == 0)
+        #expect(limiter.queueStorage == 0)
+    }
+
+    @Test func aCancelledWaiterLeavesAtOnceAndLosesNoPlace() async throws {
+        let limiter = AsyncLimiter(limit: 1)
+        let gate = Gate()
+        let holder = Task { try await limiter.withPlace { await gate.pass() } }
+        #expect(await eventually { gate.count == 1 })
+        let ran = Recorder()
+        let waiter = Task { try await limiter.withPlace { ran.append(1) } }
+        #expect(await eventually { limiter.waiting == 1 })
+        waiter.cancel()
+        await #expect(throws: CancellationError.self) { try await waiter.value }
+        #expect(limiter.waiting == 0, "left the queue without waiting for a place")
+        #expect(ran.all.isEmpty)
+        gate.openAll()
+        try await holder.value
+        // The place is free again: a new caller gets it at once.
+        #expect(try await limiter.withPlace { 42 } == 42)
+        #expect(limiter.queueStorage == 0)
+    }
+
+    @Test func theQueueShrinksUnderSustainedSaturation() async throws {
+        let limiter = AsyncLimiter(limit: 1)
+        // 3,000 callers through one place, many of them queued at a time, some cancelled.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<3000 {
+                let task = Task { try await limiter.withPlace { await Task.yield() } }
+                if index % 7 == 0 { task.cancel() }
+                group.addTask { _ = try? await task.value }
+            }
+            try await group.waitForAll()
+        }
+        #expect(limiter.waiting == 0)
+        #expect(limiter.queueStorage == 0, "nothing left behind")
+        #expect(try await limiter.withPlace { true })
+    }
+}
