@@ -17,7 +17,7 @@ struct LiveFuzzTests {
         let environment = ProcessInfo.processInfo.environment
         let seed = environment["LIVE_FUZZ_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: .min ... .max)
         let note = "seed \(seed); replay with LIVE_FUZZ_SEED=\(seed)"
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         let plans = StormPlan.make(connections: 50, randomStrings: 10_000, using: &random)
         try await withProviderAndAgent { agent, _ in
             let path = agent.socketPath
@@ -149,7 +149,7 @@ private struct StormPlan: Sendable {
 
     /// Plans `connections` connections: 44 % valid lines, 44 % random bytes, the rest closed
     /// abruptly; the random ones share `randomStrings` strings.
-    static func make(connections: Int, randomStrings: Int, using random: inout SplitMix64) -> [StormPlan] {
+    static func make(connections: Int, randomStrings: Int, using random: inout SeededGenerator) -> [StormPlan] {
         let roles = (0..<connections).map { index -> Role in
             switch index % 9 {
             case 0, 2, 4, 6: return .validLines
@@ -175,7 +175,7 @@ private struct StormPlan: Sendable {
 
     /// 30 to 80 valid requests in many spellings (lower-case verbs, CRLF, extra spaces), ending
     /// with a half-close, a QUIT or a last line without LF.
-    static func validLines(using random: inout SplitMix64) -> StormPlan {
+    static func validLines(using random: inout SeededGenerator) -> StormPlan {
         var stream: [UInt8] = []
         var expected: [Expected] = []
         let count = Int.random(in: 30...80, using: &random)
@@ -207,7 +207,7 @@ private struct StormPlan: Sendable {
     }
 
     /// `strings` random byte strings, each ended by LF (or CRLF), the last one sometimes not.
-    static func randomBytes(strings: Int, abrupt: Bool, using random: inout SplitMix64) -> StormPlan {
+    static func randomBytes(strings: Int, abrupt: Bool, using random: inout SeededGenerator) -> StormPlan {
         var stream: [UInt8] = []
         for index in 0..<strings {
             stream += randomString(using: &random)
@@ -231,7 +231,7 @@ private struct StormPlan: Sendable {
 
     /// One random string: random bytes, a mutated valid line, random printable fields, random
     /// Unicode, or (rarely) a line around the 4096-byte limit.
-    static func randomString(using random: inout SplitMix64) -> [UInt8] {
+    static func randomString(using random: inout SeededGenerator) -> [UInt8] {
         let choice = Int.random(in: 0..<1000, using: &random)
         if choice < 2 {
             return (0..<Int.random(in: 4090...4100, using: &random)).map { _ in
@@ -316,7 +316,7 @@ private struct StormPlan: Sendable {
 
     /// A plan with random chunks: small ones (1 to 8 bytes) for some connections, larger for
     /// others, and now and then a pause of up to 2 ms.
-    private init(role: Role, stream: [UInt8], expected: [Expected], using random: inout SplitMix64) {
+    private init(role: Role, stream: [UInt8], expected: [Expected], using random: inout SeededGenerator) {
         self.role = role
         self.stream = stream
         self.expected = expected
@@ -421,20 +421,5 @@ private struct StormPlan: Sendable {
                 }
             }
         }
-    }
-}
-
-/// A small seeded generator (SplitMix64): the same seed, the same storm.
-private struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -109,7 +109,7 @@ struct LineFrameDecoderTests {
             .appendingPathComponent("Fuzz/corpus")
         let files = try FileManager.default.contentsOfDirectory(atPath: corpus.path).sorted()
         try #require(files.count >= 10, "expected the seed corpus in \(corpus.path)")
-        var random = SplitMix64(seed: 0xDEC0_DE25)
+        var random = SeededGenerator(seed: 0xDEC0_DE25)
         for name in files {
             let input = RequestLinesOracle.input(
                 fuzzData: Array(try Data(contentsOf: corpus.appendingPathComponent(name)))
@@ -222,20 +222,5 @@ private struct LinesOnly: ByteToMessageDecoder {
             if case .partialLine = frame { continue }
             context.fireChannelRead(Self.wrapInboundOut(frame))
         }
-    }
-}
-
-/// A small seeded generator (SplitMix64), so a failing chunking can be replayed.
-private struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -4,21 +4,6 @@ import Testing
 import TokenAgent
 import TokenWire
 
-/// A seeded generator (SplitMix64): a failing schedule is replayed from its seed.
-struct SeededGenerator: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// A provider whose every fetch waits until the test resolves it (or the fetch is cancelled), and
 /// which checks that no key ever has two fetches at once on it. One instance is one generation.
 final class ControlledProvider: TokenProvider, Sendable {

@@ -21,7 +21,7 @@ struct FuzzCorpusTests {
     @Test func everyCorpusFilePassesTheOracle() throws {
         let files = try Self.corpusFiles()
         try #require(files.count >= 10, "expected the seed corpus in \(Self.corpus.path)")
-        var random = SplitMix64(seed: 0x000F_7A55)
+        var random = SeededGenerator(seed: 0x000F_7A55)
         for file in files {
             let input = RequestLinesOracle.input(fuzzData: Array(try Data(contentsOf: file)))
             let count = input.stream.count
@@ -79,20 +79,5 @@ struct FuzzCorpusTests {
     func formerParserDeviation(line: String) {
         let problems = RequestLinesOracle.requestProblems(Array(line.utf8))
         #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))")
-    }
-}
-
-/// A small seeded generator (SplitMix64), so a failing chunking can be replayed.
-private struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
