@@ -21,7 +21,7 @@ final class RequestHandler: ChannelDuplexHandler {
         /// A STATS reply, made when its turn comes so it counts every request before it.
         var statsWhenDue = false
         /// The key a token reply answers, so a token that aged past the serving floor while its
-        /// reply waited behind slower ones can be looked up again.
+        /// reply waited behind slower ones can be looked up again (set only on a slot queued behind another).
         var key: (kind: String, id: String, minValidity: Int?)?
 
         var isReady: Bool { reply != nil || closeAfter || statsWhenDue }
@@ -106,45 +106,43 @@ final class RequestHandler: ChannelDuplexHandler {
     }
 
     private func handle(_ request: WireRequest, context: ChannelHandlerContext) {
-        let access = status.access
+        if let denied = denial(of: request) {
+            append(Slot(reply: .error(denied)))
+            return
+        }
         switch request {
         case .ping: append(Slot(reply: .pong))
         case .help: append(Slot(reply: .ok(AgentStatus.helpText)))
-        case .stats:
-            if let denied = access.checkAdmin(peer, verb: "STATS") {
-                append(Slot(reply: .error(denied)))
-            } else {
-                append(Slot(statsWhenDue: true))
-            }
+        case .stats: append(Slot(statsWhenDue: true))
         case .quit:
             acceptingRequests = false
             append(Slot(reply: nil, closeAfter: true))
         case .drop(let kind, let id):
-            if let denied = access.checkAdmin(peer, verb: "DROP") ?? access.check(peer, kind: kind) {
-                append(Slot(reply: .error(denied)))
-            } else {
-                append(Slot(reply: engine.drop(kind: kind, id: id).map(WireReply.error) ?? .ok("")))
-            }
+            append(Slot(reply: engine.drop(kind: kind, id: id).map(WireReply.error) ?? .ok("")))
         case .get(let kind, let id, let minValidity):
-            if let denied = access.check(peer, kind: kind) {
-                append(Slot(reply: .error(denied)))
-            } else {
-                answer(
-                    engine.lookup(kind: kind, id: id, minValidity: minValidity),
-                    key: (kind, id, minValidity),
-                    context: context
-                )
-            }
+            answer(
+                engine.lookup(kind: kind, id: id, minValidity: minValidity),
+                key: (kind, id, minValidity),
+                context: context
+            )
         case .refresh(let kind, let id, let refused):
-            if let denied = access.check(peer, kind: kind) {
-                append(Slot(reply: .error(denied)))
-            } else {
-                answer(
-                    engine.lookupRefresh(kind: kind, id: id, refusedToken: refused),
-                    key: (kind, id, nil),
-                    context: context
-                )
-            }
+            answer(
+                engine.lookupRefresh(kind: kind, id: id, refusedToken: refused),
+                key: (kind, id, nil),
+                context: context
+            )
+        }
+    }
+
+    /// Why the access rules in force refuse `request` from this peer, if they do: the kind's rules
+    /// for GET, REFRESH and DROP; the admin list for DROP and STATS.
+    private func denial(of request: WireRequest) -> WireError? {
+        let access = status.access
+        switch request {
+        case .ping, .help, .quit: return nil
+        case .stats: return access.checkAdmin(peer, verb: "STATS")
+        case .drop(let kind, _): return access.checkAdmin(peer, verb: "DROP") ?? access.check(peer, kind: kind)
+        case .get(let kind, _, _), .refresh(let kind, _, _): return access.check(peer, kind: kind)
         }
     }
 
@@ -179,6 +177,9 @@ final class RequestHandler: ChannelDuplexHandler {
         key: (kind: String, id: String, minValidity: Int?),
         context: ChannelHandlerContext
     ) {
+        // Only a reply queued behind another can age before it is written: only such a slot
+        // keeps its key for the check at the head (no lock or clock read for the others).
+        let key = slots.isEmpty ? nil : key
         switch lookup {
         case .ready(let outcome):
             append(Slot(reply: Self.reply(outcome), key: key))

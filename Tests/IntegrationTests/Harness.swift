@@ -1,22 +1,25 @@
 import Foundation
 
 /// Starts a fake provider and an agent whose vehicle and trip kinds point at it, runs `body`,
-/// and stops both, whatever happens.
+/// and stops both, whatever happens. `arguments` adds flags that need the provider (e.g. a config
+/// file naming its URL).
 func withProviderAndAgent(
     _ extraArguments: [String] = [],
     configure: (FakeTokenProvider) -> Void = { _ in },
+    arguments: (FakeTokenProvider) throws -> [String] = { _ in [] },
     _ body: (AgentProcess, FakeTokenProvider) async throws -> Void
 ) async throws {
     let provider = try await FakeTokenProvider.start()
     configure(provider)
     let agent: AgentProcess
     do {
+        let providerArguments = try arguments(provider)
         agent = try await AgentProcess(
             [
                 "--provider", "vehicle=\(provider.url(kind: "vehicle"))", "--provider",
                 "trip=\(provider.url(kind: "trip"))",
             ]
-                + extraArguments
+                + extraArguments + providerArguments
         )
     } catch {
         await provider.stop()

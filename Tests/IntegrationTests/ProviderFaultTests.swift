@@ -25,19 +25,12 @@ struct ProviderFaultTests {
     }
 
     private func withFaultyAgent(_ body: (AgentProcess, FakeTokenProvider) async throws -> Void) async throws {
-        let provider = try await FakeTokenProvider.start()
         let blackhole = try FullListener()
         defer { blackhole.close() }
-        let agent = try await AgentProcess(["--config", try config(provider: provider, blackholePort: blackhole.port)])
-        do {
-            try await body(agent, provider)
-        } catch {
-            await agent.stop()
-            await provider.stop()
-            throw error
-        }
-        await agent.stop()
-        await provider.stop()
+        try await withProviderAndAgent(
+            arguments: { ["--config", try config(provider: $0, blackholePort: blackhole.port)] },
+            body
+        )
     }
 
     @Test func eachFaultGetsItsReplyAndItsLogLine() async throws {

@@ -106,35 +106,35 @@ public struct AccessRules: Sendable, Hashable {
         strict: Bool
     ) throws -> (rules: AccessRules, warnings: [String]) {
         var warnings: [String] = []
-        func principals(_ list: PrincipalList, key: String) throws -> Principals {
-            var resolved = Principals()
-            for user in list.users {
-                switch user {
-                case .number(let uid): resolved.uids.insert(uid)
+        /// The numbers of `references`; a name `lookup` cannot resolve is an error (strict) or a
+        /// warning, and matches nobody.
+        func numbers(
+            _ references: [PrincipalReference],
+            key: String,
+            noun: String,
+            lookup: (String) -> UInt32?
+        ) throws -> Set<UInt32> {
+            var resolved: Set<UInt32> = []
+            for reference in references {
+                switch reference {
+                case .number(let number): resolved.insert(number)
                 case .name(let name):
-                    if let uid = resolver.uid(ofUser: name) {
-                        resolved.uids.insert(uid)
+                    if let number = lookup(name) {
+                        resolved.insert(number)
                     } else {
-                        let problem = "user \(name) does not exist"
-                        if strict { throw ConfigurationError(key: key + ".users", problem) }
-                        warnings.append("\(key).users: \(problem); it matches nobody until a reload")
-                    }
-                }
-            }
-            for group in list.groups {
-                switch group {
-                case .number(let gid): resolved.gids.insert(gid)
-                case .name(let name):
-                    if let gid = resolver.gid(ofGroup: name) {
-                        resolved.gids.insert(gid)
-                    } else {
-                        let problem = "group \(name) does not exist"
-                        if strict { throw ConfigurationError(key: key + ".groups", problem) }
-                        warnings.append("\(key).groups: \(problem); it matches nobody until a reload")
+                        let problem = "\(noun) \(name) does not exist"
+                        if strict { throw ConfigurationError(key: key, problem) }
+                        warnings.append("\(key): \(problem); it matches nobody until a reload")
                     }
                 }
             }
             return resolved
+        }
+        func principals(_ list: PrincipalList, key: String) throws -> Principals {
+            Principals(
+                uids: try numbers(list.users, key: key + ".users", noun: "user", lookup: resolver.uid(ofUser:)),
+                gids: try numbers(list.groups, key: key + ".groups", noun: "group", lookup: resolver.gid(ofGroup:))
+            )
         }
         var allow: [String: Principals] = [:]
         for (kind, list) in configuration.allow.sorted(by: { $0.key < $1.key }) {
