@@ -6,6 +6,7 @@
 #   DURATION [10]  measured seconds per run     WARMUP [2]        seconds run before measuring
 #   CONNECTIONS ["1 64"]  DEPTHS ["1 32"]  KEYSETS ["64 100000"]  the matrix
 #   THREADS [1]  load-gen threads               CLIENT_ROWS [1]   also run token-bench (0: skip)
+#   AGENT_BINARY  the agent to measure (default: this tree's release build)
 #   CLIENT_ITERATIONS [20000]  token-bench --iterations
 # Builds the agent (release, .build-bench-release) and the Benchmarks package (release), installs
 # redis-server when missing (root), starts the agent on its demo issuer and redis-server on Unix
@@ -41,7 +42,8 @@ if [ "$CLIENT_ROWS" != 0 ]; then
 else
     swift build -c release --package-path Benchmarks --product load-gen >&2
 fi
-AGENT=.build-bench-release/release/fleet-tokend
+# AGENT_BINARY measures another build of the agent (e.g. an earlier commit's) with the same load.
+AGENT=${AGENT_BINARY:-.build-bench-release/release/fleet-tokend}
 LOADGEN=Benchmarks/.build/release/load-gen
 TOKENBENCH=Benchmarks/.build/release/token-bench
 
