@@ -160,6 +160,22 @@ public final class TokenSocketServer: Service, Sendable {
             }
     }
 
+    /// Adds the handlers that serve one client connection (framing, then requests) to `channel`,
+    /// as the server does for each connection it accepts, with no peer credentials. For
+    /// benchmarks and tests that drive the real pipeline on an `EmbeddedChannel`; call it on the
+    /// channel's event loop.
+    public static func addConnectionHandlers(
+        to channel: any Channel,
+        engine: TokenEngine,
+        status: AgentStatus,
+        logger: Logger
+    ) throws {
+        try channel.pipeline.syncOperations.addHandlers([
+            ByteToMessageHandler(LineFrameDecoder()),
+            RequestHandler(engine: engine, status: status, logger: logger),
+        ])
+    }
+
     private func track(_ channel: any Channel, uid: UInt32?) {
         let id = ObjectIdentifier(channel)
         connections.withLock { $0[id] = channel }
