@@ -118,6 +118,8 @@ let package = Package(
             dependencies: [
                 "TokenAgent",
                 "TokenWire",
+                // For EngineFailure's wire mapping, which the engine's tests check through.
+                "TokenAgentServer",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],

@@ -29,16 +29,21 @@ public enum FleetEngineKinds {
     public static let all = ["vehicle", "trip", "delivery-vehicle", "task", "tracking"]
 }
 
-/// A token as a provider handed it over: the JWT text and its absolute expiry (Unix seconds).
+/// A token as a provider handed it over: the JWT text and its absolute expiry.
 public struct FetchedToken: Sendable, Hashable {
     /// The token text (usually a JWT).
     public var token: String
-    /// When the token expires, as Unix time in seconds.
-    public var expiresAt: Double
+    /// When the token expires, on the wall clock (the JWT's `exp`, or the provider's reply).
+    public var expiresAt: UnixTime
 
     /// Creates a fetched token.
-    public init(token: String, expiresAt: Double) {
+    public init(token: String, expiresAt: UnixTime) {
         self.token = token
         self.expiresAt = expiresAt
+    }
+
+    /// Creates a fetched token expiring `expiresAtUnixSeconds` after the Unix epoch.
+    public init(token: String, expiresAtUnixSeconds: Double) {
+        self.init(token: token, expiresAt: UnixTime(seconds: expiresAtUnixSeconds))
     }
 }

@@ -68,7 +68,7 @@ public struct AgentStatus: Sendable {
         text += ", \(stats.fetchErrors) provider errors"
         text += ", \(server.openConnections) clients"
         if let at = stats.lastFailureAt, let failure = stats.lastFailure {
-            text += ", last refresh failure \(Int(clock.monotonicSeconds - at)) s ago (\(failure))"
+            text += ", last refresh failure \(Int(clock.now - at)) s ago (\(failure))"
         } else {
             text += ", no refresh failure"
         }

@@ -14,9 +14,17 @@ final class RequestHandler: ChannelDuplexHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
+    /// A reply as it waits to be written: a served token (written from its stored bytes) or a line.
+    enum Reply {
+        case token(ServedToken)
+        case line(WireReply)
+
+        static func error(_ error: WireError) -> Reply { .line(.error(error)) }
+    }
+
     /// A reply slot, in request order.
     private struct Slot {
-        var reply: WireReply?
+        var reply: Reply?
         var closeAfter = false
         /// A STATS reply, made when its turn comes so it counts every request before it.
         var statsWhenDue = false
@@ -52,6 +60,16 @@ final class RequestHandler: ChannelDuplexHandler {
     /// A partial line waits for its end.
     private var partialPending = false
     private var partialTimer: Scheduled<Void>?
+    /// Replies encoded since the last write; written once per read burst (or at once for replies
+    /// that complete outside one). Reused: once the channel has written it, clearing it makes no copy.
+    private var output = ByteBuffer()
+    /// `output` was handed to the channel; clear it before encoding more.
+    private var outputHandedOver = false
+    /// Inside a burst of reads: replies wait for `channelReadComplete` to be written.
+    private var reading = false
+    /// The configured kind names and the engine's kinds version they were read at.
+    private var kindNames: [String] = []
+    private var kindNamesVersion = -1
 
     init(
         engine: TokenEngine,
@@ -67,6 +85,10 @@ final class RequestHandler: ChannelDuplexHandler {
         self.admission = admission
         self.peer = peer
         self.requestTimeout = requestTimeout
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        output = context.channel.allocator.buffer(capacity: 4096)
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -97,12 +119,52 @@ final class RequestHandler: ChannelDuplexHandler {
             append(Slot(reply: .error(WireError(.badRequest, "line too long")), closeAfter: true))
         case .line(let line):
             stopPartialTimer()
-            switch RequestParser.parse(line.readableBytesView) {
-            case .failure(let error): append(Slot(reply: .error(error)))
-            case .success(let request): handle(request, context: context)
+            reading = true
+            if !handleSimpleGet(line, context: context) {
+                switch RequestParser.parse(line.readableBytesView) {
+                case .failure(let error): append(Slot(reply: .error(error)))
+                case .success(let request): handle(request, context: context)
+                }
             }
         }
         writeReadyReplies(context: context)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        reading = false
+        flushOutput(context: context)
+        context.fireChannelReadComplete()
+    }
+
+    /// The fast path: a plain `GET` of a configured kind, recognised and looked up straight from
+    /// the line's bytes; a cache hit allocates nothing. Returns `false` for any other line.
+    private func handleSimpleGet(_ line: ByteBuffer, context: ChannelHandlerContext) -> Bool {
+        line.withUnsafeReadableBytes { bytes -> Bool in
+            guard let get = SimpleGet.recognise(bytes),
+                let kind = configuredKind(UnsafeRawBufferPointer(rebasing: bytes[get.kind]))
+            else {
+                return false
+            }
+            if let denied = status.access.check(peer, kind: kind) {
+                append(Slot(reply: .error(denied)))
+                return true
+            }
+            let id = UnsafeRawBufferPointer(rebasing: bytes[get.id])
+            let lookup = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity)
+            answer(lookup, key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) }, context: context)
+            return true
+        }
+    }
+
+    /// The configured kind named by `bytes`, as the engine's own string; `nil` when none is.
+    private func configuredKind(_ bytes: UnsafeRawBufferPointer) -> String? {
+        let version = engine.kindsVersion
+        if version != kindNamesVersion {
+            kindNames = engine.kinds
+            kindNamesVersion = version
+        }
+        for name in kindNames where name.utf8.elementsEqual(bytes) { return name }
+        return nil
     }
 
     private func handle(_ request: WireRequest, context: ChannelHandlerContext) {
@@ -111,24 +173,24 @@ final class RequestHandler: ChannelDuplexHandler {
             return
         }
         switch request {
-        case .ping: append(Slot(reply: .pong))
-        case .help: append(Slot(reply: .ok(AgentStatus.helpText)))
+        case .ping: append(Slot(reply: .line(.pong)))
+        case .help: append(Slot(reply: .line(.ok(AgentStatus.helpText))))
         case .stats: append(Slot(statsWhenDue: true))
         case .quit:
             acceptingRequests = false
             append(Slot(reply: nil, closeAfter: true))
         case .drop(let kind, let id):
-            append(Slot(reply: engine.drop(kind: kind, id: id).map(WireReply.error) ?? .ok("")))
+            append(Slot(reply: engine.drop(kind: kind, id: id).map { .error($0.wireError) } ?? .line(.ok(""))))
         case .get(let kind, let id, let minValidity):
             answer(
                 engine.lookup(kind: kind, id: id, minValidity: minValidity),
-                key: (kind, id, minValidity),
+                key: { (kind, id, minValidity) },
                 context: context
             )
         case .refresh(let kind, let id, let refused):
             answer(
                 engine.lookupRefresh(kind: kind, id: id, refusedToken: refused),
-                key: (kind, id, nil),
+                key: { (kind, id, nil) },
                 context: context
             )
         }
@@ -174,12 +236,12 @@ final class RequestHandler: ChannelDuplexHandler {
 
     private func answer(
         _ lookup: TokenEngine.Lookup,
-        key: (kind: String, id: String, minValidity: Int?),
+        key: () -> (kind: String, id: String, minValidity: Int?),
         context: ChannelHandlerContext
     ) {
         // Only a reply queued behind another can age before it is written: only such a slot
-        // keeps its key for the check at the head (no lock or clock read for the others).
-        let key = slots.isEmpty ? nil : key
+        // keeps its key for the check at the head (no lock, clock read or copy for the others).
+        let key = slots.isEmpty ? nil : key()
         switch lookup {
         case .ready(let outcome):
             append(Slot(reply: Self.reply(outcome), key: key))
@@ -208,18 +270,21 @@ final class RequestHandler: ChannelDuplexHandler {
     /// Whether `slot` holds a token that has aged under the serving floor while its reply waited
     /// behind slower replies (replies go out in request order).
     private func isStale(_ slot: Slot) -> Bool {
-        guard case .token(_, let expiresAt) = slot.reply, slot.key != nil else { return false }
-        return Double(expiresAt) - clock.wallSeconds < engine.policy.servingFloor
+        guard case .token(let served) = slot.reply, slot.key != nil else { return false }
+        return Double(served.expiresAt) - clock.wallSeconds < engine.policy.servingFloor
     }
 
-    private static func reply(_ outcome: TokenEngine.Outcome) -> WireReply {
+    private static func reply(_ outcome: TokenEngine.Outcome) -> Reply {
         switch outcome {
-        case .success(let token): return .token(token.token, expiresAt: token.expiresAt)
-        case .failure(let error): return .error(error)
+        case .success(let token): return .token(token)
+        case .failure(let failure): return .error(failure.wireError)
         }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // Events come outside read bursts (end of input may deliver a last line after the
+        // burst's end): what they make ready is written at once.
+        reading = false
         if let event = event as? ChannelEvent, event == .inputClosed {
             inputClosed = true
             if closed {
@@ -275,7 +340,6 @@ final class RequestHandler: ChannelDuplexHandler {
     /// or end of input once nothing is owed.
     private func writeReadyReplies(context: ChannelHandlerContext) {
         guard !closed else { return }
-        var wrote = false
         while var head = slots.first, head.isReady {
             if isStale(head), let key = head.key {
                 // Never a token with under 10 s left: ask again now.
@@ -291,23 +355,65 @@ final class RequestHandler: ChannelDuplexHandler {
             }
             slots.removeFirst()
             firstSequence += 1
-            if let reply = head.statsWhenDue ? .ok(status.statsText()) : head.reply {
-                var buffer = context.channel.allocator.buffer(capacity: 64)
-                buffer.writeString(reply.line)
-                context.write(wrapOutboundOut(buffer), promise: nil)
-                wrote = true
+            if let reply = head.statsWhenDue ? .line(.ok(status.statsText())) : head.reply {
+                encode(reply)
             }
             if head.closeAfter {
                 close(context: context)
                 return
             }
         }
-        if wrote { context.flush() }
+        if !reading || output.readableBytes >= Self.outputFlushBytes { flushOutput(context: context) }
         if inputClosed || finishing, slots.isEmpty {
             close(context: context)
             return
         }
         resumeReadingIfPossible(context: context)
+    }
+
+    /// Output is written before it grows past this, even inside a read burst.
+    static let outputFlushBytes = 32 * 1024
+
+    /// Appends `reply` to the output: a token as `OK `, its stored bytes, a space, the expiry in
+    /// decimal and LF, with no intermediate string.
+    private func encode(_ reply: Reply) {
+        if outputHandedOver {
+            output.clear()
+            outputHandedOver = false
+        }
+        switch reply {
+        case .token(let served):
+            output.writeStaticString("OK ")
+            output.writeString(served.token)
+            output.writeInteger(UInt8(ascii: " "))
+            Self.writeDecimal(served.expiresAt, to: &output)
+            output.writeInteger(UInt8(ascii: "\n"))
+        case .line(let line):
+            output.writeString(line.line)
+        }
+    }
+
+    /// Writes `value` in decimal without making a string.
+    private static func writeDecimal(_ value: Int64, to buffer: inout ByteBuffer) {
+        if value < 0 { buffer.writeInteger(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // up to 24 digits, least significant first
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { raw in
+            repeat {
+                raw[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            for index in stride(from: count - 1, through: 0, by: -1) { buffer.writeInteger(raw[index]) }
+        }
+    }
+
+    /// Hands what is encoded to the channel and flushes.
+    private func flushOutput(context: ChannelHandlerContext) {
+        guard !outputHandedOver, output.readableBytes > 0, !closed else { return }
+        context.writeAndFlush(wrapOutboundOut(output), promise: nil)
+        outputHandedOver = true
     }
 
     private func resumeReadingIfPossible(context: ChannelHandlerContext) {
@@ -323,6 +429,7 @@ final class RequestHandler: ChannelDuplexHandler {
     /// has not read yet.
     private func close(context: ChannelHandlerContext) {
         guard !closed else { return }
+        flushOutput(context: context)
         closed = true
         acceptingRequests = false
         pausePartialTimer()

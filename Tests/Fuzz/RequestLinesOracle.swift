@@ -146,6 +146,17 @@ enum RequestLinesOracle {
         if RequestParser.parse(line) != parsed {
             problems.append("parse of \(shown) depends on the collection's indices")
         }
+        // The agent's fast path must mean what the parser means, whenever it recognises a line.
+        if let simple = line.withUnsafeBytes({ SimpleGet.recognise($0) }) {
+            let fields = (
+                kind: String(decoding: line[simple.kind], as: UTF8.self),
+                id: String(decoding: line[simple.id], as: UTF8.self)
+            )
+            let fast = WireRequest.get(kind: fields.kind, id: fields.id, minValiditySeconds: simple.minValidity)
+            if parsed != .success(fast) {
+                problems.append("fast path reads \(shown) as \(fast), parser gives \(describe(parsed))")
+            }
+        }
         let reference = referenceParse(line)
         if Outcome(parsed) != reference {
             problems.append("parse of \(shown): parser gives \(describe(parsed)), protocol says \(reference)")

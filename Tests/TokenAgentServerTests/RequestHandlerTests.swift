@@ -14,7 +14,7 @@ private struct InstantProvider: TokenProvider {
 
     func fetchToken(for key: TokenKey) async throws -> FetchedToken {
         if key.id.hasPrefix("hang-") { try await Task.sleep(for: .seconds(3600)) }
-        return FetchedToken(token: "tok-\(key.id)", expiresAt: SystemAgentClock().wallSeconds + 3600)
+        return FetchedToken(token: "tok-\(key.id)", expiresAtUnixSeconds: SystemAgentClock().wallSeconds + 3600)
     }
 }
 
@@ -237,5 +237,81 @@ struct ConnectionLimitTests {
         #expect(PeerCredentialsReader.groups(in: buffer) == [4, 27, 1001])
         buffer[0] = 0
         #expect(PeerCredentialsReader.groups(in: buffer) == [0, 27, 1001], "gid 0 leads when more follow")
+    }
+}
+
+@Suite("Request handler: the fast path and write batching")
+struct RequestHandlerFastPathTests {
+    /// The outbound buffers written so far, each as text.
+    private func writes(_ connection: Connection) throws -> [String] {
+        var writes: [String] = []
+        while var buffer = try connection.channel.readOutbound(as: ByteBuffer.self) {
+            writes.append(buffer.readString(length: buffer.readableBytes) ?? "")
+        }
+        return writes
+    }
+
+    @Test func aBurstOfRequestsIsWrittenOnceAtTheEndOfTheRead() throws {
+        let connection = try Connection()
+        try connection.send("GET vehicle v-1\nPING\nGET trip t-1\nGET vehicle v-1 60\nSTATS\n")
+        let writes = try writes(connection)
+        #expect(writes.count == 1, "one write for the burst, not one per reply: \(writes)")
+        let lines = writes.joined().split(separator: "\n").map(String.init)
+        #expect(lines.count == 5)
+        #expect(lines[0].hasPrefix("OK tok-v-1 "))
+        #expect(lines[1] == "PONG")
+        #expect(lines[2].hasPrefix("OK tok-t-1 "))
+        #expect(lines[3] == lines[0])
+        #expect(lines[4].hasPrefix("OK entries=2 hits=3 "))
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func theFastPathAnswersWhatTheParserWould() throws {
+        let connection = try Connection()
+        // Recognised by the fast path, then forms only the parser takes: the same token each time.
+        let forms = [
+            "GET vehicle v-1", "GET vehicle v-1\r", "get vehicle v-1", "GET  vehicle v-1", "GET vehicle v-1 ",
+            "Get vehicle v-1 300",
+        ]
+        try connection.send(forms.map { $0 + "\n" }.joined())
+        let replies = try connection.replies()
+        #expect(replies.count == forms.count)
+        let expected = replies.first ?? ""
+        #expect(expected.hasPrefix("OK tok-v-1 "))
+        for (form, reply) in zip(forms, replies) { #expect(reply == expected, "\(form.debugDescription)") }
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func theFastPathKeepsErrorsAndRules() throws {
+        let connection = try Connection(
+            rules: AccessRules(allow: ["trip": AccessRules.Principals(uids: [42])], admin: nil, agentUID: 4_000_000)
+        )
+        try connection.send("GET lorry v-1\nGET trip t-1\nGET vehicle a/b\nGET vehicle v-1 999999\n")
+        let replies = try connection.replies()
+        #expect(replies.count == 4)
+        #expect(replies[0].hasPrefix("ERR bad-kind kind lorry is not configured"))
+        #expect(replies[1].hasPrefix("ERR denied"))
+        #expect(replies[2].hasPrefix("ERR bad-id"))
+        #expect(replies[3].hasPrefix("ERR bad-request"))
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func expiriesAreWrittenInDecimalWhateverTheirLength() throws {
+        let engine = TokenEngine(providers: ["vehicle": InstantProvider()])
+        let far = Int64(SystemAgentClock().wallSeconds) + 86_400 * 365 * 1000
+        engine.importTokens([CachedToken(kind: "vehicle", id: "far", token: "tok-far", expiresAt: far)])
+        let status = AgentStatus(engine: engine, server: ServerStatistics())
+        let channel = EmbeddedChannel()
+        try TokenSocketServer.addConnectionHandlers(
+            to: channel,
+            engine: engine,
+            status: status,
+            logger: Logger(label: "t")
+        )
+        try channel.connect(to: SocketAddress(unixDomainSocketPath: "/tmp/unused.sock")).wait()
+        try channel.writeInbound(channel.allocator.buffer(string: "GET vehicle far\n"))
+        var reply = try #require(try channel.readOutbound(as: ByteBuffer.self))
+        #expect(reply.readString(length: reply.readableBytes) == "OK tok-far \(far)\n")
+        _ = try? channel.finish()
     }
 }

@@ -87,7 +87,9 @@ final class ControlledProvider: TokenProvider, Sendable {
         guard let pending else { return nil }
         switch resolution {
         case .succeed(let lifetime):
-            pending.continuation.resume(returning: FetchedToken(token: token!, expiresAt: clock.wallSeconds + lifetime))
+            pending.continuation.resume(
+                returning: FetchedToken(token: token!, expiresAtUnixSeconds: clock.wallSeconds + lifetime)
+            )
         case .fail:
             pending.continuation.resume(throwing: ProviderError.failed("scripted failure"))
         case .reject:

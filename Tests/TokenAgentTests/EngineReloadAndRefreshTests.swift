@@ -1,5 +1,6 @@
 import Testing
 import TokenAgent
+import TokenAgentServer
 import TokenWire
 
 @Suite("Token engine: reload generations, refused tokens, Retry-After")
@@ -16,7 +17,7 @@ struct EngineReloadAndRefreshTests {
     }
 
     private func error(_ outcome: TokenEngine.Outcome) -> WireError? {
-        if case .failure(let error) = outcome { return error }
+        if case .failure(let error) = outcome { return error.wireError }
         return nil
     }
 

@@ -6,21 +6,34 @@ struct RefreshPolicyTests {
     let policy = RefreshPolicy(refreshMargin: 600, minValidity: 300, idleTimeout: 600)
 
     @Test func hourLongTokenRefreshesTenMinutesBeforeExpiry() {
-        #expect(policy.refreshTime(fetchedAt: 0, expiresAt: 3600, jitterUnit: 0) == 3000)
+        #expect(
+            policy.refreshTime(fetchedAt: .init(seconds: 0), expiry: .init(seconds: 3600), jitterUnit: 0).seconds
+                == 3000
+        )
     }
 
     @Test func jitterMovesRefreshEarlierByAtMostTenPercent() {
-        let latest = policy.refreshTime(fetchedAt: 0, expiresAt: 3600, jitterUnit: 0)
-        let earliest = policy.refreshTime(fetchedAt: 0, expiresAt: 3600, jitterUnit: 0.999_999)
+        let latest = policy.refreshTime(fetchedAt: .init(seconds: 0), expiry: .init(seconds: 3600), jitterUnit: 0)
+            .seconds
+        let earliest = policy.refreshTime(
+            fetchedAt: .init(seconds: 0),
+            expiry: .init(seconds: 3600),
+            jitterUnit: 0.999_999
+        ).seconds
         #expect(latest == 3000)
         #expect(abs(earliest - 2700) < 0.01)
-        let middle = policy.refreshTime(fetchedAt: 100, expiresAt: 3700, jitterUnit: 0.5)
+        let middle = policy.refreshTime(fetchedAt: .init(seconds: 100), expiry: .init(seconds: 3700), jitterUnit: 0.5)
+            .seconds
         #expect(middle == 100 + 3000 - 150)
     }
 
     @Test func shortLifetimesRefreshAtHalfLife() {
-        #expect(policy.refreshTime(fetchedAt: 0, expiresAt: 600, jitterUnit: 0) == 300)
-        #expect(policy.refreshTime(fetchedAt: 10, expiresAt: 130, jitterUnit: 0) == 70)
+        #expect(
+            policy.refreshTime(fetchedAt: .init(seconds: 0), expiry: .init(seconds: 600), jitterUnit: 0).seconds == 300
+        )
+        #expect(
+            policy.refreshTime(fetchedAt: .init(seconds: 10), expiry: .init(seconds: 130), jitterUnit: 0).seconds == 70
+        )
     }
 
     @Test func defaultMinValidityIsCappedAtAQuarterOfTheLifetime() {
@@ -47,7 +60,7 @@ struct RefreshPolicyTests {
     @Test func servingFloorAndIdleness() {
         #expect(policy.isServable(remaining: 10))
         #expect(!policy.isServable(remaining: 9.99))
-        #expect(policy.isActive(lastRead: 0, now: 600))
-        #expect(!policy.isActive(lastRead: 0, now: 600.01))
+        #expect(policy.isActive(lastRead: .init(seconds: 0), now: .init(seconds: 600)))
+        #expect(!policy.isActive(lastRead: .init(seconds: 0), now: .init(seconds: 600.01)))
     }
 }

@@ -84,11 +84,14 @@ final class ScriptedProvider: TokenProvider, Sendable {
         }
         switch mode {
         case .succeed(let lifetime):
-            return FetchedToken(token: "\(prefix)-\(key.id)-\(count)", expiresAt: clock.wallSeconds + lifetime)
+            return FetchedToken(
+                token: "\(prefix)-\(key.id)-\(count)",
+                expiresAtUnixSeconds: clock.wallSeconds + lifetime
+            )
         case .fail(let error):
             throw error
         case .expiresAt(let wall):
-            return FetchedToken(token: "\(prefix)-\(key.id)-\(count)", expiresAt: wall)
+            return FetchedToken(token: "\(prefix)-\(key.id)-\(count)", expiresAtUnixSeconds: wall)
         }
     }
 }

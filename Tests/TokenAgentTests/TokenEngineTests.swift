@@ -1,5 +1,6 @@
 import Testing
 import TokenAgent
+import TokenAgentServer
 import TokenWire
 
 @Suite("Token engine")
@@ -27,7 +28,7 @@ struct TokenEngineTests {
     }
 
     private func errorCode(_ outcome: TokenEngine.Outcome) -> WireErrorCode? {
-        if case .failure(let error) = outcome { return error.code }
+        if case .failure(let error) = outcome { return error.wireError.code }
         return nil
     }
 
@@ -162,7 +163,7 @@ struct TokenEngineTests {
         let engine = engine(random: 0)
         provider.setMode(.fail(.rejected("HTTP 403")))
         let first = await engine.get(kind: "trip", id: "t-1")
-        #expect(first == .failure(WireError(.rejected, "HTTP 403")))
+        #expect(first == .failure(.rejected("HTTP 403")))
         clock.advance(4)
         #expect(errorCode(await engine.get(kind: "trip", id: "t-1")) == .rejected)
         #expect(provider.fetches == 1)
@@ -187,7 +188,7 @@ struct TokenEngineTests {
     @Test func unknownKindIsABadKind() async {
         let engine = engine()
         #expect(errorCode(await engine.get(kind: "task", id: "x")) == .badKind)
-        #expect(engine.drop(kind: "task", id: "x")?.code == .badKind)
+        #expect(engine.drop(kind: "task", id: "x")?.wireError.code == .badKind)
         #expect(errorCode(await engine.refresh(kind: "task", id: "x")) == .badKind)
     }
 

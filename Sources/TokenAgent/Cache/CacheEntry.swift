@@ -1,34 +1,39 @@
-/// What the agent knows about one (kind, id): the token it holds, if any, and the provider's
-/// recent failures. Every time is on the monotonic clock except ``expiresAtUnix``.
+/// What the agent knows about one (kind, id): the token it holds, if any, the provider's recent
+/// failures, and when the scheduler looks at it next.
 struct CacheEntry {
     /// The token text, or `nil` when the entry only remembers failures.
     var token: String?
-    /// The token's expiry as Unix seconds (what the wire reports).
-    var expiresAtUnix: Int64 = 0
-    /// The token's expiry on the monotonic clock.
-    var expiresAt: Double = 0
+    /// The token's expiry as the token says it (what the wire reports).
+    var unixExpiry = UnixTime(seconds: 0)
+    /// The token's expiry on the monotonic clock: what every decision uses.
+    var expiry = MonotonicInstant.origin
     /// When the token was fetched.
-    var fetchedAt: Double = 0
+    var fetchedAt = MonotonicInstant.origin
     /// When a background refresh is due.
-    var refreshAt: Double = 0
+    var refreshAt = MonotonicInstant.origin
     /// When a client last asked for this key.
-    var lastRead: Double
+    var lastRead: MonotonicInstant
     /// Consecutive provider failures.
     var failures = 0
-    /// No fetch before this time (back-off).
-    var retryAfter: Double = 0
-    /// The provider's refusal is remembered until this time.
-    var rejectedUntil: Double = 0
+    /// No fetch before this instant (back-off).
+    var retryAfter = MonotonicInstant.origin
+    /// The provider's refusal is remembered until this instant.
+    var rejectedUntil = MonotonicInstant.origin
     /// The provider's refusal text.
     var rejection = ""
+    /// The instant of this entry's record in its shard's due queue; `nil` when it has none.
+    var scheduled: MonotonicInstant?
 
-    init(lastRead: Double) {
+    init(lastRead: MonotonicInstant) {
         self.lastRead = lastRead
     }
 
-    /// Seconds the token has left at `now` (negative or zero when there is none).
-    func remaining(at now: Double) -> Double { token == nil ? 0 : expiresAt - now }
+    /// Seconds the token has left at `now` (zero when there is none).
+    func remaining(at now: MonotonicInstant) -> Double { token == nil ? 0 : expiry - now }
 
-    /// The token's lifetime as fetched.
-    var lifetime: Double { expiresAt - fetchedAt }
+    /// The token's lifetime as fetched, seconds.
+    var lifetime: Double { expiry - fetchedAt }
+
+    /// The token as served.
+    var served: ServedToken { ServedToken(token: token ?? "", expiresAt: unixExpiry.wholeSeconds) }
 }

@@ -16,8 +16,12 @@ public struct EngineStatistics: Sendable, Hashable {
     public var inFlight = 0
     /// Cached tokens served because a fetch for a fresher one failed.
     public var servedAfterFailure = 0
-    /// When the last fetch failure happened (monotonic seconds), if ever.
-    public var lastFailureAt: Double?
+    /// Records in the scheduler's due queues (current and stale).
+    public var scheduled = 0
+    /// Entries the scheduler has looked at since start (one per due record): what its passes cost.
+    public var examined = 0
+    /// When the last fetch failure happened, if ever.
+    public var lastFailureAt: MonotonicInstant?
     /// The text of the last fetch failure (never a secret).
     public var lastFailure: String?
     /// The largest clock difference a provider's `Date` header showed at its last reply (its clock

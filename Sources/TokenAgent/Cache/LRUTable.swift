@@ -4,7 +4,7 @@
 /// stays a plain array (easy to scan, and to mirror into a shared segment later). Every operation
 /// is O(1) except ``forEachKey(_:)``.
 public struct LRUTable<Key: Hashable, Value> {
-    private struct Slot {
+    fileprivate struct Slot {
         var key: Key
         var value: Value
         var newer: Int  // towards the most recently used end; -1 at the end
@@ -78,6 +78,36 @@ public struct LRUTable<Key: Hashable, Value> {
         return value
     }
 
+    /// The slot holding `key`, if any: a position that stays the key's until it is removed.
+    public func slot(of key: Key) -> Int? { index[key] }
+
+    /// The key and value in `slot`, if the slot is in use.
+    public func entry(inSlot slot: Int) -> (key: Key, value: Value)? {
+        guard slot >= 0, slot < slots.count, let entry = slots[slot] else { return nil }
+        return (entry.key, entry.value)
+    }
+
+    /// Changes the value in `slot` in place, without changing the use order; `nil` when the slot
+    /// is not in use.
+    @discardableResult
+    public mutating func update<R>(slot: Int, touch: Bool = false, _ body: (inout Value) -> R) -> R? {
+        guard slot >= 0, slot < slots.count, slots[slot] != nil else { return nil }
+        if touch { moveToNewest(slot) }
+        return body(&slots[slot]!.value)
+    }
+
+    /// The slots in use, most recently used first.
+    public var slotsNewestFirst: [Int] {
+        var result: [Int] = []
+        result.reserveCapacity(count)
+        var slot = newest
+        while slot >= 0 {
+            result.append(slot)
+            slot = slots[slot]!.older
+        }
+        return result
+    }
+
     /// Calls `body` with every key, most recently used first.
     public func forEachKey(_ body: (Key, Value) -> Void) {
         var slot = newest
@@ -115,3 +145,6 @@ public struct LRUTable<Key: Hashable, Value> {
         if oldest < 0 { oldest = slot }
     }
 }
+
+extension LRUTable: Sendable where Key: Sendable, Value: Sendable {}
+extension LRUTable.Slot: Sendable where Key: Sendable, Value: Sendable {}

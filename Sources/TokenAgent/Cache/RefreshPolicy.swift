@@ -37,14 +37,18 @@ public struct RefreshPolicy: Sendable, Hashable {
         return max(required, servingFloor)
     }
 
-    /// When a token fetched at `fetchedAt` and expiring at `expiresAt` (both monotonic) should be
-    /// refreshed: at `fetched + max(lifetime/2, lifetime - margin)`, moved earlier by
-    /// `jitterUnit` (0..<1) times 10% of the time until then.
-    public func refreshTime(fetchedAt: Double, expiresAt: Double, jitterUnit: Double) -> Double {
-        let lifetime = max(0, expiresAt - fetchedAt)
+    /// When a token fetched at `fetchedAt` and expiring at `expiry` should be refreshed: at
+    /// `fetched + max(lifetime/2, lifetime - margin)`, moved earlier by `jitterUnit` (0..<1) times
+    /// 10% of the time until then.
+    public func refreshTime(
+        fetchedAt: MonotonicInstant,
+        expiry: MonotonicInstant,
+        jitterUnit: Double
+    ) -> MonotonicInstant {
+        let lifetime = max(0, expiry - fetchedAt)
         let untilRefresh = max(lifetime / 2, lifetime - refreshMargin)
         let jitter = jitterUnit * jitterFraction * untilRefresh
-        return fetchedAt + untilRefresh - jitter
+        return fetchedAt + (untilRefresh - jitter)
     }
 
     /// The back-off after `failures` consecutive provider failures (1 or more): full jitter over
@@ -59,7 +63,7 @@ public struct RefreshPolicy: Sendable, Hashable {
     public func isServable(remaining: Double) -> Bool { remaining >= servingFloor }
 
     /// Whether an entry last read at `lastRead` still earns background refreshes at `now`.
-    public func isActive(lastRead: Double, now: Double) -> Bool { now - lastRead <= idleTimeout }
+    public func isActive(lastRead: MonotonicInstant, now: MonotonicInstant) -> Bool { now - lastRead <= idleTimeout }
 
     private func pow2(_ exponent: Double) -> Double {
         var value = 1.0

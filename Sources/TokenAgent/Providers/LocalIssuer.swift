@@ -129,7 +129,7 @@ public struct LocalIssuer: TokenProvider {
             + JWTClaims.base64URLEncode(try encoder.encode(claims))
         let signature = try self.key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
         let token = signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
-        return FetchedToken(token: token, expiresAt: Double(expiresAt))
+        return FetchedToken(token: token, expiresAtUnixSeconds: Double(expiresAt))
     }
 }
 

@@ -31,6 +31,6 @@ public struct TokenAcceptance: Sendable {
         }
         guard let expiry else { throw ProviderError.failed("no expiry in the reply and the token has no exp") }
         guard expiry > now else { throw ProviderError.failed("token is already expired") }
-        return FetchedToken(token: token, expiresAt: expiry)
+        return FetchedToken(token: token, expiresAtUnixSeconds: expiry)
     }
 }

@@ -1,0 +1,43 @@
+/// Why the engine could not answer a request with a token. The server maps each case to a wire
+/// error code and text (`ERR <code> <text>`); the engine knows nothing of the wire.
+public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The kind is not configured; `configured` lists the kinds that are, sorted.
+    case unknownKind(String, configured: [String])
+    /// Too many requests already wait for a fetch place.
+    case busy
+    /// The provider refused this id (remembered for the policy's rejection memory).
+    case rejected(String)
+    /// The provider is failing and its back-off is in force: the next try is in `seconds`.
+    case backingOff(seconds: Int)
+    /// The fetch failed (network, time-out, 5xx, an unusable reply, a token too close to expiry).
+    case fetchFailed(String)
+    /// The provider asked to be left alone (429/503 with `Retry-After`) for `retryAfter` seconds.
+    case throttled(String, retryAfter: Int)
+    /// A REFRESH naming a refused token got that same token back from the provider.
+    case refusedTokenReissued
+    /// The kind's provider was replaced by reloads faster than the request could be answered.
+    case providerChanged
+
+    /// The failure a provider error becomes.
+    init(_ error: ProviderError) {
+        switch error {
+        case .failed(let text): self = .fetchFailed(text)
+        case .rejected(let text): self = .rejected(text)
+        case .throttled(let text, let retryAfter): self = .throttled(text, retryAfter: Int(retryAfter))
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .unknownKind(let kind, let configured):
+            return "kind \(kind) is not configured; configured: \(configured.joined(separator: ","))"
+        case .busy: return "too many fetches queued"
+        case .rejected(let text): return text
+        case .backingOff(let seconds): return "provider failing; next try in \(seconds) s"
+        case .fetchFailed(let text): return text
+        case .throttled(let text, let retryAfter): return "\(text); retry after \(retryAfter) s"
+        case .refusedTokenReissued: return "the provider handed out the refused token again"
+        case .providerChanged: return "the provider changed while fetching; try again"
+        }
+    }
+}

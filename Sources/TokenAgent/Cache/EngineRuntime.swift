@@ -1,0 +1,56 @@
+/// What a reload may change, as one immutable value: the providers, the policy, and the
+/// generation of each kind. The fetch coordinator and every store shard hold the one in force;
+/// a reload installs a new one in all of them under the coordinator's lock.
+final class EngineRuntime: Sendable {
+    /// The provider of each configured kind.
+    let providers: [String: any TokenProvider]
+    /// The refresh policy.
+    let policy: RefreshPolicy
+    /// Each kind's generation, raised when a reload changes the kind's provider.
+    let generations: [String: Int]
+    /// The configured kinds, sorted.
+    let kinds: [String]
+
+    init(providers: [String: any TokenProvider], policy: RefreshPolicy, generations: [String: Int]) {
+        self.providers = providers
+        self.policy = policy
+        self.generations = generations
+        self.kinds = providers.keys.sorted()
+    }
+
+    /// The `unknownKind` failure for `kind`.
+    func unknownKind(_ kind: String) -> EngineFailure { .unknownKind(kind, configured: kinds) }
+}
+
+/// A request as the engine decides it.
+enum EngineRequest: Sendable {
+    /// GET, with the minimum validity asked for (the policy's default when `nil`).
+    case get(requested: Double?)
+    /// REFRESH, naming the token the caller was refused, if it did.
+    case refresh(refused: String?)
+
+    var isGet: Bool {
+        if case .get = self { return true }
+        return false
+    }
+}
+
+/// What the store decided for a request.
+enum StoreDecision {
+    /// Answer with this token now.
+    case serve(ServedToken)
+    /// Answer with this failure now.
+    case fail(EngineFailure)
+    /// Fetch (or join the fetch in flight).
+    case fetch
+}
+
+/// What became of a fetch's result.
+enum RecordedFetch {
+    /// Stored: the token is cached.
+    case stored(FetchedToken)
+    /// The provider failed; the failure is remembered (back-off, refusal).
+    case failed(ProviderError)
+    /// The kind moved to a new generation while the fetch ran: nothing was stored.
+    case superseded
+}

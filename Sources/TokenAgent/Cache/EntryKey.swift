@@ -1,0 +1,76 @@
+/// The key of a cached entry: a configured kind and the id's bytes.
+///
+/// A key held by the store owns its id as a `String`; a key made for a lookup may instead borrow
+/// the id's bytes straight from the request (a buffer's readable bytes), so a cache hit needs no
+/// `String`. Both forms hash and compare by the id's UTF-8 bytes, so they find each other.
+///
+/// It is `Sendable` so it can be used under the store's locks; a borrowed key never outlives the
+/// call that made it and is never stored (the store keeps ``owned`` keys only).
+struct EntryKey: Hashable, @unchecked Sendable {
+    /// Where the id's bytes are.
+    enum ID {
+        /// An id the key owns.
+        case owned(String)
+        /// Bytes borrowed for the duration of a lookup; never stored.
+        case borrowed(UnsafeRawBufferPointer)
+    }
+
+    /// The kind: one of the configured kind names.
+    var kind: String
+    /// The id.
+    var id: ID
+
+    /// A key that owns its id.
+    init(kind: String, id: String) {
+        self.kind = kind
+        self.id = .owned(id)
+    }
+
+    /// A key borrowing `id` for one lookup.
+    init(kind: String, borrowing id: UnsafeRawBufferPointer) {
+        self.kind = kind
+        self.id = .borrowed(id)
+    }
+
+    /// The key as providers and logs know it.
+    var tokenKey: TokenKey {
+        switch id {
+        case .owned(let text): return TokenKey(kind: kind, id: text)
+        case .borrowed(let bytes): return TokenKey(kind: kind, id: String(decoding: bytes, as: UTF8.self))
+        }
+    }
+
+    /// The same key owning its id: what the store keeps.
+    var owned: EntryKey {
+        switch id {
+        case .owned: return self
+        case .borrowed: return EntryKey(kind: kind, id: tokenKey.id)
+        }
+    }
+
+    private func withIDBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        switch id {
+        case .borrowed(let bytes): return body(bytes)
+        case .owned(let text):
+            if let result = text.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) {
+                return result
+            }
+            var copy = text
+            return copy.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        }
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(kind)
+        withIDBytes { hasher.combine(bytes: $0) }
+    }
+
+    static func == (lhs: EntryKey, rhs: EntryKey) -> Bool {
+        guard lhs.kind == rhs.kind else { return false }
+        return lhs.withIDBytes { left in
+            rhs.withIDBytes { right in
+                left.count == right.count && left.elementsEqual(right)
+            }
+        }
+    }
+}

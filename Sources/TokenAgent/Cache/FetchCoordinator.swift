@@ -1,0 +1,238 @@
+import Logging
+import Synchronization
+
+/// The fetches: at most one in flight per key (singleflight), at most a limited number at a
+/// provider at once (the rest queue, up to a bound), each stored in the token store when it ends,
+/// and each belonging to its kind's generation so that a reload can supersede it.
+///
+/// It also holds the runtime in force and applies reloads, under its lock, to itself and to
+/// every store shard, so a fetch never starts on one generation and is judged on another.
+final class FetchCoordinator: Sendable {
+    /// One fetch in flight for a key.
+    struct Flight: Sendable {
+        var task: Task<FetchedToken, any Error>
+        /// The kind's generation when the fetch started.
+        var generation: Int
+    }
+
+    /// A fetch whose kind's provider was replaced while it ran: nothing it returned is stored.
+    struct SupersededFetch: Error {}
+
+    private struct RetiringProvider {
+        var provider: any TokenProvider
+        var flights: [Task<FetchedToken, any Error>]
+    }
+
+    private struct State {
+        var runtime: EngineRuntime
+        var nextGeneration = 1
+        var flights: [TokenKey: Flight] = [:]
+        /// Providers retired by a reload, with the flights they still serve.
+        var retiring: [RetiringProvider] = []
+        var fetches = 0
+        var fetchErrors = 0
+        var backgroundRefreshes = 0
+        var lastFailureAt: MonotonicInstant?
+        var lastFailure: String?
+    }
+
+    private let state: Mutex<State>
+    private let store: TokenStore
+    private let limiter: AsyncLimiter
+    private let maxQueuedFetches: Int
+    private let clock: any AgentClock
+    private let logger: Logger
+
+    init(
+        runtime: EngineRuntime,
+        store: TokenStore,
+        maxConcurrentFetches: Int,
+        maxQueuedFetches: Int,
+        clock: any AgentClock,
+        logger: Logger
+    ) {
+        self.state = Mutex(State(runtime: runtime))
+        self.store = store
+        self.limiter = AsyncLimiter(limit: max(1, maxConcurrentFetches))
+        self.maxQueuedFetches = maxQueuedFetches
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// The runtime in force.
+    var runtime: EngineRuntime { state.withLock { $0.runtime } }
+
+    /// The fetch of `key` in flight, started if there is none; `busy` when too many already wait
+    /// for a place at a provider.
+    func flight(for key: TokenKey) -> Result<Flight, EngineFailure> {
+        state.withLock { state in
+            if let flight = state.flights[key] { return .success(flight) }
+            guard limiter.waiting < maxQueuedFetches else { return .failure(.busy) }
+            guard let flight = start(key, in: &state) else { return .failure(state.runtime.unknownKind(key.kind)) }
+            return .success(flight)
+        }
+    }
+
+    /// Starts background refreshes of `keys` that have no fetch in flight; returns how many started.
+    func refresh(_ keys: [TokenKey]) -> Int {
+        guard !keys.isEmpty else { return 0 }
+        return state.withLock { state in
+            var started = 0
+            for key in keys where state.flights[key] == nil {
+                guard start(key, in: &state) != nil else { continue }
+                state.backgroundRefreshes += 1
+                started += 1
+            }
+            return started
+        }
+    }
+
+    private func start(_ key: TokenKey, in state: inout State) -> Flight? {
+        guard let provider = state.runtime.providers[key.kind] else { return nil }
+        state.fetches += 1
+        let generation = state.runtime.generations[key.kind] ?? 0
+        let task = Task { [self] in
+            let result: Result<FetchedToken, ProviderError>
+            do {
+                result = .success(try await limiter.withPlace { try await provider.fetchToken(for: key) })
+            } catch let error as ProviderError {
+                result = .failure(error)
+            } catch is CancellationError {
+                finish(key, generation: generation)
+                throw SupersededFetch()
+            } catch {
+                result = .failure(.failed("\(type(of: error))"))
+            }
+            return try complete(key, generation: generation, with: result)
+        }
+        let flight = Flight(task: task, generation: generation)
+        state.flights[key] = flight
+        return flight
+    }
+
+    /// Stores a fetch's result, ends its flight, and logs it; throws when there is no token to serve.
+    private func complete(
+        _ key: TokenKey,
+        generation: Int,
+        with result: Result<FetchedToken, ProviderError>
+    ) throws -> FetchedToken {
+        let now = clock.now
+        let unixNow = clock.unixNow
+        let recorded = store.record(key, generation: generation, result: result, now: now, unixNow: unixNow)
+        finish(key, generation: generation)
+        var metadata: Logger.Metadata = ["token_kind": "\(key.kind)", "token_id": "\(key.id)"]
+        switch recorded {
+        case .stored(let fetched):
+            metadata["token_fingerprint"] = "\(TokenFingerprint.of(fetched.token))"
+            metadata["expires_in_s"] = "\(Int(fetched.expiresAt - unixNow))"
+            logger.debug("fetched token", metadata: metadata)
+            return fetched
+        case .superseded:
+            logger.debug("fetch superseded by a reload; its result is not stored", metadata: metadata)
+            throw SupersededFetch()
+        case .failed(let error):
+            state.withLock { state in
+                state.fetchErrors += 1
+                state.lastFailureAt = now
+                state.lastFailure = "\(key.kind): \(error)"
+            }
+            metadata["provider_status"] = "\(error)"
+            logger.warning("token fetch failed", metadata: metadata)
+            throw error
+        }
+    }
+
+    /// Ends the flight of `key` if it is still the one of `generation`.
+    private func finish(_ key: TokenKey, generation: Int) {
+        state.withLock { state in
+            if state.flights[key]?.generation == generation { state.flights[key] = nil }
+        }
+    }
+
+    /// The generation of `kind` now.
+    func generation(of kind: String) -> Int? { state.withLock { $0.runtime.generations[kind] } }
+
+    // MARK: Reload
+
+    /// Swaps in new providers and policy: kinds in `changedKinds`, added or removed move to a new
+    /// generation (their fetches are cancelled and their entries forgotten, in the store too,
+    /// under this lock); a provider no longer used is shut down once its last fetch ends.
+    func reconfigure(
+        providers: [String: any TokenProvider],
+        policy: RefreshPolicy,
+        changedKinds: Set<String>,
+        now: MonotonicInstant
+    ) {
+        let retired = state.withLock { state -> [RetiringProvider] in
+            let previous = state.runtime
+            var generations: [String: Int] = [:]
+            var moved: Set<String> = []
+            for kind in Set(providers.keys).union(previous.providers.keys) {
+                if changedKinds.contains(kind) || providers[kind] == nil || previous.providers[kind] == nil {
+                    moved.insert(kind)
+                    if providers[kind] != nil {
+                        generations[kind] = state.nextGeneration
+                        state.nextGeneration += 1
+                    }
+                } else {
+                    generations[kind] = previous.generations[kind] ?? 0
+                }
+            }
+            let runtime = EngineRuntime(providers: providers, policy: policy, generations: generations)
+            state.runtime = runtime
+            store.install(runtime, moved: moved, now: now)
+            var orphaned: [Task<FetchedToken, any Error>] = []
+            for (key, flight) in state.flights where moved.contains(key.kind) {
+                state.flights[key] = nil
+                flight.task.cancel()
+                orphaned.append(flight.task)
+            }
+            let kept = Set(providers.values.compactMap(Self.identity))
+            var seen: Set<ObjectIdentifier> = []
+            var retired: [RetiringProvider] = []
+            for provider in previous.providers.values {
+                guard let id = Self.identity(provider), !kept.contains(id), seen.insert(id).inserted else { continue }
+                retired.append(RetiringProvider(provider: provider, flights: orphaned))
+            }
+            state.retiring += retired
+            return retired
+        }
+        for retiring in retired {
+            Task { [self] in
+                for flight in retiring.flights { _ = await flight.result }
+                await retiring.provider.shutdown()
+                state.withLock { state in
+                    state.retiring.removeAll { Self.identity($0.provider) == Self.identity(retiring.provider) }
+                }
+                logger.debug("retired provider shut down", metadata: ["provider": "\(retiring.provider.summary)"])
+            }
+        }
+    }
+
+    /// Providers replaced by a reload whose last fetches have not ended yet.
+    var retiringProviders: Int { state.withLock { $0.retiring.count } }
+
+    /// Every provider to shut down at exit: those in force and those still retiring.
+    var allProviders: [any TokenProvider] {
+        state.withLock { state in Array(state.runtime.providers.values) + state.retiring.map(\.provider) }
+    }
+
+    /// The fetch counters: started, failed, background, in flight, and the last failure.
+    func counts() -> (
+        fetches: Int, fetchErrors: Int, backgroundRefreshes: Int, inFlight: Int,
+        lastFailureAt: MonotonicInstant?, lastFailure: String?
+    ) {
+        state.withLock { state in
+            (
+                state.fetches, state.fetchErrors, state.backgroundRefreshes, state.flights.count,
+                state.lastFailureAt, state.lastFailure
+            )
+        }
+    }
+
+    /// The identity of a provider that is an object (HTTP providers); `nil` for value types.
+    static func identity(_ provider: any TokenProvider) -> ObjectIdentifier? {
+        guard type(of: provider) is AnyClass else { return nil }
+        return ObjectIdentifier(provider as AnyObject)
+    }
+}

@@ -1,0 +1,243 @@
+/// One shard of the token store: its entries in use order, its due queue, and its counters.
+/// Every method runs under the shard's lock; none waits or allocates on a cache hit.
+struct StoreShard {
+    var runtime: EngineRuntime
+    var table = LRUTable<EntryKey, CacheEntry>()
+    var due = DueQueue()
+    /// The most entries this shard holds.
+    let capacity: Int
+    var hits = 0
+    var misses = 0
+    var servedAfterFailure = 0
+    /// Entries the scheduler looked at.
+    var examined = 0
+
+    init(runtime: EngineRuntime, capacity: Int) {
+        self.runtime = runtime
+        self.capacity = capacity
+    }
+
+    // MARK: Requests
+
+    /// Decides a request on `key` at `now`: serve, fail, or fetch.
+    mutating func decide(_ key: EntryKey, _ request: EngineRequest, now: MonotonicInstant) -> StoreDecision {
+        guard runtime.providers[key.kind] != nil else { return .fail(runtime.unknownKind(key.kind)) }
+        let policy = runtime.policy
+        guard let slot = table.slot(of: key) else {
+            if request.isGet { misses += 1 }
+            return .fetch
+        }
+        var reactivated = false
+        let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
+            reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
+            entry.lastRead = now
+            switch request {
+            case .get(let requested): return Self.decideGet(&entry, requested: requested, policy: policy, now: now)
+            case .refresh(let refused): return Self.decideRefresh(&entry, refused: refused, policy: policy, now: now)
+            }
+        }!
+        // An idle entry read again earns refreshes again: look at it now.
+        if reactivated { schedule(slot: slot, at: now) }
+        if request.isGet {
+            if case .fetch = decision { misses += 1 } else if case .serve = decision { hits += 1 }
+        }
+        return decision
+    }
+
+    /// A GET on an existing entry.
+    private static func decideGet(
+        _ entry: inout CacheEntry,
+        requested: Double?,
+        policy: RefreshPolicy,
+        now: MonotonicInstant
+    ) -> StoreDecision {
+        let remaining = entry.remaining(at: now)
+        let servable = policy.isServable(remaining: remaining)
+        if entry.token != nil {
+            let needed = policy.requiredValidity(lifetime: entry.lifetime, requested: requested)
+            if remaining >= needed || (servable && now - entry.fetchedAt < policy.refetchGuard) {
+                return .serve(entry.served)
+            }
+        }
+        if let failure = holdOff(entry, now: now) {
+            return servable ? .serve(entry.served) : .fail(failure)
+        }
+        return .fetch
+    }
+
+    /// A REFRESH on an existing entry. Without a refused token: a fetch unless the token was
+    /// fetched within the re-fetch guard. With one: a fetch only while it is the cached token
+    /// (which is never served again); otherwise the newer token.
+    private static func decideRefresh(
+        _ entry: inout CacheEntry,
+        refused: String?,
+        policy: RefreshPolicy,
+        now: MonotonicInstant
+    ) -> StoreDecision {
+        let servable = entry.token != nil && policy.isServable(remaining: entry.remaining(at: now))
+        if let refused {
+            if entry.token == refused {
+                entry.token = nil
+            } else if servable {
+                return .serve(entry.served)
+            }
+        } else if servable, now - entry.fetchedAt < policy.refetchGuard {
+            return .serve(entry.served)
+        }
+        return holdOff(entry, now: now).map(StoreDecision.fail) ?? .fetch
+    }
+
+    /// Why no fetch may start for `entry` now: a refusal still remembered, or a back-off.
+    private static func holdOff(_ entry: CacheEntry, now: MonotonicInstant) -> EngineFailure? {
+        if now < entry.rejectedUntil { return .rejected(entry.rejection) }
+        if now < entry.retryAfter { return .backingOff(seconds: Int((entry.retryAfter - now).rounded(.up))) }
+        return nil
+    }
+
+    /// The cached token of `key` if it can still be served (a GET whose fetch failed).
+    mutating func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant) -> ServedToken? {
+        guard let entry = table.peek(key), runtime.policy.isServable(remaining: entry.remaining(at: now)) else {
+            return nil
+        }
+        servedAfterFailure += 1
+        return entry.served
+    }
+
+    // MARK: Fetch results
+
+    /// Stores what a fetch of `key` (an owned key) started in `generation` returned, unless the
+    /// kind has moved on to a newer generation.
+    mutating func record(
+        _ key: EntryKey,
+        generation: Int,
+        result: Result<FetchedToken, ProviderError>,
+        now: MonotonicInstant,
+        unixNow: UnixTime,
+        jitterUnit: Double
+    ) -> RecordedFetch {
+        guard runtime.generations[key.kind] == generation else { return .superseded }
+        let policy = runtime.policy
+        var result = result
+        if case .success(let fetched) = result, !policy.isServable(remaining: fetched.expiresAt - unixNow) {
+            result = .failure(.failed("token expires in under \(Int(policy.servingFloor)) s"))
+        }
+        var entry = table.peek(key) ?? CacheEntry(lastRead: now)
+        let recorded: RecordedFetch
+        switch result {
+        case .success(let fetched):
+            entry.token = fetched.token
+            entry.unixExpiry = fetched.expiresAt
+            entry.expiry = now + (fetched.expiresAt - unixNow)
+            entry.fetchedAt = now
+            entry.refreshAt = policy.refreshTime(fetchedAt: now, expiry: entry.expiry, jitterUnit: jitterUnit)
+            entry.failures = 0
+            entry.retryAfter = .origin
+            entry.rejectedUntil = .origin
+            recorded = .stored(fetched)
+        case .failure(let error):
+            entry.failures += 1
+            var backoff = policy.backoff(failures: entry.failures, jitterUnit: jitterUnit)
+            switch error {
+            case .rejected(let text):
+                entry.rejectedUntil = now + policy.rejectionMemory
+                entry.rejection = text
+            case .throttled(_, let retryAfter):
+                backoff = max(backoff, min(retryAfter, policy.retryAfterCap))
+            case .failed:
+                break
+            }
+            entry.retryAfter = now + backoff
+            recorded = .failed(error)
+        }
+        store(key, entry, now: now)
+        return recorded
+    }
+
+    /// Inserts or replaces `key`'s entry (evicting the least recently used beyond capacity) and
+    /// schedules its next look.
+    mutating func store(_ key: EntryKey, _ entry: CacheEntry, now: MonotonicInstant) {
+        table.set(key, entry, capacity: capacity)
+        if let slot = table.slot(of: key) { schedule(slot: slot, at: nextCheck(entry, now: now)) }
+    }
+
+    // MARK: The scheduler
+
+    /// When the entry in `slot` needs looking at next: a refresh falling due while it is read, the
+    /// moment it turns idle, or, once idle, the moment it can be forgotten.
+    private func nextCheck(_ entry: CacheEntry, now: MonotonicInstant) -> MonotonicInstant {
+        let policy = runtime.policy
+        let idleAt = entry.lastRead + policy.idleTimeout + 0.001
+        if now < idleAt {
+            guard entry.token != nil else { return idleAt }
+            return min(idleAt, max(entry.refreshAt, entry.retryAfter, entry.rejectedUntil))
+        }
+        let unservableAt = entry.token == nil ? now : entry.expiry - policy.servingFloor + 0.001
+        return max(unservableAt, entry.retryAfter)
+    }
+
+    /// Makes sure the entry in `slot` is looked at no later than `at`.
+    mutating func schedule(slot: Int, at: MonotonicInstant) {
+        let current = table.update(slot: slot) { entry -> MonotonicInstant? in
+            if let scheduled = entry.scheduled, scheduled <= at { return scheduled }
+            entry.scheduled = at
+            return nil
+        }
+        guard let current, current == nil else { return }
+        due.push(at, slot: slot)
+    }
+
+    /// One scheduler pass at `now`: looks only at the entries whose record is due. Entries idle
+    /// and no longer servable are forgotten; entries read within the idle time-out whose refresh
+    /// is due are returned for a background refresh.
+    mutating func takeDue(now: MonotonicInstant) -> [TokenKey] {
+        if due.count > 2 * table.count + 1024 { rebuildDueQueue(at: now) }
+        var records: [DueQueue.Record] = []
+        while let record = due.popDue(at: now) { records.append(record) }
+        let policy = runtime.policy
+        var refresh: [TokenKey] = []
+        for record in records {
+            let slot = Int(record.slot)
+            guard let (key, entry) = table.entry(inSlot: slot), entry.scheduled == record.at else { continue }
+            table.update(slot: slot) { $0.scheduled = nil }
+            examined += 1
+            let active = policy.isActive(lastRead: entry.lastRead, now: now)
+            if !active, !policy.isServable(remaining: entry.remaining(at: now)), now >= entry.retryAfter {
+                table.remove(key)
+            } else if active, entry.token != nil, now >= entry.refreshAt, now >= entry.retryAfter,
+                now >= entry.rejectedUntil
+            {
+                refresh.append(key.tokenKey)
+                // Looked at again after the fetch is recorded, or in a second if none started.
+                schedule(slot: slot, at: now + 1)
+            } else {
+                schedule(slot: slot, at: max(nextCheck(entry, now: now), now + 0.001))
+            }
+        }
+        return refresh
+    }
+
+    /// Forgets every record and schedules every entry for `now`.
+    mutating func rebuildDueQueue(at now: MonotonicInstant) {
+        due.removeAll()
+        for slot in table.slotsNewestFirst {
+            table.update(slot: slot) { $0.scheduled = now }
+            due.push(now, slot: slot)
+        }
+    }
+
+    // MARK: Reload and hand-over
+
+    /// Puts `runtime` in force, forgets the entries of the kinds in `moved`, and looks at every
+    /// other entry at the next pass (the policy may have changed).
+    mutating func install(_ runtime: EngineRuntime, moved: Set<String>, now: MonotonicInstant) {
+        self.runtime = runtime
+        if !moved.isEmpty {
+            var gone: [EntryKey] = []
+            table.forEachKey { key, _ in
+                if moved.contains(key.kind) { gone.append(key) }
+            }
+            for key in gone { table.remove(key) }
+        }
+        rebuildDueQueue(at: now)
+    }
+}

@@ -1,0 +1,142 @@
+import Synchronization
+
+/// The cached entries, split into shards by key, each under its own lock: a request takes one
+/// shard's lock for one short, allocation-free decision, and the scheduler's pass takes each
+/// shard's lock only for what is due in it. Nothing here waits for a provider.
+///
+/// The least-recently-used bound is kept per shard (each holds its share of the most entries), so
+/// eviction order is exact within a shard and approximate across them; small caches (under
+/// 8,192 entries) have one shard and an exact order.
+final class TokenStore: Sendable {
+    private final class Shard: Sendable {
+        let state: Mutex<StoreShard>
+        init(_ shard: sending StoreShard) { state = Mutex(shard) }
+    }
+
+    private let shards: [Shard]
+    private let random: @Sendable () -> Double
+
+    /// The most shards a store has.
+    static let maxShards = 16
+
+    init(runtime: EngineRuntime, maxEntries: Int, random: @escaping @Sendable () -> Double) {
+        let count = max(1, min(Self.maxShards, maxEntries / 4096))
+        let capacity = (maxEntries + count - 1) / count
+        self.shards = (0..<count).map { _ in Shard(StoreShard(runtime: runtime, capacity: capacity)) }
+        self.random = random
+    }
+
+    private func shard(_ key: EntryKey) -> Shard {
+        shards.count == 1 ? shards[0] : shards[Int(UInt(bitPattern: key.hashValue) % UInt(shards.count))]
+    }
+
+    /// Decides a request on `key` at `now`.
+    func decide(_ key: EntryKey, _ request: EngineRequest, now: MonotonicInstant) -> StoreDecision {
+        shard(key).state.withLock { $0.decide(key, request, now: now) }
+    }
+
+    /// The cached token of `key` if it can still be served, counted as served after a failure.
+    func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant) -> ServedToken? {
+        shard(key).state.withLock { $0.servableAfterFailure(key, now: now) }
+    }
+
+    /// Stores a fetch's result (see ``StoreShard/record(_:generation:result:now:unixNow:jitterUnit:)``).
+    func record(
+        _ key: TokenKey,
+        generation: Int,
+        result: Result<FetchedToken, ProviderError>,
+        now: MonotonicInstant,
+        unixNow: UnixTime
+    ) -> RecordedFetch {
+        let entryKey = EntryKey(kind: key.kind, id: key.id)
+        let jitter = random()
+        return shard(entryKey).state.withLock {
+            $0.record(entryKey, generation: generation, result: result, now: now, unixNow: unixNow, jitterUnit: jitter)
+        }
+    }
+
+    /// Forgets `key`; `false` when its kind is not configured.
+    func drop(_ key: EntryKey) -> EngineFailure? {
+        shard(key).state.withLock { shard in
+            guard shard.runtime.providers[key.kind] != nil else { return shard.runtime.unknownKind(key.kind) }
+            shard.table.remove(key)
+            return nil
+        }
+    }
+
+    /// One scheduler pass over every shard: the keys whose background refresh is due.
+    func takeDue(now: MonotonicInstant) -> [TokenKey] {
+        var due: [TokenKey] = []
+        for shard in shards { due += shard.state.withLock { $0.takeDue(now: now) } }
+        return due
+    }
+
+    /// Puts `runtime` in force in every shard (a reload) and forgets the kinds in `moved`.
+    func install(_ runtime: EngineRuntime, moved: Set<String>, now: MonotonicInstant) {
+        for shard in shards { shard.state.withLock { $0.install(runtime, moved: moved, now: now) } }
+    }
+
+    /// Entries held, and the counters of requests answered by the store.
+    func counts() -> (entries: Int, hits: Int, misses: Int, servedAfterFailure: Int, scheduled: Int, examined: Int) {
+        var result = (entries: 0, hits: 0, misses: 0, servedAfterFailure: 0, scheduled: 0, examined: 0)
+        for shard in shards {
+            shard.state.withLock { shard in
+                result.entries += shard.table.count
+                result.hits += shard.hits
+                result.misses += shard.misses
+                result.servedAfterFailure += shard.servedAfterFailure
+                result.scheduled += shard.due.count
+                result.examined += shard.examined
+            }
+        }
+        return result
+    }
+
+    /// The tokens that can still be served at `now`, least recently used first within each shard.
+    func servableTokens(now: MonotonicInstant) -> [CachedToken] {
+        var tokens: [CachedToken] = []
+        for shard in shards {
+            shard.state.withLock { shard in
+                let policy = shard.runtime.policy
+                var own: [CachedToken] = []
+                shard.table.forEachKey { key, entry in
+                    guard let token = entry.token, policy.isServable(remaining: entry.remaining(at: now)) else {
+                        return
+                    }
+                    let id = key.tokenKey.id
+                    own.append(
+                        CachedToken(kind: key.kind, id: id, token: token, expiresAt: entry.unixExpiry.wholeSeconds)
+                    )
+                }
+                tokens += own.reversed()
+            }
+        }
+        return tokens
+    }
+
+    /// Caches `tokens` of configured kinds that can still be served, as if fetched at `now`.
+    /// Returns how many were taken.
+    func take(_ tokens: [CachedToken], now: MonotonicInstant, unixNow: UnixTime) -> Int {
+        var taken = 0
+        for cached in tokens {
+            let key = EntryKey(kind: cached.kind, id: cached.id)
+            let jitter = random()
+            let took = shard(key).state.withLock { shard -> Bool in
+                let policy = shard.runtime.policy
+                guard shard.runtime.providers[cached.kind] != nil else { return false }
+                let remaining = Double(cached.expiresAt) - unixNow.seconds
+                guard policy.isServable(remaining: remaining) else { return false }
+                var entry = CacheEntry(lastRead: now)
+                entry.token = cached.token
+                entry.unixExpiry = UnixTime(seconds: Double(cached.expiresAt))
+                entry.expiry = now + remaining
+                entry.fetchedAt = now
+                entry.refreshAt = policy.refreshTime(fetchedAt: now, expiry: entry.expiry, jitterUnit: jitter)
+                shard.store(key, entry, now: now)
+                return true
+            }
+            if took { taken += 1 }
+        }
+        return taken
+    }
+}

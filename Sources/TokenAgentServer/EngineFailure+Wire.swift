@@ -1,0 +1,15 @@
+import TokenAgent
+import TokenWire
+
+extension EngineFailure {
+    /// The wire error a failure is answered with.
+    public var wireError: WireError {
+        switch self {
+        case .unknownKind: return WireError(.badKind, description)
+        case .busy: return WireError(.busy, description)
+        case .rejected: return WireError(.rejected, description)
+        case .backingOff, .fetchFailed, .throttled, .refusedTokenReissued, .providerChanged:
+            return WireError(.unavailable, description)
+        }
+    }
+}

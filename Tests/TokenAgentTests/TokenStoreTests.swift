@@ -1,0 +1,82 @@
+import Testing
+import TokenWire
+
+@testable import TokenAgent
+
+@Suite("Token store: keys, shards and the due queue")
+struct TokenStoreTests {
+    @Test func aBorrowedKeyFindsTheOwnedOne() {
+        for id in ["v-1", "a-much-longer-vehicle-id-0123456789abcdef", "véhicule-ü", String(repeating: "x", count: 64)]
+        {
+            let owned = EntryKey(kind: "vehicle", id: id)
+            var bytes = Array(id.utf8)
+            bytes.withUnsafeMutableBytes { raw in
+                let borrowed = EntryKey(kind: "vehicle", borrowing: UnsafeRawBufferPointer(raw))
+                #expect(borrowed == owned)
+                #expect(borrowed.hashValue == owned.hashValue)
+                #expect(borrowed.owned.tokenKey == TokenKey(kind: "vehicle", id: id))
+                #expect(EntryKey(kind: "trip", borrowing: UnsafeRawBufferPointer(raw)) != owned)
+            }
+        }
+        #expect(EntryKey(kind: "vehicle", id: "v-1") != EntryKey(kind: "vehicle", id: "v-10"))
+    }
+
+    @Test func theDueQueuePopsOnlyWhatIsDueInOrder() {
+        var generator = SeededGenerator(seed: 7)
+        var queue = DueQueue()
+        var instants: [Double] = []
+        for slot in 0..<500 {
+            let at = Double.random(in: 0..<1000, using: &generator)
+            instants.append(at)
+            queue.push(MonotonicInstant(seconds: at), slot: slot)
+        }
+        var popped: [Double] = []
+        while let record = queue.popDue(at: MonotonicInstant(seconds: 500)) { popped.append(record.at.seconds) }
+        #expect(popped == instants.filter { $0 <= 500 }.sorted())
+        #expect(queue.count == instants.filter { $0 > 500 }.count)
+        while let record = queue.popDue(at: MonotonicInstant(seconds: 1000)) { popped.append(record.at.seconds) }
+        #expect(popped == instants.sorted())
+    }
+
+    @Test func aSchedulerPassLooksOnlyAtWhatIsDue() async {
+        let clock = ManualClock()
+        let provider = ScriptedProvider(clock: clock)
+        let engine = TokenEngine(providers: ["vehicle": provider], clock: clock, random: { 0 })
+        for index in 0..<1000 { _ = await engine.get(kind: "vehicle", id: "v-\(index)") }
+        #expect(engine.statistics().scheduled == 1000, "one record per entry")
+        for _ in 0..<50 {
+            clock.advance(10)
+            #expect(engine.maintain() == 0)
+        }
+        #expect(engine.statistics().examined == 0, "500 s of passes with nothing due looked at nothing")
+        // Keep one key read; at its refresh time only it is refreshed, and only the entries whose
+        // records fell due (turning idle at 600 s, then the one refresh) were looked at.
+        for _ in 0..<25 {
+            clock.advance(100)
+            _ = await engine.get(kind: "vehicle", id: "v-7")
+            engine.maintain()
+        }
+        let stats = engine.statistics()
+        #expect(await eventually { provider.fetches == 1001 }, "v-7 alone was refreshed, at 3000 s")
+        #expect(stats.backgroundRefreshes == 1)
+        #expect(stats.examined < 1100, "each idle entry was looked at once, not once a pass: \(stats.examined)")
+    }
+
+    @Test func aLargeStoreIsShardedAndEveryKeyIsFoundAgain() async {
+        let clock = ManualClock()
+        let provider = ScriptedProvider(clock: clock)
+        let engine = TokenEngine(providers: ["vehicle": provider], maxEntries: 100_000, clock: clock)
+        for index in 0..<2000 { _ = await engine.get(kind: "vehicle", id: "v-\(index)") }
+        for index in 0..<2000 {
+            guard case .ready(.success(let served)) = engine.lookup(kind: "vehicle", id: "v-\(index)", minValidity: nil)
+            else {
+                Issue.record("v-\(index) is not answered from the cache")
+                return
+            }
+            #expect(served.token == "tok-v-\(index)-\(index + 1)")
+        }
+        #expect(engine.statistics().entries == 2000)
+        #expect(engine.exportTokens().count == 2000)
+        #expect(provider.fetches == 2000)
+    }
+}
