@@ -50,3 +50,46 @@ struct LRUTableTests {
         #expect(table.remove("zzz") == nil)
     }
 }
+
+@Suite("LRU table against a model")
+struct LRUTableModelTests {
+    /// Random sets, updates and removes against a dictionary and an array of use order: the
+    /// table's own index (linear probing with backward-shift deletion) must agree at every step.
+    @Test func randomOperationsMatchAModel() {
+        var generator = SeededGenerator(seed: 20_261_123)
+        var table = LRUTable<Int, Int>()
+        var model: [Int: Int] = [:]
+        var order: [Int] = []  // oldest first
+        let capacity = 300
+        for step in 0..<20_000 {
+            let key = Int.random(in: 0..<600, using: &generator)
+            switch Int.random(in: 0..<10, using: &generator) {
+            case 0..<5:
+                let evicted = table.set(key, step, capacity: capacity)
+                if model[key] == nil, model.count >= capacity {
+                    let victim = order.removeFirst()
+                    #expect(evicted?.key == victim)
+                    model[victim] = nil
+                } else {
+                    #expect(evicted == nil)
+                }
+                model[key] = step
+                order.removeAll { $0 == key }
+                order.append(key)
+            case 5..<8:
+                let found = table.update(key) { $0 }
+                #expect(found == model[key])
+                if found != nil {
+                    order.removeAll { $0 == key }
+                    order.append(key)
+                }
+            default:
+                #expect(table.remove(key) == model.removeValue(forKey: key))
+                order.removeAll { $0 == key }
+            }
+            #expect(table.count == model.count)
+        }
+        #expect(table.keysOldestFirst == order)
+        for (key, value) in model { #expect(table.peek(key) == value) }
+    }
+}

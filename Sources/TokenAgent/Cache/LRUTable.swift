@@ -1,38 +1,46 @@
 /// A hash table that remembers use order, for a least-recently-used bound.
 ///
 /// Entries live in one flat array of slots linked into a use-ordered list by index, so the layout
-/// stays a plain array (easy to scan, and to mirror into a shared segment later). Every operation
-/// is O(1) except ``forEachKey(_:)``.
+/// stays a plain array (easy to scan, and to mirror into a shared segment later). The index from
+/// key to slot is its own open-addressing table of 32-bit slot numbers (linear probing,
+/// backward-shift deletion), with each slot keeping its key's hash: 4 bytes a bucket instead of a
+/// second copy of every key. Every operation is O(1).
 public struct LRUTable<Key: Hashable, Value> {
     fileprivate struct Slot {
         var key: Key
         var value: Value
-        var newer: Int  // towards the most recently used end; -1 at the end
-        var older: Int  // towards the least recently used end; -1 at the end
+        var hash: Int
+        var newer: Int32  // towards the most recently used end; -1 at the end
+        var older: Int32  // towards the least recently used end; -1 at the end
     }
 
     private var slots: [Slot?] = []
-    private var free: [Int] = []
-    private var index: [Key: Int] = [:]
-    private var newest = -1
-    private var oldest = -1
+    private var free: [Int32] = []
+    /// Slot numbers by hash, -1 where empty; a power of two long, at most three quarters full.
+    private var buckets: [Int32] = []
+    private var live = 0
+    private var newest: Int32 = -1
+    private var oldest: Int32 = -1
 
-    /// Creates an empty table.
-    public init() {}
+    /// Creates an empty table. `expectedCount` reserves room for that many entries up front
+    /// (address space only: pages are touched as entries arrive), so growth does not double it.
+    public init(expectedCount: Int = 0) {
+        if expectedCount > 0 { slots.reserveCapacity(expectedCount) }
+    }
 
     /// The number of entries.
-    public var count: Int { index.count }
+    public var count: Int { live }
 
     /// The value for `key`, without changing the use order.
     public func peek(_ key: Key) -> Value? {
-        guard let slot = index[key] else { return nil }
+        guard let slot = find(key) else { return nil }
         return slots[slot]!.value
     }
 
     /// Changes the value for `key` in place and marks it most recently used; returns `nil` when absent.
     @discardableResult
     public mutating func update<R>(_ key: Key, touch: Bool = true, _ body: (inout Value) -> R) -> R? {
-        guard let slot = index[key] else { return nil }
+        guard let slot = find(key) else { return nil }
         if touch { moveToNewest(slot) }
         return body(&slots[slot]!.value)
     }
@@ -41,45 +49,52 @@ public struct LRUTable<Key: Hashable, Value> {
     /// recently used entry that was evicted to stay within `capacity`, if any.
     @discardableResult
     public mutating func set(_ key: Key, _ value: Value, capacity: Int) -> (key: Key, value: Value)? {
-        if let slot = index[key] {
+        let hash = key.hashValue
+        if let slot = find(key, hash: hash) {
             slots[slot]!.value = value
             moveToNewest(slot)
             return nil
         }
         var evicted: (key: Key, value: Value)?
-        if index.count >= capacity, oldest >= 0 {
-            let victim = slots[oldest]!
+        if live >= capacity, oldest >= 0 {
+            let victim = slots[Int(oldest)]!
             remove(victim.key)
             evicted = (victim.key, victim.value)
         }
+        // Grow the index before the new slot is filled, so the rehash does not place it too.
+        if (live + 1) * 4 > buckets.count * 3 { growIndex() }
         let slot: Int
         if let reused = free.popLast() {
-            slot = reused
+            slot = Int(reused)
         } else {
             slot = slots.count
             slots.append(nil)
         }
-        slots[slot] = Slot(key: key, value: value, newer: -1, older: newest)
-        if newest >= 0 { slots[newest]!.newer = slot }
-        newest = slot
-        if oldest < 0 { oldest = slot }
-        index[key] = slot
+        slots[slot] = Slot(key: key, value: value, hash: hash, newer: -1, older: newest)
+        if newest >= 0 { slots[Int(newest)]!.newer = Int32(slot) }
+        newest = Int32(slot)
+        if oldest < 0 { oldest = Int32(slot) }
+        insertIntoIndex(slot: slot, hash: hash)
+        live += 1
         return evicted
     }
 
     /// Removes `key` and returns its value.
     @discardableResult
     public mutating func remove(_ key: Key) -> Value? {
-        guard let slot = index.removeValue(forKey: key) else { return nil }
+        guard let bucket = bucket(of: key, hash: key.hashValue) else { return nil }
+        let slot = Int(buckets[bucket])
+        removeFromIndex(bucket: bucket)
         unlink(slot)
         let value = slots[slot]!.value
         slots[slot] = nil
-        free.append(slot)
+        free.append(Int32(slot))
+        live -= 1
         return value
     }
 
     /// The slot holding `key`, if any: a position that stays the key's until it is removed.
-    public func slot(of key: Key) -> Int? { index[key] }
+    public func slot(of key: Key) -> Int? { find(key) }
 
     /// The key and value in `slot`, if the slot is in use.
     public func entry(inSlot slot: Int) -> (key: Key, value: Value)? {
@@ -87,8 +102,8 @@ public struct LRUTable<Key: Hashable, Value> {
         return (entry.key, entry.value)
     }
 
-    /// Changes the value in `slot` in place, without changing the use order; `nil` when the slot
-    /// is not in use.
+    /// Changes the value in `slot` in place (marking it most recently used when `touch`); `nil`
+    /// when the slot is not in use.
     @discardableResult
     public mutating func update<R>(slot: Int, touch: Bool = false, _ body: (inout Value) -> R) -> R? {
         guard slot >= 0, slot < slots.count, slots[slot] != nil else { return nil }
@@ -99,11 +114,11 @@ public struct LRUTable<Key: Hashable, Value> {
     /// The slots in use, most recently used first.
     public var slotsNewestFirst: [Int] {
         var result: [Int] = []
-        result.reserveCapacity(count)
+        result.reserveCapacity(live)
         var slot = newest
         while slot >= 0 {
-            result.append(slot)
-            slot = slots[slot]!.older
+            result.append(Int(slot))
+            slot = slots[Int(slot)]!.older
         }
         return result
     }
@@ -112,7 +127,7 @@ public struct LRUTable<Key: Hashable, Value> {
     public func forEachKey(_ body: (Key, Value) -> Void) {
         var slot = newest
         while slot >= 0 {
-            let entry = slots[slot]!
+            let entry = slots[Int(slot)]!
             body(entry.key, entry.value)
             slot = entry.older
         }
@@ -123,26 +138,87 @@ public struct LRUTable<Key: Hashable, Value> {
         var keys: [Key] = []
         var slot = oldest
         while slot >= 0 {
-            keys.append(slots[slot]!.key)
-            slot = slots[slot]!.newer
+            keys.append(slots[Int(slot)]!.key)
+            slot = slots[Int(slot)]!.newer
         }
         return keys
     }
 
+    // MARK: The index
+
+    private func find(_ key: Key) -> Int? { find(key, hash: key.hashValue) }
+
+    private func find(_ key: Key, hash: Int) -> Int? {
+        bucket(of: key, hash: hash).map { Int(buckets[$0]) }
+    }
+
+    private func bucket(of key: Key, hash: Int) -> Int? {
+        guard !buckets.isEmpty else { return nil }
+        let mask = buckets.count - 1
+        var bucket = hash & mask
+        while true {
+            let slot = buckets[bucket]
+            if slot < 0 { return nil }
+            if let entry = slots[Int(slot)], entry.hash == hash, entry.key == key { return bucket }
+            bucket = (bucket + 1) & mask
+        }
+    }
+
+    private mutating func insertIntoIndex(slot: Int, hash: Int) {
+        let mask = buckets.count - 1
+        var bucket = hash & mask
+        while buckets[bucket] >= 0 { bucket = (bucket + 1) & mask }
+        buckets[bucket] = Int32(slot)
+    }
+
+    private mutating func growIndex() {
+        let size = max(16, buckets.count * 2)
+        buckets = [Int32](repeating: -1, count: size)
+        let mask = size - 1
+        for (slot, entry) in slots.enumerated() {
+            guard let entry else { continue }
+            var bucket = entry.hash & mask
+            while buckets[bucket] >= 0 { bucket = (bucket + 1) & mask }
+            buckets[bucket] = Int32(slot)
+        }
+    }
+
+    /// Empties `bucket`, shifting later entries of its probe run back so lookups stay correct.
+    private mutating func removeFromIndex(bucket: Int) {
+        let mask = buckets.count - 1
+        var hole = bucket
+        var next = bucket
+        buckets[hole] = -1
+        while true {
+            next = (next + 1) & mask
+            let slot = buckets[next]
+            if slot < 0 { return }
+            let home = slots[Int(slot)]!.hash & mask
+            // The entry at `next` may move into the hole unless its home lies in (hole, next].
+            let staysPut = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next)
+            if staysPut { continue }
+            buckets[hole] = slot
+            buckets[next] = -1
+            hole = next
+        }
+    }
+
+    // MARK: Use order
+
     private mutating func unlink(_ slot: Int) {
         let entry = slots[slot]!
-        if entry.newer >= 0 { slots[entry.newer]!.older = entry.older } else { newest = entry.older }
-        if entry.older >= 0 { slots[entry.older]!.newer = entry.newer } else { oldest = entry.newer }
+        if entry.newer >= 0 { slots[Int(entry.newer)]!.older = entry.older } else { newest = entry.older }
+        if entry.older >= 0 { slots[Int(entry.older)]!.newer = entry.newer } else { oldest = entry.newer }
     }
 
     private mutating func moveToNewest(_ slot: Int) {
-        guard slot != newest else { return }
+        guard Int32(slot) != newest else { return }
         unlink(slot)
         slots[slot]!.older = newest
         slots[slot]!.newer = -1
-        if newest >= 0 { slots[newest]!.newer = slot }
-        newest = slot
-        if oldest < 0 { oldest = slot }
+        if newest >= 0 { slots[Int(newest)]!.newer = Int32(slot) }
+        newest = Int32(slot)
+        if oldest < 0 { oldest = Int32(slot) }
     }
 }
 

@@ -2,7 +2,7 @@
 /// Every method runs under the shard's lock; none waits or allocates on a cache hit.
 struct StoreShard {
     var runtime: EngineRuntime
-    var table = LRUTable<EntryKey, CacheEntry>()
+    var table: LRUTable<EntryKey, CacheEntry>
     var due = DueQueue()
     /// The most entries this shard holds.
     let capacity: Int
@@ -15,6 +15,7 @@ struct StoreShard {
     init(runtime: EngineRuntime, capacity: Int) {
         self.runtime = runtime
         self.capacity = capacity
+        self.table = LRUTable(expectedCount: capacity)
     }
 
     // MARK: Requests

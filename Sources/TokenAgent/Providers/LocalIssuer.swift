@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Synchronization
 import _CryptoExtras
 
 /// Mints Fleet Engine JWTs itself from a Google service-account key (RS256).
@@ -13,9 +14,9 @@ public struct LocalIssuer: TokenProvider {
     /// The longest lifetime the issuer grants, in seconds.
     public static let maxLifetime: Double = 3600
 
-    private let key: _RSA.Signing.PrivateKey
+    private let signingKey: SigningKey
     /// The key id written into the header (`private_key_id`).
-    public let keyID: String
+    public var keyID: String { signingKey.keyID }
     /// The service account (`client_email`), written as `iss` and `sub`.
     public let email: String
     /// The lifetime of minted tokens, in seconds.
@@ -45,8 +46,7 @@ public struct LocalIssuer: TokenProvider {
             throw IssuerKeyError("private_key is not an RSA private key in PEM form")
         }
         self.init(
-            key: key,
-            keyID: account.private_key_id,
+            signingKey: SigningKey(key: key, keyID: account.private_key_id),
             email: account.client_email,
             lifetime: lifetime,
             isDemo: false,
@@ -55,16 +55,16 @@ public struct LocalIssuer: TokenProvider {
         )
     }
 
-    /// Creates the demo issuer: an RSA key made now, for trying the agent only.
+    /// Creates the demo issuer: an RSA key made now, for trying the agent only. The key is made on
+    /// a thread of its own (it takes tens of milliseconds), so the agent is ready before it is;
+    /// the first fetches wait for it.
     public static func demo(
         lifetime: Double = LocalIssuer.maxLifetime,
         claimNames: [String: String] = FleetEngineKinds.claimNames,
         clock: any AgentClock = SystemAgentClock()
     ) throws -> LocalIssuer {
-        let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
-        return LocalIssuer(
-            key: key,
-            keyID: "demo-" + TokenFingerprint.of(key.publicKey.pemRepresentation),
+        LocalIssuer(
+            signingKey: SigningKey.generating(),
             email: "demo-issuer@fleet-tokend.invalid",
             lifetime: lifetime,
             isDemo: true,
@@ -74,16 +74,14 @@ public struct LocalIssuer: TokenProvider {
     }
 
     private init(
-        key: _RSA.Signing.PrivateKey,
-        keyID: String,
+        signingKey: SigningKey,
         email: String,
         lifetime: Double,
         isDemo: Bool,
         claimNames: [String: String],
         clock: any AgentClock
     ) {
-        self.key = key
-        self.keyID = keyID
+        self.signingKey = signingKey
         self.email = email
         self.lifetime = min(max(lifetime, 60), Self.maxLifetime)
         self.isDemo = isDemo
@@ -91,8 +89,13 @@ public struct LocalIssuer: TokenProvider {
         self.clock = clock
     }
 
+    /// Returns once the signing key is ready (the demo issuer makes its key on a thread of its
+    /// own). The synchronous members (``keyID``, ``publicKeyPEM``, ``mint(claim:id:now:)``) block
+    /// until then: call this first from async code.
+    public func ready() async { _ = await signingKey.ready() }
+
     /// The public key, PEM-encoded (for verifiers).
-    public var publicKeyPEM: String { key.publicKey.pemRepresentation }
+    public var publicKeyPEM: String { signingKey.key.publicKey.pemRepresentation }
 
     public var summary: String {
         isDemo ? "demo issuer (tokens for trying the agent only)" : "local issuer \(email) kid \(keyID)"
@@ -102,8 +105,9 @@ public struct LocalIssuer: TokenProvider {
         guard let claim = claimNames[key.kind] else {
             throw ProviderError.rejected("the local issuer has no authorization claim for kind \(key.kind)")
         }
+        let ready = await signingKey.ready()
         do {
-            return try mint(claim: claim, id: key.id, now: clock.wallSeconds.rounded(.down))
+            return try mint(claim: claim, id: key.id, now: clock.wallSeconds.rounded(.down), key: ready)
         } catch {
             throw ProviderError.failed("signing failed")
         }
@@ -111,6 +115,11 @@ public struct LocalIssuer: TokenProvider {
 
     /// Mints a token whose `authorization` claim is `{claim: id}`, issued at `now`.
     public func mint(claim: String, id: String, now: Double) throws -> FetchedToken {
+        try mint(claim: claim, id: id, now: now, key: signingKey.key)
+    }
+
+    private func mint(claim: String, id: String, now: Double, key: _RSA.Signing.PrivateKey) throws -> FetchedToken {
+        let keyID = signingKey.keyID
         let issuedAt = Int64(now)
         let expiresAt = issuedAt + Int64(lifetime)
         let header: [String: String] = ["alg": "RS256", "typ": "JWT", "kid": keyID]
@@ -127,9 +136,77 @@ public struct LocalIssuer: TokenProvider {
         let signingInput =
             JWTClaims.base64URLEncode(try encoder.encode(header)) + "."
             + JWTClaims.base64URLEncode(try encoder.encode(claims))
-        let signature = try self.key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
+        let signature = try key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
         let token = signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
         return FetchedToken(token: token, expiresAtUnixSeconds: Double(expiresAt))
+    }
+}
+
+/// The issuer's RSA key, given or still being made on a thread of its own.
+private final class SigningKey: Sendable {
+    private struct State {
+        var key: _RSA.Signing.PrivateKey?
+        var keyID: String?
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state: Mutex<State>
+    private let made = NSCondition()
+
+    init(key: _RSA.Signing.PrivateKey, keyID: String) {
+        state = Mutex(State(key: key, keyID: keyID))
+    }
+
+    private init() {
+        state = Mutex(State())
+    }
+
+    /// A key being made now, on a thread of its own.
+    static func generating() -> SigningKey {
+        let pending = SigningKey()
+        Thread.detachNewThread {
+            // A 2048-bit key can always be made; a failure here is a broken crypto library.
+            let key = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
+            pending.made.lock()
+            let waiters = pending.state.withLock { state in
+                state.key = key
+                state.keyID = "demo-" + TokenFingerprint.of(key.publicKey.pemRepresentation)
+                defer { state.waiters = [] }
+                return state.waiters
+            }
+            pending.made.broadcast()
+            pending.made.unlock()
+            for waiter in waiters { waiter.resume() }
+        }
+        return pending
+    }
+
+    /// The key, waiting (blocking) while it is made.
+    var key: _RSA.Signing.PrivateKey { waitBlocking().key }
+    /// Its id, waiting (blocking) while the key is made.
+    var keyID: String { waitBlocking().keyID }
+
+    private func waitBlocking() -> (key: _RSA.Signing.PrivateKey, keyID: String) {
+        made.lock()
+        defer { made.unlock() }
+        while true {
+            if let ready = state.withLock({ state in state.key.map { ($0, state.keyID ?? "") } }) { return ready }
+            made.wait()
+        }
+    }
+
+    /// The key, once made, without blocking a thread.
+    func ready() async -> _RSA.Signing.PrivateKey {
+        if let key = state.withLock({ $0.key }) { return key }
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state -> Bool in
+                if state.key != nil { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+        return state.withLock { $0.key! }
     }
 }
 
