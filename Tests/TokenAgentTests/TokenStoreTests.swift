@@ -79,4 +79,22 @@ struct TokenStoreTests {
         #expect(engine.exportTokens().count == 2000)
         #expect(provider.fetches == 2000)
     }
+
+    @Test func theBoundIsGlobalAcrossShards() {
+        let clock = ManualClock()
+        let engine = TokenEngine(providers: ["vehicle": ScriptedProvider(clock: clock)], maxEntries: 20_000, clock: clock)
+        let expiresAt = Int64(clock.wallSeconds) + 3600
+        let tokens = (0..<20_000).map { CachedToken(kind: "vehicle", id: "v-\($0)", token: "t-\($0)", expiresAt: expiresAt) }
+        #expect(engine.importTokens(tokens) == 20_000)
+        #expect(engine.statistics().entries == 20_000, "a full cache of unevenly spread keys loses none")
+        engine.importTokens([CachedToken(kind: "vehicle", id: "new", token: "t-new", expiresAt: expiresAt)])
+        #expect(engine.statistics().entries == 20_000, "one more key evicts one")
+        guard case .ready(.success(let served)) = engine.lookup(kind: "vehicle", id: "new", minValidity: nil) else {
+            Issue.record("the new key is cached")
+            return
+        }
+        #expect(served.token == "t-new")
+        #expect(engine.drop(kind: "vehicle", id: "new") == nil)
+        #expect(engine.statistics().entries == 19_999)
+    }
 }

@@ -21,8 +21,9 @@ struct CacheEntry {
     var rejectedUntil = MonotonicInstant.origin
     /// The provider's refusal text.
     var rejection = ""
-    /// The instant of this entry's record in its shard's due queue; `nil` when it has none.
-    var scheduled: MonotonicInstant?
+    /// The instant of this entry's record in its shard's due queue; ``MonotonicInstant/origin``
+    /// when it has none (not an optional: the entry is kept as small as it can be).
+    var scheduled = MonotonicInstant.origin
 
     init(lastRead: MonotonicInstant) {
         self.lastRead = lastRead

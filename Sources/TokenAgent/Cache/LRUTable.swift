@@ -9,7 +9,8 @@ public struct LRUTable<Key: Hashable, Value> {
     fileprivate struct Slot {
         var key: Key
         var value: Value
-        var hash: Int
+        /// The low 32 bits of the key's hash (enough to skip most key comparisons and to rehash).
+        var hash: UInt32
         var newer: Int32  // towards the most recently used end; -1 at the end
         var older: Int32  // towards the least recently used end; -1 at the end
     }
@@ -70,7 +71,7 @@ public struct LRUTable<Key: Hashable, Value> {
             slot = slots.count
             slots.append(nil)
         }
-        slots[slot] = Slot(key: key, value: value, hash: hash, newer: -1, older: newest)
+        slots[slot] = Slot(key: key, value: value, hash: UInt32(truncatingIfNeeded: hash), newer: -1, older: newest)
         if newest >= 0 { slots[Int(newest)]!.newer = Int32(slot) }
         newest = Int32(slot)
         if oldest < 0 { oldest = Int32(slot) }
@@ -92,6 +93,9 @@ public struct LRUTable<Key: Hashable, Value> {
         live -= 1
         return value
     }
+
+    /// The least recently used key, if any.
+    public var oldestKey: Key? { oldest < 0 ? nil : slots[Int(oldest)]!.key }
 
     /// The slot holding `key`, if any: a position that stays the key's until it is removed.
     public func slot(of key: Key) -> Int? { find(key) }
@@ -155,18 +159,20 @@ public struct LRUTable<Key: Hashable, Value> {
     private func bucket(of key: Key, hash: Int) -> Int? {
         guard !buckets.isEmpty else { return nil }
         let mask = buckets.count - 1
-        var bucket = hash & mask
+        var bucket = Int(UInt32(truncatingIfNeeded: hash)) & mask
         while true {
             let slot = buckets[bucket]
             if slot < 0 { return nil }
-            if let entry = slots[Int(slot)], entry.hash == hash, entry.key == key { return bucket }
+            if let entry = slots[Int(slot)], entry.hash == UInt32(truncatingIfNeeded: hash), entry.key == key {
+                return bucket
+            }
             bucket = (bucket + 1) & mask
         }
     }
 
     private mutating func insertIntoIndex(slot: Int, hash: Int) {
         let mask = buckets.count - 1
-        var bucket = hash & mask
+        var bucket = Int(UInt32(truncatingIfNeeded: hash)) & mask
         while buckets[bucket] >= 0 { bucket = (bucket + 1) & mask }
         buckets[bucket] = Int32(slot)
     }
@@ -177,7 +183,7 @@ public struct LRUTable<Key: Hashable, Value> {
         let mask = size - 1
         for (slot, entry) in slots.enumerated() {
             guard let entry else { continue }
-            var bucket = entry.hash & mask
+            var bucket = Int(entry.hash) & mask
             while buckets[bucket] >= 0 { bucket = (bucket + 1) & mask }
             buckets[bucket] = Int32(slot)
         }
@@ -193,7 +199,7 @@ public struct LRUTable<Key: Hashable, Value> {
             next = (next + 1) & mask
             let slot = buckets[next]
             if slot < 0 { return }
-            let home = slots[Int(slot)]!.hash & mask
+            let home = Int(slots[Int(slot)]!.hash) & mask
             // The entry at `next` may move into the hole unless its home lies in (hole, next].
             let staysPut = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next)
             if staysPut { continue }

@@ -4,18 +4,18 @@ struct StoreShard {
     var runtime: EngineRuntime
     var table: LRUTable<EntryKey, CacheEntry>
     var due = DueQueue()
-    /// The most entries this shard holds.
-    let capacity: Int
+    /// The entries held across all shards, against the store's bound.
+    let budget: EntryBudget
     var hits = 0
     var misses = 0
     var servedAfterFailure = 0
     /// Entries the scheduler looked at.
     var examined = 0
 
-    init(runtime: EngineRuntime, capacity: Int) {
+    init(runtime: EngineRuntime, budget: EntryBudget, expectedCount: Int) {
         self.runtime = runtime
-        self.capacity = capacity
-        self.table = LRUTable(expectedCount: capacity)
+        self.budget = budget
+        self.table = LRUTable(expectedCount: expectedCount)
     }
 
     // MARK: Requests
@@ -154,11 +154,21 @@ struct StoreShard {
         return recorded
     }
 
-    /// Inserts or replaces `key`'s entry (evicting the least recently used beyond capacity) and
-    /// schedules its next look.
+    /// Inserts or replaces `key`'s entry and schedules its next look. A new key past the store's
+    /// bound evicts this shard's least recently used entry.
     mutating func store(_ key: EntryKey, _ entry: CacheEntry, now: MonotonicInstant) {
-        table.set(key, entry, capacity: capacity)
+        if table.slot(of: key) == nil, !budget.claim() {
+            // At the bound: this shard's least recently used entry makes room (an empty shard
+            // goes one over rather than evict from another shard under its lock).
+            if let victim = table.oldestKey { table.remove(victim) } else { budget.forceClaim() }
+        }
+        table.set(key, entry, capacity: .max)
         if let slot = table.slot(of: key) { schedule(slot: slot, at: nextCheck(entry, now: now)) }
+    }
+
+    /// Removes `key`'s entry, giving its place in the bound back.
+    mutating func forget(_ key: EntryKey) {
+        if table.remove(key) != nil { budget.release() }
     }
 
     // MARK: The scheduler
@@ -179,7 +189,7 @@ struct StoreShard {
     /// Makes sure the entry in `slot` is looked at no later than `at`.
     mutating func schedule(slot: Int, at: MonotonicInstant) {
         let current = table.update(slot: slot) { entry -> MonotonicInstant? in
-            if let scheduled = entry.scheduled, scheduled <= at { return scheduled }
+            if entry.scheduled != .origin, entry.scheduled <= at { return entry.scheduled }
             entry.scheduled = at
             return nil
         }
@@ -199,11 +209,11 @@ struct StoreShard {
         for record in records {
             let slot = Int(record.slot)
             guard let (key, entry) = table.entry(inSlot: slot), entry.scheduled == record.at else { continue }
-            table.update(slot: slot) { $0.scheduled = nil }
+            table.update(slot: slot) { $0.scheduled = .origin }
             examined += 1
             let active = policy.isActive(lastRead: entry.lastRead, now: now)
             if !active, !policy.isServable(remaining: entry.remaining(at: now)), now >= entry.retryAfter {
-                table.remove(key)
+                forget(key)
             } else if active, entry.token != nil, now >= entry.refreshAt, now >= entry.retryAfter,
                 now >= entry.rejectedUntil
             {
@@ -237,7 +247,7 @@ struct StoreShard {
             table.forEachKey { key, _ in
                 if moved.contains(key.kind) { gone.append(key) }
             }
-            for key in gone { table.remove(key) }
+            for key in gone { forget(key) }
         }
         rebuildDueQueue(at: now)
     }

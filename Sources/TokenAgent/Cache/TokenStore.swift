@@ -4,9 +4,9 @@ import Synchronization
 /// shard's lock for one short, allocation-free decision, and the scheduler's pass takes each
 /// shard's lock only for what is due in it. Nothing here waits for a provider.
 ///
-/// The least-recently-used bound is kept per shard (each holds its share of the most entries), so
-/// eviction order is exact within a shard and approximate across them; small caches (under
-/// 8,192 entries) have one shard and an exact order.
+/// The bound on entries is global (one atomic count); a new key past it evicts the least recently
+/// used entry of its own shard, so eviction order is exact within a shard and approximate across
+/// them. Small caches (under 8,192 entries) have one shard and an exact order.
 final class TokenStore: Sendable {
     private final class Shard: Sendable {
         let state: Mutex<StoreShard>
@@ -21,8 +21,12 @@ final class TokenStore: Sendable {
 
     init(runtime: EngineRuntime, maxEntries: Int, random: @escaping @Sendable () -> Double) {
         let count = max(1, min(Self.maxShards, maxEntries / 4096))
-        let capacity = (maxEntries + count - 1) / count
-        self.shards = (0..<count).map { _ in Shard(StoreShard(runtime: runtime, capacity: capacity)) }
+        let budget = EntryBudget(maxEntries: maxEntries)
+        // Room for a fair share and a little more: keys do not spread exactly evenly.
+        let expected = count == 1 ? maxEntries : maxEntries / count + maxEntries / count / 8
+        self.shards = (0..<count).map { _ in
+            Shard(StoreShard(runtime: runtime, budget: budget, expectedCount: expected))
+        }
         self.random = random
     }
 
@@ -59,7 +63,7 @@ final class TokenStore: Sendable {
     func drop(_ key: EntryKey) -> EngineFailure? {
         shard(key).state.withLock { shard in
             guard shard.runtime.providers[key.kind] != nil else { return shard.runtime.unknownKind(key.kind) }
-            shard.table.remove(key)
+            shard.forget(key)
             return nil
         }
     }
@@ -139,4 +143,29 @@ final class TokenStore: Sendable {
         }
         return taken
     }
+}
+
+/// The store's bound on entries, shared by its shards: a count each shard claims a place in
+/// before it adds a key, and gives back when it removes one.
+final class EntryBudget: Sendable {
+    private let held = Atomic<Int>(0)
+    /// The most entries held.
+    let maxEntries: Int
+
+    init(maxEntries: Int) { self.maxEntries = maxEntries }
+
+    /// Claims a place for a new entry; `false` (and no place taken) when the bound is reached, so
+    /// the caller must evict one to add one.
+    func claim() -> Bool {
+        let (_, now) = held.wrappingAdd(1, ordering: .relaxed)
+        if now <= maxEntries { return true }
+        held.wrappingSubtract(1, ordering: .relaxed)
+        return false
+    }
+
+    /// Takes a place even past the bound.
+    func forceClaim() { held.wrappingAdd(1, ordering: .relaxed) }
+
+    /// Gives a place back.
+    func release() { held.wrappingSubtract(1, ordering: .relaxed) }
 }
