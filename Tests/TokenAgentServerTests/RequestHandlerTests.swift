@@ -296,6 +296,19 @@ struct RequestHandlerFastPathTests {
         _ = try? connection.channel.finish()
     }
 
+    @Test func aReloadChangesTheKindsTheFastPathKnows() throws {
+        let connection = try Connection()
+        let engine = connection.status.engine
+        try connection.send("GET trip t-1\n")
+        #expect(try connection.replies().first?.hasPrefix("OK tok-t-1 ") == true)
+        engine.reconfigure(providers: ["vehicle": InstantProvider()], policy: engine.policy, changedKinds: [])
+        try connection.send("GET trip t-1\nGET vehicle v-1\n")
+        let replies = try connection.replies()
+        #expect(replies.first == "ERR bad-kind kind trip is not configured; configured: vehicle")
+        #expect(replies.last?.hasPrefix("OK tok-v-1 ") == true, "an unchanged kind keeps its tokens")
+        _ = try? connection.channel.finish()
+    }
+
     @Test func expiriesAreWrittenInDecimalWhateverTheirLength() throws {
         let engine = TokenEngine(providers: ["vehicle": InstantProvider()])
         let far = Int64(SystemAgentClock().wallSeconds) + 86_400 * 365 * 1000
