@@ -82,9 +82,15 @@ struct TokenStoreTests {
 
     @Test func theBoundIsGlobalAcrossShards() {
         let clock = ManualClock()
-        let engine = TokenEngine(providers: ["vehicle": ScriptedProvider(clock: clock)], maxEntries: 20_000, clock: clock)
+        let engine = TokenEngine(
+            providers: ["vehicle": ScriptedProvider(clock: clock)],
+            maxEntries: 20_000,
+            clock: clock
+        )
         let expiresAt = Int64(clock.wallSeconds) + 3600
-        let tokens = (0..<20_000).map { CachedToken(kind: "vehicle", id: "v-\($0)", token: "t-\($0)", expiresAt: expiresAt) }
+        let tokens = (0..<20_000).map {
+            CachedToken(kind: "vehicle", id: "v-\($0)", token: "t-\($0)", expiresAt: expiresAt)
+        }
         #expect(engine.importTokens(tokens) == 20_000)
         #expect(engine.statistics().entries == 20_000, "a full cache of unevenly spread keys loses none")
         engine.importTokens([CachedToken(kind: "vehicle", id: "new", token: "t-new", expiresAt: expiresAt)])
