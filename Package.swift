@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "TokenAgent", targets: ["TokenAgent"]),
         .library(name: "TokenWire", targets: ["TokenWire"]),
         .library(name: "FleetTokenClient", targets: ["FleetTokenClient"]),
+        .library(name: "TokenAgentServer", targets: ["TokenAgentServer"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),

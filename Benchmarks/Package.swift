@@ -16,6 +16,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        // ordo-one/benchmark with only its malloc interposer (allocation counts), not its ARC
+        // runtime interposer.
+        .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
         .executableTarget(
@@ -37,6 +40,23 @@ let package = Package(
             name: "load-gen",
             dependencies: ["CEpoll", .product(name: "Histogram", package: "hdrhistogram-swift")],
             swiftSettings: [.treatAllWarnings(as: .error)]
+        ),
+        // The cached GET in-process: the agent's real connection pipeline on an EmbeddedChannel
+        // and the real engine, measured by ordo-one/benchmark (malloc counts, wall clock). Lives
+        // in Benchmarks/AgentHotPath, where the benchmark plugin looks for it. Run it with
+        // `swift package benchmark --target AgentHotPath` (see docs/BENCHMARKS.md).
+        .executableTarget(
+            name: "AgentHotPath",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "TokenAgent", package: rootIdentity),
+                .product(name: "TokenAgentServer", package: rootIdentity),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ],
+            path: "Benchmarks/AgentHotPath",
+            swiftSettings: [.treatAllWarnings(as: .error)],
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
         ),
     ]
 )

@@ -25,6 +25,9 @@ struct Options {
     var warm = false
     /// Redis only: SET each key to a value of this many bytes (implies `warm`).
     var setBytes = 0
+    /// Send exactly this many requests in all (spread over the connections, walking the keys),
+    /// then stop, instead of a timed run; 0 for a timed run.
+    var requests = 0
     var kind = "vehicle"
     var label = ""
 
@@ -32,6 +35,7 @@ struct Options {
         usage: load-gen --unix PATH [--protocol agent|redis] [--connections C] [--depth D] [--keys K]
                         [--duration S] [--warmup S] [--threads T] [--kind KIND] [--label TEXT] [--json]
                load-gen --unix PATH --warm [--protocol agent|redis] [--set-bytes N] ...
+               load-gen --unix PATH --requests N [--connections C] [--depth D] [--keys K] ...
 
           --unix PATH         the server's Unix socket
           --protocol P        agent (GET <kind> bench-<n>) or redis (inline GET bench-<n>); default agent
@@ -44,9 +48,13 @@ struct Options {
           --kind KIND         the agent's token kind, default vehicle
           --warm              send each key exactly once over the connections, then stop
           --set-bytes N       with --protocol redis: SET each key to an N-byte value (implies --warm)
+          --requests N        send exactly N requests in all (keys in turn), then stop: no clock
           --label TEXT        a name for the run, echoed in the report
           --json              one JSON object on standard output instead of a line of text
         """
+
+    /// A run that ends after a number of requests (`--warm` or `--requests`), not a clock.
+    var isCounted: Bool { warm || requests > 0 }
 
     static func parse(_ arguments: ArraySlice<String>) -> Options {
         var options = Options()
@@ -88,6 +96,7 @@ struct Options {
             case "--set-bytes":
                 options.setBytes = integer(flag, atLeast: 1)
                 options.warm = true
+            case "--requests": options.requests = integer(flag, atLeast: 1)
             case "--json": options.json = true
             case "-h", "--help":
                 print(usage)
@@ -97,7 +106,8 @@ struct Options {
         }
         if options.unixPath.isEmpty { fail("--unix PATH is required") }
         if options.setBytes > 0 && options.wire != .redis { fail("--set-bytes is for --protocol redis") }
-        if options.duration <= 0 && !options.warm { fail("--duration must be above 0") }
+        if options.requests > 0 && options.warm { fail("--requests and --warm do not go together") }
+        if options.duration <= 0 && !options.isCounted { fail("--duration must be above 0") }
         options.threads = min(options.threads, options.connections)
         return options
     }

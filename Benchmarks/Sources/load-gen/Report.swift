@@ -6,7 +6,7 @@ struct Report {
     let tally: Tally
     let seconds: Double
 
-    private var count: Int { options.warm ? tally.replies : tally.measured }
+    private var count: Int { options.isCounted ? tally.replies : tally.measured }
     private var rate: Double { seconds > 0 ? Double(count) / seconds : 0 }
 
     private func micros(_ percentile: Double) -> Double {
@@ -26,6 +26,7 @@ struct Report {
     }
 
     private var mode: String {
+        if options.requests > 0 { return "count" }
         if !options.warm { return "get" }
         return options.setBytes > 0 ? "set" : "warm"
     }

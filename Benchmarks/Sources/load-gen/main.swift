@@ -58,10 +58,19 @@ private func main() -> Int32 {
     for index in 0..<options.connections {
         let fd = connectUnix(options.unixPath)
         // Timed runs: each connection walks all the keys from its own starting point, forever.
-        // Warm runs: each connection sends its share of the keys once.
+        // Warm runs: each connection sends its share of the keys once. Counted runs
+        // (`--requests N`): each connection sends its share of the N, walking the keys from its
+        // starting point.
         let first = index * options.keys / options.connections
-        let requests =
-            options.warm ? (index + 1) * options.keys / options.connections - first : Int.max
+        let requests: Int
+        if options.warm {
+            requests = (index + 1) * options.keys / options.connections - first
+        } else if options.requests > 0 {
+            requests =
+                (index + 1) * options.requests / options.connections - index * options.requests / options.connections
+        } else {
+            requests = Int.max
+        }
         connections.append(
             Connection(
                 fd: fd,
@@ -75,8 +84,8 @@ private func main() -> Int32 {
     }
 
     let start = monotonicNanoseconds()
-    let windowStart = options.warm ? 0 : start + UInt64(options.warmup * 1e9)
-    let windowEnd = options.warm ? UInt64.max : windowStart + UInt64(options.duration * 1e9)
+    let windowStart = options.isCounted ? 0 : start + UInt64(options.warmup * 1e9)
+    let windowEnd = options.isCounted ? UInt64.max : windowStart + UInt64(options.duration * 1e9)
     var workers: [Worker] = []
     for thread in 0..<options.threads {
         let mine = stride(from: thread, to: connections.count, by: options.threads).map { connections[$0] }
@@ -94,7 +103,7 @@ private func main() -> Int32 {
         total.brokenConnections += worker.tally.brokenConnections
         total.lastReplyAt = max(total.lastReplyAt, worker.tally.lastReplyAt)
     }
-    let seconds = options.warm ? Double(total.lastReplyAt &- start) / 1e9 : options.duration
+    let seconds = options.isCounted ? Double(total.lastReplyAt &- start) / 1e9 : options.duration
     let report = Report(options: options, tally: total, seconds: seconds)
     print(options.json ? report.json : report.text)
     return total.brokenConnections > 0 ? 1 : 0
