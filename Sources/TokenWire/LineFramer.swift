@@ -16,13 +16,16 @@ public struct LineFramer: Sendable {
         case needMoreData(pending: Int)
     }
 
-    private var searchedBytes = 0
+    @usableFromInline var searchedBytes = 0
 
     /// Creates a framer at the start of a stream.
     public init() {}
 
     /// Looks for the next line in `bytes`, the stream's unconsumed bytes (the same bytes as the
-    /// last call's, plus what arrived since, unless a line was consumed in between).
+    /// last call's, plus what arrived since, unless a line was consumed in between). Inlinable, so
+    /// it is specialised for the caller's collection (a generic call through a buffer's view
+    /// would allocate for every element access).
+    @inlinable
     public mutating func next<Bytes: RandomAccessCollection>(in bytes: Bytes) -> Step where Bytes.Element == UInt8 {
         let limit = WireLimits.maxRequestLineBytes
         let count = bytes.count

@@ -26,7 +26,7 @@ private struct InProcessProvider: TokenProvider {
     var summary: String { "in-process benchmark provider" }
 
     func fetchToken(for key: TokenKey) async throws -> FetchedToken {
-        FetchedToken(token: benchToken, expiresAt: Date().timeIntervalSince1970 + 3600)
+        FetchedToken(token: benchToken, expiresAtUnixSeconds: Date().timeIntervalSince1970 + 3600)
     }
 }
 
