@@ -68,7 +68,7 @@ final class RequestHandler: ChannelDuplexHandler {
     /// Inside a burst of reads: replies wait for `channelReadComplete` to be written.
     private var reading = false
     /// The configured kind names and the engine's kinds version they were read at.
-    private var kindNames: [String] = []
+    private var kindNames: [(name: String, bytes: [UInt8])] = []
     private var kindNamesVersion = -1
 
     init(
@@ -160,10 +160,12 @@ final class RequestHandler: ChannelDuplexHandler {
     private func configuredKind(_ bytes: UnsafeRawBufferPointer) -> String? {
         let version = engine.kindsVersion
         if version != kindNamesVersion {
-            kindNames = engine.kinds
+            kindNames = engine.kinds.map { ($0, Array($0.utf8)) }
             kindNamesVersion = version
         }
-        for name in kindNames where name.utf8.elementsEqual(bytes) { return name }
+        for kind in kindNames where kind.bytes.count == bytes.count {
+            if kind.bytes.withUnsafeBytes({ $0.elementsEqual(bytes) }) { return kind.name }
+        }
         return nil
     }
 
@@ -382,31 +384,50 @@ final class RequestHandler: ChannelDuplexHandler {
             outputHandedOver = false
         }
         switch reply {
-        case .token(let served):
-            output.writeStaticString("OK ")
-            output.writeString(served.token)
-            output.writeInteger(UInt8(ascii: " "))
-            Self.writeDecimal(served.expiresAt, to: &output)
-            output.writeInteger(UInt8(ascii: "\n"))
-        case .line(let line):
-            output.writeString(line.line)
+        case .token(let served): Self.encodeToken(served, into: &output)
+        case .line(let line): output.writeString(line.line)
         }
     }
 
-    /// Writes `value` in decimal without making a string.
-    private static func writeDecimal(_ value: Int64, to buffer: inout ByteBuffer) {
-        if value < 0 { buffer.writeInteger(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // up to 24 digits, least significant first
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { raw in
-            repeat {
-                raw[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-                count += 1
-            } while magnitude > 0
-            for index in stride(from: count - 1, through: 0, by: -1) { buffer.writeInteger(raw[index]) }
+    /// `OK <token> <expires-at>` and LF, written in one reservation of the buffer: the token's
+    /// stored bytes copied once, the expiry's digits written in place.
+    static func encodeToken(_ served: ServedToken, into output: inout ByteBuffer) {
+        var token = served.token
+        token.withUTF8 { tokenBytes in
+            let digits = decimalLength(served.expiresAt)
+            let length = 3 + tokenBytes.count + 1 + digits + 1
+            output.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
+                raw[0] = UInt8(ascii: "O")
+                raw[1] = UInt8(ascii: "K")
+                raw[2] = UInt8(ascii: " ")
+                UnsafeMutableRawBufferPointer(rebasing: raw[3..<(3 + tokenBytes.count)])
+                    .copyMemory(from: UnsafeRawBufferPointer(tokenBytes))
+                var index = 3 + tokenBytes.count
+                raw[index] = UInt8(ascii: " ")
+                index += 1
+                var magnitude = served.expiresAt.magnitude
+                if served.expiresAt < 0 { raw[index] = UInt8(ascii: "-") }
+                var digit = index + digits - 1
+                repeat {
+                    raw[digit] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+                    magnitude /= 10
+                    digit -= 1
+                } while magnitude > 0
+                raw[index + digits] = UInt8(ascii: "\n")
+                return length
+            }
         }
+    }
+
+    /// The number of characters `value` takes in decimal, its sign included.
+    static func decimalLength(_ value: Int64) -> Int {
+        var magnitude = value.magnitude
+        var count = value < 0 ? 2 : 1
+        while magnitude >= 10 {
+            magnitude /= 10
+            count += 1
+        }
+        return count
     }
 
     /// Hands what is encoded to the channel and flushes.

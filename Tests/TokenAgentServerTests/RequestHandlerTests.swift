@@ -328,3 +328,17 @@ struct RequestHandlerFastPathTests {
         _ = try? channel.finish()
     }
 }
+
+@Suite("Token reply encoding")
+struct TokenReplyEncodingTests {
+    @Test func theEncodedReplyIsTheWireReplyLine() {
+        for expiresAt: Int64 in [0, 7, 9, 10, 99, 1_800_000_000, 9_999_999_999, -1, -10, Int64.max, Int64.min + 1] {
+            var buffer = ByteBuffer()
+            RequestHandler.encodeToken(ServedToken(token: "tok-é.x", expiresAt: expiresAt), into: &buffer)
+            RequestHandler.encodeToken(ServedToken(token: "t", expiresAt: expiresAt), into: &buffer)
+            let expected =
+                WireReply.token("tok-é.x", expiresAt: expiresAt).line + WireReply.token("t", expiresAt: expiresAt).line
+            #expect(buffer.readString(length: buffer.readableBytes) == expected)
+        }
+    }
+}

@@ -100,6 +100,9 @@ public struct LRUTable<Key: Hashable, Value> {
     /// The slot holding `key`, if any: a position that stays the key's until it is removed.
     public func slot(of key: Key) -> Int? { find(key) }
 
+    /// The slot holding `key`, whose `hashValue` the caller already has.
+    public func slot(of key: Key, hashValue: Int) -> Int? { find(key, hash: hashValue) }
+
     /// The key and value in `slot`, if the slot is in use.
     public func entry(inSlot slot: Int) -> (key: Key, value: Value)? {
         guard slot >= 0, slot < slots.count, let entry = slots[slot] else { return nil }
@@ -163,7 +166,9 @@ public struct LRUTable<Key: Hashable, Value> {
         while true {
             let slot = buckets[bucket]
             if slot < 0 { return nil }
-            if let entry = slots[Int(slot)], entry.hash == UInt32(truncatingIfNeeded: hash), entry.key == key {
+            // Compared in place: binding the slot would copy it (and retain its strings).
+            let candidate = Int(slot)
+            if slots[candidate]!.hash == UInt32(truncatingIfNeeded: hash), slots[candidate]!.key == key {
                 return bucket
             }
             bucket = (bucket + 1) & mask

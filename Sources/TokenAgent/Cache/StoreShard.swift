@@ -21,10 +21,10 @@ struct StoreShard {
     // MARK: Requests
 
     /// Decides a request on `key` at `now`: serve, fail, or fetch.
-    mutating func decide(_ key: EntryKey, _ request: EngineRequest, now: MonotonicInstant) -> StoreDecision {
+    mutating func decide(_ key: EntryKey, hash: Int, _ request: EngineRequest, now: MonotonicInstant) -> StoreDecision {
         guard runtime.providers[key.kind] != nil else { return .fail(runtime.unknownKind(key.kind)) }
         let policy = runtime.policy
-        guard let slot = table.slot(of: key) else {
+        guard let slot = table.slot(of: key, hashValue: hash) else {
             if request.isGet { misses += 1 }
             return .fetch
         }

@@ -30,13 +30,17 @@ final class TokenStore: Sendable {
         self.random = random
     }
 
-    private func shard(_ key: EntryKey) -> Shard {
-        shards.count == 1 ? shards[0] : shards[Int(UInt(bitPattern: key.hashValue) % UInt(shards.count))]
+    private func shard(_ key: EntryKey) -> Shard { shard(hashValue: key.hashValue) }
+
+    private func shard(hashValue: Int) -> Shard {
+        // The high bits pick the shard; the table's index uses the low ones.
+        shards.count == 1 ? shards[0] : shards[Int((UInt(bitPattern: hashValue) >> 40) % UInt(shards.count))]
     }
 
-    /// Decides a request on `key` at `now`.
+    /// Decides a request on `key` at `now`, hashing the key once for the shard and its table.
     func decide(_ key: EntryKey, _ request: EngineRequest, now: MonotonicInstant) -> StoreDecision {
-        shard(key).state.withLock { $0.decide(key, request, now: now) }
+        let hash = key.hashValue
+        return shard(hashValue: hash).state.withLock { $0.decide(key, hash: hash, request, now: now) }
     }
 
     /// The cached token of `key` if it can still be served, counted as served after a failure.
