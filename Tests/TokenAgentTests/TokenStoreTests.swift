@@ -14,7 +14,7 @@ struct TokenStoreTests {
                 let borrowed = EntryKey(kind: "vehicle", borrowing: UnsafeRawBufferPointer(raw))
                 #expect(borrowed == owned)
                 #expect(borrowed.hashValue == owned.hashValue)
-                #expect(borrowed.owned.tokenKey == TokenKey(kind: "vehicle", id: id))
+                #expect(borrowed.tokenKey == TokenKey(kind: "vehicle", id: id))
                 #expect(EntryKey(kind: "trip", borrowing: UnsafeRawBufferPointer(raw)) != owned)
             }
         }

@@ -29,6 +29,23 @@ struct CacheEntry {
         self.lastRead = lastRead
     }
 
+    /// Holds `token`, which expires at `unixExpiry` (`remaining` seconds after `now`), as fetched
+    /// at `now`, with its background refresh planned by `policy`. Failure memory is left as it is.
+    mutating func hold(
+        _ token: String,
+        unixExpiry: UnixTime,
+        remaining: Double,
+        now: MonotonicInstant,
+        policy: RefreshPolicy,
+        jitterUnit: Double
+    ) {
+        self.token = token
+        self.unixExpiry = unixExpiry
+        expiry = now + remaining
+        fetchedAt = now
+        refreshAt = policy.refreshTime(fetchedAt: now, expiry: expiry, jitterUnit: jitterUnit)
+    }
+
     /// Seconds the token has left at `now` (zero when there is none).
     func remaining(at now: MonotonicInstant) -> Double { token == nil ? 0 : expiry - now }
 

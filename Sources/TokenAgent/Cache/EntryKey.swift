@@ -5,7 +5,7 @@
 /// `String`. Both forms hash and compare by the id's UTF-8 bytes, so they find each other.
 ///
 /// It is `Sendable` so it can be used under the store's locks; a borrowed key never outlives the
-/// call that made it and is never stored (the store keeps ``owned`` keys only).
+/// call that made it and is never stored (the store inserts only keys made from a `String` id).
 struct EntryKey: Hashable, @unchecked Sendable {
     /// Where the id's bytes are.
     enum ID {
@@ -37,14 +37,6 @@ struct EntryKey: Hashable, @unchecked Sendable {
         switch id {
         case .owned(let text): return TokenKey(kind: kind, id: text)
         case .borrowed(let bytes): return TokenKey(kind: kind, id: String(decoding: bytes, as: UTF8.self))
-        }
-    }
-
-    /// The same key owning its id: what the store keeps.
-    var owned: EntryKey {
-        switch id {
-        case .owned: return self
-        case .borrowed: return EntryKey(kind: kind, id: tokenKey.id)
         }
     }
 

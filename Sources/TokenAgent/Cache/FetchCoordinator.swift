@@ -217,16 +217,16 @@ final class FetchCoordinator: Sendable {
         state.withLock { state in Array(state.runtime.providers.values) + state.retiring.map(\.provider) }
     }
 
-    /// The fetch counters: started, failed, background, in flight, and the last failure.
-    func counts() -> (
-        fetches: Int, fetchErrors: Int, backgroundRefreshes: Int, inFlight: Int,
-        lastFailureAt: MonotonicInstant?, lastFailure: String?
-    ) {
+    /// Sets the fetch counters in `stats`: started, failed, background, in flight, and the last
+    /// failure.
+    func addCounts(to stats: inout EngineStatistics) {
         state.withLock { state in
-            (
-                state.fetches, state.fetchErrors, state.backgroundRefreshes, state.flights.count,
-                state.lastFailureAt, state.lastFailure
-            )
+            stats.fetches = state.fetches
+            stats.fetchErrors = state.fetchErrors
+            stats.backgroundRefreshes = state.backgroundRefreshes
+            stats.inFlight = state.flights.count
+            stats.lastFailureAt = state.lastFailureAt
+            stats.lastFailure = state.lastFailure
         }
     }
 

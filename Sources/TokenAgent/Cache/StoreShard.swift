@@ -126,11 +126,14 @@ struct StoreShard {
         let recorded: RecordedFetch
         switch result {
         case .success(let fetched):
-            entry.token = fetched.token
-            entry.unixExpiry = fetched.expiresAt
-            entry.expiry = now + (fetched.expiresAt - unixNow)
-            entry.fetchedAt = now
-            entry.refreshAt = policy.refreshTime(fetchedAt: now, expiry: entry.expiry, jitterUnit: jitterUnit)
+            entry.hold(
+                fetched.token,
+                unixExpiry: fetched.expiresAt,
+                remaining: fetched.expiresAt - unixNow,
+                now: now,
+                policy: policy,
+                jitterUnit: jitterUnit
+            )
             entry.failures = 0
             entry.retryAfter = .origin
             entry.rejectedUntil = .origin

@@ -122,21 +122,9 @@ public final class TokenEngine: Sendable {
 
     /// The current counters.
     public func statistics() -> EngineStatistics {
-        let stored = store.counts()
-        let fetched = fetches.counts()
         var stats = EngineStatistics()
-        stats.entries = stored.entries
-        stats.hits = stored.hits
-        stats.misses = stored.misses
-        stats.servedAfterFailure = stored.servedAfterFailure
-        stats.scheduled = stored.scheduled
-        stats.examined = stored.examined
-        stats.fetches = fetched.fetches
-        stats.fetchErrors = fetched.fetchErrors
-        stats.backgroundRefreshes = fetched.backgroundRefreshes
-        stats.inFlight = fetched.inFlight
-        stats.lastFailureAt = fetched.lastFailureAt
-        stats.lastFailure = fetched.lastFailure
+        store.addCounts(to: &stats)
+        fetches.addCounts(to: &stats)
         for skew in providers.values.compactMap(\.clockSkew) where abs(skew) > abs(stats.providerClockSkew ?? 0) {
             stats.providerClockSkew = skew
         }

@@ -84,20 +84,18 @@ final class TokenStore: Sendable {
         for shard in shards { shard.state.withLock { $0.install(runtime, moved: moved, now: now) } }
     }
 
-    /// Entries held, and the counters of requests answered by the store.
-    func counts() -> (entries: Int, hits: Int, misses: Int, servedAfterFailure: Int, scheduled: Int, examined: Int) {
-        var result = (entries: 0, hits: 0, misses: 0, servedAfterFailure: 0, scheduled: 0, examined: 0)
+    /// Adds the entries held and the counters of requests answered by the store to `stats`.
+    func addCounts(to stats: inout EngineStatistics) {
         for shard in shards {
             shard.state.withLock { shard in
-                result.entries += shard.table.count
-                result.hits += shard.hits
-                result.misses += shard.misses
-                result.servedAfterFailure += shard.servedAfterFailure
-                result.scheduled += shard.due.count
-                result.examined += shard.examined
+                stats.entries += shard.table.count
+                stats.hits += shard.hits
+                stats.misses += shard.misses
+                stats.servedAfterFailure += shard.servedAfterFailure
+                stats.scheduled += shard.due.count
+                stats.examined += shard.examined
             }
         }
-        return result
     }
 
     /// The tokens that can still be served at `now`, least recently used first within each shard.
@@ -135,11 +133,14 @@ final class TokenStore: Sendable {
                 let remaining = Double(cached.expiresAt) - unixNow.seconds
                 guard policy.isServable(remaining: remaining) else { return false }
                 var entry = CacheEntry(lastRead: now)
-                entry.token = cached.token
-                entry.unixExpiry = UnixTime(seconds: Double(cached.expiresAt))
-                entry.expiry = now + remaining
-                entry.fetchedAt = now
-                entry.refreshAt = policy.refreshTime(fetchedAt: now, expiry: entry.expiry, jitterUnit: jitter)
+                entry.hold(
+                    cached.token,
+                    unixExpiry: UnixTime(seconds: Double(cached.expiresAt)),
+                    remaining: remaining,
+                    now: now,
+                    policy: policy,
+                    jitterUnit: jitter
+                )
                 shard.store(key, entry, now: now)
                 return true
             }
