@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 import TokenWire
 
 #if canImport(Glibc)
@@ -8,237 +9,190 @@ import TokenWire
     import Darwin
 #endif
 
-/// The connection broke or could not be made; the request may be retried on a new one.
+/// The connection could not be made.
 struct ConnectionLost: Error, CustomStringConvertible {
     var description: String
 }
 
-/// The call's time-out passed before its reply came.
-struct ReplyTimedOut: Error {}
-
 /// One persistent, pipelined connection to the agent.
 ///
-/// Requests are written in the order they are sent and replies are matched to them in order.
-/// All state is confined to one serial dispatch queue; reading and writing are driven by dispatch
-/// sources on a non-blocking socket, so no thread waits per request and a reply-heavy agent never
-/// blocks a writer (or the other way round).
-final class AgentConnection: @unchecked Sendable {
-    private struct Waiter {
-        var id: UInt64
-        var continuation: CheckedContinuation<WireReply, any Error>?
+/// Requests are written in the order they are queued and replies are matched to them in order.
+/// A caller queues its request bytes and its continuation under the connection's lock (which the
+/// memo never takes) and one writer at a time sends everything queued, so the requests of a burst
+/// of concurrent callers leave in one `send` (see ``enqueue(_:deadline:_:)``). The connection's
+/// reader thread blocks in `read`, parses every whole reply of a read in one pass and resumes the
+/// callers outside the lock. One timer expires the calls that waited too long. No thread waits
+/// per request.
+///
+/// The descriptor is closed when the connection is released, never while a writer may still use
+/// it; closing the connection shuts the socket down, which ends the reader thread.
+final class AgentConnection: Sendable {
+    struct State {
+        /// Request bytes not yet handed to `send`.
+        var outbound: [UInt8] = []
+        /// An empty buffer with capacity, swapped in for `outbound` when a writer takes it.
+        var spare: [UInt8] = []
+        /// Whether a writer is at work (a caller, a scheduled write, or the wait for room when the
+        /// socket was full).
+        var writing = false
+        /// Whether a write of what is queued is scheduled.
+        var writeScheduled = false
+        var pending = PendingReplies()
+        /// Requests queued whose bytes no writer has taken yet.
+        var unsent = 0
+        /// The deadline the time-out timer is set for, if it is set.
+        var timerDeadline: UInt64?
+        var retired = false
+        var closed = false
     }
 
-    private let fd: Int32
-    private let queue: DispatchQueue
-    private let readSource: DispatchSourceRead
-    private let writeSource: DispatchSourceWrite
-    private var writeSourceResumed = false
-    private var outbound: [UInt8] = []
-    private var outboundSent = 0
-    private var inbound: [UInt8] = []
-    private var waiters: [Waiter] = []
-    private var waitersHead = 0
-    private var nextID: UInt64 = 0
-    private var closed = false
-    private var retired = false
-    private let openFlag = OpenFlag()
+    let socket: SocketHandle
+    var fd: Int32 { socket.fd }
+    /// Runs the time-out timer and the wait for room in a full socket.
+    let queue: DispatchQueue
+    let timer: TimeoutTimer
+    let state = Mutex(State())
+    private let open = Atomic(true)
 
     /// Whether the connection can still take requests.
-    var isOpen: Bool { openFlag.value }
+    var isOpen: Bool { open.load(ordering: .relaxed) }
 
-    /// Connects to the agent's socket at `path`.
-    init(path: String) throws {
+    /// Connects to the agent's socket at `path` (a blocking `connect`: call it under no lock) and
+    /// starts the connection's reader thread.
+    init(path: String) throws(ConnectionLost) {
         let fd = UnixSocketAddress.connectStream(to: path)
         guard fd >= 0 else {
             throw ConnectionLost(description: "connect \(path): \(String(cString: strerror(-fd)))")
         }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         #if canImport(Darwin)
             var one: Int32 = 1
             setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, socklen_t(MemoryLayout<Int32>.size))
         #endif
-        self.fd = fd
+        self.socket = SocketHandle(fd: fd)
         self.queue = DispatchQueue(label: "fleet-token-client.connection")
-        self.readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        self.writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        readSource.setEventHandler { [weak self] in self?.readAvailable() }
-        writeSource.setEventHandler { [weak self] in self?.writePending() }
-        // The fd is closed once both sources are cancelled.
-        let group = DispatchGroup()
-        group.enter()
-        group.enter()
-        readSource.setCancelHandler { group.leave() }
-        writeSource.setCancelHandler { group.leave() }
-        group.notify(queue: queue) { close(fd) }
-        readSource.resume()
+        self.timer = TimeoutTimer(DispatchSource.makeTimerSource(queue: queue))
+        timer.source.setEventHandler { [weak self] in self?.timerFired() }
+        timer.source.resume()
+        // The thread holds the connection only while it handles a read, so a connection nobody
+        // else holds is released (and its socket shut down, which ends the thread).
+        let socket = self.socket
+        let connection = WeakConnection(self)
+        let thread = Thread { Self.readReplies(socket, for: connection) }
+        thread.name = "fleet-token-client.reader"
+        thread.start()
     }
 
     deinit {
-        // Tear the sources down if nobody closed us. Cancel first: a cancelled source runs no
-        // more event handlers, and a suspended one must be resumed before it is released.
-        if !closed {
-            readSource.cancel()
-            writeSource.cancel()
-            if !writeSourceResumed { writeSource.resume() }
-        }
+        // Nobody waits on a connection nobody holds, and no writer can be using the descriptor.
+        fail("connection released")
+        socket.release()
     }
 
-    /// Sends one request line (LF included) and waits for its reply, at most `timeout` seconds.
-    func request(_ line: String, timeout: Double) async throws -> WireReply {
-        let bytes = Array(line.utf8)
-        return try await withCheckedThrowingContinuation { continuation in
-            queue.async { [self] in
-                guard !closed else {
-                    continuation.resume(throwing: ConnectionLost(description: "connection closed"))
-                    return
-                }
-                nextID += 1
-                let id = nextID
-                waiters.append(Waiter(id: id, continuation: continuation))
-                outbound += bytes
-                writePending()
-                queue.asyncAfter(deadline: .now() + max(0, timeout)) { [self] in expire(id) }
-            }
+    /// Sends `request` and waits for its reply, at most `timeout` seconds.
+    nonisolated(nonsending) func exchange(_ request: WireRequest, timeout: Double) async -> ExchangeOutcome {
+        // At most ten years: a deadline must stay a number of nanoseconds.
+        let deadline = DispatchTime.now().uptimeNanoseconds &+ UInt64(min(max(0, timeout), 315_360_000) * 1e9)
+        return await withUnsafeContinuation { continuation in
+            enqueue(request, deadline: deadline, continuation)
         }
     }
 
     /// Takes no new requests (``isOpen`` turns false) but lets those sent finish; closes once
     /// none is owed a reply. Used after a time-out, so later calls do not queue behind a reply
-    /// that is late.
+    /// that is late: requests queued but not yet written are handed back (``ExchangeOutcome/notSent``)
+    /// to be sent on a new connection.
     func retire() {
-        openFlag.clear()
-        queue.async { [self] in
-            retired = true
-            closeIfRetiredAndIdle()
+        open.store(false, ordering: .relaxed)
+        let (unsent, idle) = state.withLock { state -> ([ReplyWaiter], Bool) in
+            state.retired = true
+            var unsent: [ReplyWaiter] = []
+            // With a writer at work, the queued bytes may hold the rest of a request it began.
+            if !state.writing, state.unsent > 0 {
+                unsent = state.pending.removeLast(state.unsent)
+                state.unsent = 0
+                state.outbound.removeAll(keepingCapacity: true)
+            }
+            return (unsent, state.pending.isEmpty)
         }
+        for continuation in unsent { continuation.resume(returning: .notSent) }
+        if idle { fail("connection retired") }
     }
 
-    /// Closes the connection; waiting callers get ``ConnectionLost``.
+    /// Closes the connection; waiting callers get ``ExchangeOutcome/lost(_:)``.
     func shutdown() {
-        queue.async { [self] in fail(ConnectionLost(description: "connection closed by the client")) }
+        fail("connection closed by the client")
     }
 
-    // MARK: On the queue
-
-    private func writePending() {
-        while outboundSent < outbound.count {
-            let written = outbound[outboundSent...].withUnsafeBytes { raw in
-                #if canImport(Glibc)
-                    send(fd, raw.baseAddress, raw.count, Int32(MSG_NOSIGNAL))
-                #else
-                    Darwin.send(fd, raw.baseAddress, raw.count, 0)
-                #endif
-            }
-            if written > 0 {
-                outboundSent += written
-            } else if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-                if !writeSourceResumed {
-                    writeSourceResumed = true
-                    writeSource.resume()
-                }
-                return
-            } else {
-                fail(ConnectionLost(description: "write: \(Self.errorText())"))
-                return
-            }
+    /// Closes the connection (shuts the socket down) and hands `reason` to every caller still
+    /// waiting.
+    func fail(_ reason: String) {
+        open.store(false, ordering: .relaxed)
+        let waiting = state.withLock { state -> [ReplyWaiter]? in
+            guard !state.closed else { return nil }
+            state.closed = true
+            state.outbound = []
+            return state.pending.removeAll()
         }
-        outbound.removeAll(keepingCapacity: true)
-        outboundSent = 0
-        if writeSourceResumed {
-            writeSourceResumed = false
-            writeSource.suspend()
-        }
+        guard let waiting else { return }
+        shutdownSocket(fd)
+        timer.source.cancel()
+        for continuation in waiting { continuation.resume(returning: .lost(reason)) }
     }
 
-    private func readAvailable() {
-        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        while !closed {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count > 0 {
-                inbound += chunk[0..<count]
-                deliverLines()
-            } else if count == 0 {
-                fail(ConnectionLost(description: "the agent closed the connection"))
-                return
-            } else if errno == EAGAIN || errno == EWOULDBLOCK {
-                return
-            } else if errno != EINTR {
-                fail(ConnectionLost(description: "read: \(Self.errorText())"))
-                return
-            }
-        }
+    // MARK: Time-outs
+
+    /// Sets the timer for `deadline` unless it is set for an earlier one. Called under the lock.
+    func armTimer(_ state: inout State, for deadline: UInt64) {
+        if let armed = state.timerDeadline, armed <= deadline { return }
+        state.timerDeadline = deadline
+        timer.source.schedule(deadline: DispatchTime(uptimeNanoseconds: deadline), leeway: .milliseconds(2))
     }
 
-    private func deliverLines() {
-        var start = 0
-        while let newline = inbound[start...].firstIndex(of: UInt8(ascii: "\n")) {
-            let line = String(decoding: inbound[start..<newline], as: UTF8.self)
-            start = newline + 1
-            guard waitersHead < waiters.count else {
-                fail(ConnectionLost(description: "a reply came with no request waiting"))
-                return
-            }
-            let continuation = waiters[waitersHead].continuation
-            waiters[waitersHead].continuation = nil
-            waitersHead += 1
-            guard let reply = WireReply.parse(Substring(line)) else {
-                continuation?.resume(throwing: ConnectionLost(description: "unreadable reply from the agent"))
-                fail(ConnectionLost(description: "unreadable reply from the agent"))
-                return
-            }
-            continuation?.resume(returning: reply)
+    private func timerFired() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let expired = state.withLock { state -> [ReplyWaiter] in
+            state.timerDeadline = nil
+            let (expired, next) = state.pending.expire(at: now)
+            if let next { armTimer(&state, for: next) }
+            return expired
         }
-        if start > 0 { inbound.removeFirst(start) }
-        closeIfRetiredAndIdle()
-        if waitersHead > 64, waitersHead * 2 > waiters.count {
-            waiters.removeFirst(waitersHead)
-            waitersHead = 0
-        }
+        for continuation in expired { continuation.resume(returning: .timedOut) }
     }
 
-    private func closeIfRetiredAndIdle() {
-        guard retired, !closed else { return }
-        if waitersHead >= waiters.count { fail(ConnectionLost(description: "connection retired")) }
+    /// The connection's time-out timer: a dispatch source, which is thread-safe.
+    struct TimeoutTimer: @unchecked Sendable {
+        let source: any DispatchSourceTimer
+        init(_ source: any DispatchSourceTimer) { self.source = source }
     }
-
-    private func expire(_ id: UInt64) {
-        // Waiters are in id order; find this one among those still owed a reply.
-        var index = waitersHead
-        while index < waiters.count, waiters[index].id < id { index += 1 }
-        guard index < waiters.count, waiters[index].id == id, let continuation = waiters[index].continuation else {
-            return
-        }
-        // The reply may still come; its slot stays so later replies match, but nobody waits.
-        waiters[index].continuation = nil
-        continuation.resume(throwing: ReplyTimedOut())
-    }
-
-    private func fail(_ error: ConnectionLost) {
-        guard !closed else { return }
-        closed = true
-        openFlag.clear()
-        for index in waitersHead..<waiters.count {
-            waiters[index].continuation?.resume(throwing: error)
-            waiters[index].continuation = nil
-        }
-        waiters.removeAll()
-        waitersHead = 0
-        readSource.cancel()
-        writeSource.cancel()
-        if !writeSourceResumed {
-            writeSourceResumed = true
-            writeSource.resume()
-        }
-    }
-
-    private static func errorText() -> String { String(cString: strerror(errno)) }
 }
 
-/// A flag readable from any thread.
-private final class OpenFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var open = true
+/// Shuts both directions of the socket down: the peer sees the end of the stream, a blocked
+/// `read` returns. The descriptor stays open (and its number taken) until it is closed.
+private func shutdownSocket(_ fd: Int32) {
+    #if canImport(Glibc)
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+    #else
+        _ = Darwin.shutdown(fd, SHUT_RDWR)
+    #endif
+}
 
-    var value: Bool { lock.withLock { open } }
-    func clear() { lock.withLock { open = false } }
+/// The connection's socket descriptor, held by the connection and its reader thread: closed when
+/// both let go, so no thread ever uses a descriptor number that was closed (and maybe reused).
+final class SocketHandle: Sendable {
+    let fd: Int32
+    private let holders = Atomic(2)
+
+    init(fd: Int32) { self.fd = fd }
+
+    /// Lets go of the descriptor; the last holder closes it.
+    func release() {
+        if holders.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { close(fd) }
+    }
+}
+
+/// A connection, not kept alive by whoever holds this.
+struct WeakConnection: Sendable {
+    weak var connection: AgentConnection?
+
+    init(_ connection: AgentConnection) { self.connection = connection }
 }

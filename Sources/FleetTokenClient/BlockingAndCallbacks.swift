@@ -4,10 +4,12 @@ import Synchronization
 
 extension FleetTokenClient {
     /// A token for `subject`, for code that is not async: blocks the calling thread until the
-    /// answer comes. Never call it from a Swift concurrency task or an event loop.
+    /// answer comes. Never call it from a Swift concurrency task or an event loop. A remembered
+    /// token is returned at once, without blocking.
     public func blockingToken(_ subject: TokenSubject, minimumValidity: TimeInterval? = nil) throws(FleetTokenError)
         -> Token
     {
+        if let token = remembered(subject, minimumValidity: minimumValidity) { return token }
         let outcome = Mutex<Result<Token, FleetTokenError>?>(nil)
         let done = DispatchSemaphore(value: 0)
         Task {
@@ -77,6 +79,10 @@ public final class FleetTokenFetcher: Sendable {
         }
         let client = self.client
         let queue = self.queue
+        if let token = client.remembered(subject, minimumValidity: nil) {
+            queue.async { completion(token.jwt, nil) }
+            return
+        }
         Task {
             do {
                 let token = try await client.token(subject)

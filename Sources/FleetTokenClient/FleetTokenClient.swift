@@ -38,37 +38,21 @@ public final class FleetTokenClient: Sendable {
         public init() {}
     }
 
-    /// The socket path used when none is given: `$FLEET_TOKEND_SOCKET`, else
-    /// `/run/fleet-tokend/tokens.sock`.
+    /// The socket path used when none is given: `$FLEET_TOKEND_SOCKET` when set and not empty,
+    /// else `/run/fleet-tokend/tokens.sock` (`AgentDefaults` in TokenWire, shared with the agent).
     public static var defaultSocketPath: String {
-        let environment = ProcessInfo.processInfo.environment["FLEET_TOKEND_SOCKET"] ?? ""
-        return environment.isEmpty ? "/run/fleet-tokend/tokens.sock" : environment
-    }
-
-    private struct Memo {
-        var token: Token
-        var validUntil: ContinuousClock.Instant
-        var lifetimeSeconds: Double
-    }
-
-    private struct FlightKey: Hashable {
-        var subject: TokenSubject
-        var minimumValidity: Int?
-    }
-
-    private struct State {
-        var connections: [AgentConnection?]
-        var nextConnection = 0
-        var memo: [TokenSubject: Memo] = [:]
-        var flights: [FlightKey: Task<Token, any Error>] = [:]
+        AgentDefaults.socketPath(environment: ProcessInfo.processInfo.environment)
     }
 
     /// The agent's socket path.
     public let socketPath: String
     /// The configuration.
     public let configuration: Configuration
-    private let state: Mutex<State>
-    private let counters = Mutex((memoHits: 0, requests: 0))
+    let memo: MemoTable
+    let flights = Flights()
+    let pool: ConnectionPool
+    let memoHits = Atomic(0)
+    let requests = Atomic(0)
 
     /// Creates a client for the agent listening at `socketPath`. No connection is made until the
     /// first call.
@@ -76,13 +60,15 @@ public final class FleetTokenClient: Sendable {
     {
         self.socketPath = socketPath
         self.configuration = configuration
-        self.state = Mutex(State(connections: Array(repeating: nil, count: max(1, configuration.connections))))
+        self.memo = MemoTable(
+            capacity: configuration.memoCapacity,
+            defaultMinimumValidity: configuration.defaultMinimumValidity
+        )
+        self.pool = ConnectionPool(path: socketPath, count: configuration.connections)
     }
 
     deinit {
-        state.withLock { state in
-            for connection in state.connections { connection?.shutdown() }
-        }
+        pool.shutdown()
     }
 
     // MARK: Calls
@@ -90,33 +76,31 @@ public final class FleetTokenClient: Sendable {
     /// A token for `subject` with at least `minimumValidity` seconds left (the configuration's
     /// default when `nil`).
     ///
-    /// Returns a remembered token without a round trip when it has enough validity left;
-    /// otherwise asks the agent, sharing one request among concurrent callers for the same
-    /// token. Throws ``FleetTokenError``.
-    public func token(_ subject: TokenSubject, minimumValidity: TimeInterval? = nil) async throws(FleetTokenError)
-        -> Token
-    {
-        if configuration.memoization, let token = remembered(subject, minimumValidity: minimumValidity) {
-            counters.withLock { $0.memoHits += 1 }
-            return token
+    /// Returns a remembered token without a round trip (and without leaving the caller's
+    /// executor) when it has enough validity left; otherwise asks the agent, sharing one request
+    /// among concurrent callers for the same token. Throws ``FleetTokenError``.
+    public nonisolated(nonsending) func token(
+        _ subject: TokenSubject,
+        minimumValidity: TimeInterval? = nil
+    ) async throws(FleetTokenError) -> Token {
+        if let token = remembered(subject, minimumValidity: minimumValidity) { return token }
+        let key = Flights.Key(subject: subject, minimumValidity: minimumValidity.map { Int($0.rounded(.up)) })
+        while !flights.lead(key) {
+            if let result = await flights.join(key) { return try result.get() }
         }
-        let seconds = minimumValidity.map { Int($0.rounded(.up)) }
-        let key = FlightKey(subject: subject, minimumValidity: seconds)
-        let flight = state.withLock { state -> Task<Token, any Error> in
-            if let flight = state.flights[key] { return flight }
-            let flight = Task { [self] in
-                defer { self.state.withLock { _ = $0.flights.removeValue(forKey: key) } }
-                let reply = try await exchange(.get(kind: subject.kind, id: subject.id, minValiditySeconds: seconds))
-                return try remember(subject, reply)
-            }
-            state.flights[key] = flight
-            return flight
+        let result: Result<Token, FleetTokenError>
+        do {
+            let request = WireRequest.get(kind: subject.kind, id: subject.id, minValiditySeconds: key.minimumValidity)
+            result = .success(try remember(subject, try await exchange(request)))
+        } catch {
+            result = .failure(error)
         }
-        return try await Self.typed { try await flight.value }
+        flights.land(key, with: result)
+        return try result.get()
     }
 
     /// A freshly fetched token for `subject` (`REFRESH`): use it when a token was refused.
-    public func refresh(_ subject: TokenSubject) async throws(FleetTokenError) -> Token {
+    public nonisolated(nonsending) func refresh(_ subject: TokenSubject) async throws(FleetTokenError) -> Token {
         let reply = try await exchange(.refresh(kind: subject.kind, id: subject.id))
         return try remember(subject, reply)
     }
@@ -129,8 +113,11 @@ public final class FleetTokenClient: Sendable {
     /// replaced gets the newer one at once. The refused token is never handed back. An older
     /// agent that does not know the form answers `bad-request`; then a plain ``refresh(_:)`` is
     /// sent, as it is for a token too long to fit a request line.
-    public func refresh(_ subject: TokenSubject, replacing refused: Token) async throws(FleetTokenError) -> Token {
-        forget(subject, ifHolding: refused.jwt)
+    public nonisolated(nonsending) func refresh(
+        _ subject: TokenSubject,
+        replacing refused: Token
+    ) async throws(FleetTokenError) -> Token {
+        memo.forget(subject, ifHolding: refused.jwt)
         let request = WireRequest.refresh(kind: subject.kind, id: subject.id, refusedToken: refused.jwt)
         // A token too long to fit a request line cannot be named: fall back to the plain form.
         guard request.line.utf8.count <= WireLimits.maxRequestLineBytes else { return try await refresh(subject) }
@@ -142,167 +129,62 @@ public final class FleetTokenClient: Sendable {
         }
         let token = try remember(subject, reply)
         guard token.jwt != refused.jwt else {
-            forget(subject, ifHolding: refused.jwt)
+            memo.forget(subject, ifHolding: refused.jwt)
             throw .unavailable("the agent handed back the refused token")
         }
         return token
     }
 
-    /// Forgets the remembered token for `subject` if it is `jwt`.
-    private func forget(_ subject: TokenSubject, ifHolding jwt: String) {
-        state.withLock { state in
-            if state.memo[subject]?.token.jwt == jwt { state.memo[subject] = nil }
-        }
-    }
-
     /// Makes the agent (and this client) forget the token for `subject` (`DROP`).
-    public func drop(_ subject: TokenSubject) async throws(FleetTokenError) {
-        _ = state.withLock { $0.memo.removeValue(forKey: subject) }
+    public nonisolated(nonsending) func drop(_ subject: TokenSubject) async throws(FleetTokenError) {
+        memo.forget(subject)
         let reply = try await exchange(.drop(kind: subject.kind, id: subject.id))
         guard case .ok = reply else { throw Self.unexpected(reply) }
     }
 
     /// Checks that the agent answers (`PING`).
-    public func ping() async throws(FleetTokenError) {
+    public nonisolated(nonsending) func ping() async throws(FleetTokenError) {
         let reply = try await exchange(.ping)
         guard case .pong = reply else { throw Self.unexpected(reply) }
     }
 
     /// The agent's counters (`STATS`), by name.
-    public func stats() async throws(FleetTokenError) -> [String: Int] {
+    public nonisolated(nonsending) func stats() async throws(FleetTokenError) -> [String: Int] {
         let reply = try await exchange(.stats)
         guard case .ok(let text) = reply else { throw Self.unexpected(reply) }
         return WireReply.statsFields(text).compactMapValues { Int($0) }
     }
 
     /// Tokens this client answered from its memo, and requests it sent to the agent.
-    public var localCounters: (memoHits: Int, requests: Int) { counters.withLock { $0 } }
+    public var localCounters: (memoHits: Int, requests: Int) {
+        (memoHits.load(ordering: .relaxed), requests.load(ordering: .relaxed))
+    }
 
     /// Forgets every remembered token (the agent keeps its own).
     public func forgetRemembered() {
-        state.withLock { $0.memo.removeAll() }
+        memo.removeAll()
     }
 
     // MARK: Memo
 
-    private func remembered(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
-        state.withLock { state -> Token? in
-            guard let memo = state.memo[subject] else { return nil }
-            let needed =
-                minimumValidity
-                ?? max(10, min(configuration.defaultMinimumValidity, memo.lifetimeSeconds / 4))
-            let left = ContinuousClock.now.duration(to: memo.validUntil)
-            guard left > .milliseconds(Int64(needed * 1000)) else { return nil }
-            return memo.token
+    /// The remembered token for `subject` when memoization is on and it has enough validity
+    /// left; counts the hit. Synchronous: the fast path of every style of call.
+    func remembered(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
+        guard configuration.memoization, let token = memo.token(for: subject, minimumValidity: minimumValidity) else {
+            return nil
         }
+        memoHits.add(1, ordering: .relaxed)
+        return token
     }
 
     private func remember(_ subject: TokenSubject, _ reply: WireReply) throws(FleetTokenError) -> Token {
         guard case .token(let jwt, let expiresAt) = reply else { throw Self.unexpected(reply) }
         let token = Token(jwt: jwt, expiresAt: Date(timeIntervalSince1970: TimeInterval(expiresAt)))
-        guard configuration.memoization else { return token }
-        let left = token.expiresAt.timeIntervalSinceNow
-        let memo = Memo(
-            token: token,
-            validUntil: ContinuousClock.now.advanced(by: .milliseconds(Int64(left * 1000))),
-            lifetimeSeconds: left
-        )
-        state.withLock { state in
-            if state.memo.count >= configuration.memoCapacity, state.memo[subject] == nil {
-                let now = ContinuousClock.now
-                state.memo = state.memo.filter { $0.value.validUntil > now }
-                if state.memo.count >= configuration.memoCapacity, let victim = state.memo.keys.first {
-                    state.memo.removeValue(forKey: victim)
-                }
-            }
-            state.memo[subject] = memo
-        }
+        if configuration.memoization { memo.remember(token, for: subject) }
         return token
     }
 
-    // MARK: Exchanges
-
-    /// Sends `request` and returns its reply; retries on a new connection while the agent is
-    /// unreachable, up to the reconnect deadline. `ERR` replies are thrown.
-    private func exchange(_ request: WireRequest) async throws(FleetTokenError) -> WireReply {
-        if case .failure(let error) = RequestParser.parse(text: request.line) {
-            throw FleetTokenError(error)
-        }
-        counters.withLock { $0.requests += 1 }
-        let line = request.line + "\n"
-        let clock = ContinuousClock()
-        let callDeadline = clock.now.advanced(by: .milliseconds(Int64(configuration.callTimeout * 1000)))
-        var unreachableSince: ContinuousClock.Instant?
-        var pause = Duration.milliseconds(10)
-        while true {
-            let problem: String
-            var connection: AgentConnection?
-            do {
-                connection = try self.connection()
-                let left = clock.now.duration(to: callDeadline)
-                let reply = try await connection!.request(line, timeout: Self.seconds(left))
-                if case .error(let error) = reply { throw FleetTokenError(error) }
-                return reply
-            } catch let error as FleetTokenError {
-                throw error
-            } catch is ReplyTimedOut {
-                // Replies come in order: later calls must not queue behind the late one.
-                connection?.retire()
-                discardBrokenConnections()
-                throw .timedOut("no reply within \(configuration.callTimeout) s")
-            } catch {
-                problem = "\(error)"
-                discardBrokenConnections()
-            }
-            let now = clock.now
-            let since = unreachableSince ?? now
-            unreachableSince = since
-            let giveUp = min(
-                callDeadline,
-                since.advanced(by: .milliseconds(Int64(configuration.reconnectDeadline * 1000)))
-            )
-            if now.advanced(by: pause) > giveUp {
-                throw .agentUnreachable("\(problem) (socket \(socketPath))")
-            }
-            try? await Task.sleep(for: pause)
-            pause = min(pause * 2, .milliseconds(200))
-        }
-    }
-
-    private func connection() throws -> AgentConnection {
-        try state.withLock { state in
-            let index = state.nextConnection % state.connections.count
-            state.nextConnection &+= 1
-            if let connection = state.connections[index], connection.isOpen { return connection }
-            let connection = try AgentConnection(path: socketPath)
-            state.connections[index] = connection
-            return connection
-        }
-    }
-
-    private func discardBrokenConnections() {
-        state.withLock { state in
-            for index in state.connections.indices where state.connections[index]?.isOpen == false {
-                state.connections[index] = nil
-            }
-        }
-    }
-
-    private static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
-
-    private static func unexpected(_ reply: WireReply) -> FleetTokenError {
+    static func unexpected(_ reply: WireReply) -> FleetTokenError {
         .badRequest("unexpected reply from the agent: \(reply.line.dropLast())")
-    }
-
-    private static func typed<T>(_ body: () async throws -> T) async throws(FleetTokenError) -> T {
-        do {
-            return try await body()
-        } catch let error as FleetTokenError {
-            throw error
-        } catch {
-            throw .unavailable("\(error)")
-        }
     }
 }

@@ -95,3 +95,33 @@ func measureBlocking(_ name: String, operations: Int, warmUp: Int = 500, _ opera
         latencies: latencies.sorted()
     )
 }
+
+/// Runs `operation` `operations` times in a loop on the main actor, as a worker's top-level code
+/// or UI code calls: whatever does not suspend must not leave the main actor either.
+@MainActor
+func measureOnMainActor(
+    _ name: String,
+    operations: Int,
+    warmUp: Int = 200,
+    _ operation: @MainActor () async throws -> Void
+) async throws -> Measurement {
+    for _ in 0..<warmUp { try await operation() }
+    var latencies: [Double] = []
+    latencies.reserveCapacity(operations)
+    let clock = ContinuousClock()
+    let started = clock.now
+    for _ in 0..<operations {
+        let start = clock.now
+        try await operation()
+        let elapsed = clock.now - start
+        latencies.append(Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds))
+    }
+    let total = clock.now - started
+    return Measurement(
+        name: name,
+        concurrency: 1,
+        operations: operations,
+        seconds: Double(total.components.attoseconds) / 1e18 + Double(total.components.seconds),
+        latencies: latencies.sorted()
+    )
+}

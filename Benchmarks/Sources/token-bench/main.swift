@@ -22,6 +22,9 @@ func option(_ name: String, _ fallback: String) -> String {
 let agentBinary = option("--agent", ".build/release/fleet-tokend")
 let operations = Int(option("--iterations", "20000"))!
 let concurrency = Int(option("--concurrency", "32"))!
+// `--only <text>` runs only the benchmarks whose name contains the text (e.g. to profile one).
+let only = option("--only", "")
+func wanted(_ name: String) -> Bool { only.isEmpty || name.contains(only) }
 
 let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
 try? FileManager.default.removeItem(at: directory)
@@ -38,7 +41,8 @@ try agent.run()
 var redis: Process?
 defer {
     agent.terminate()
-    redis?.terminate()
+    // redis-server has nothing to save; SIGTERM was seen to leave it running after the benchmark.
+    if let redis { kill(redis.processIdentifier, SIGKILL) }
 }
 
 func waitForSocket(_ path: String) async throws {
@@ -64,13 +68,19 @@ let agentSocket = try BlockingSocket(path: socketPath)
 let getLine = Array("GET vehicle bench-raw\n".utf8)
 let endsWithLF: (UnsafeRawBufferPointer) -> Bool = { $0.last == UInt8(ascii: "\n") }
 try agentSocket.roundTrip(getLine, complete: endsWithLF)
-let agentRaw = try measureBlocking("agent GET, raw socket", operations: operations) {
-    try agentSocket.roundTrip(getLine, complete: endsWithLF)
+var agentRaw: Measurement?
+if wanted("agent GET, raw socket") {
+    let measured = try measureBlocking("agent GET, raw socket", operations: operations) {
+        try agentSocket.roundTrip(getLine, complete: endsWithLF)
+    }
+    agentRaw = measured
+    record(measured)
 }
-record(agentRaw)
 
 var redisRaw: Measurement?
-if let redisServer = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first(
+if !wanted("Redis GET, raw socket") {
+    // not asked for
+} else if let redisServer = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first(
     where: FileManager.default.isExecutableFile
 ) {
     let redisSocket = directory.appendingPathComponent("redis.sock").path
@@ -132,13 +142,27 @@ let viaAgentSpread: @Sendable () async throws -> Void = {
     _ = try await direct.token(.vehicle("bench-spread-\(index)"))
 }
 
+// The same 64 keys on a raw socket with `concurrency` requests in flight: the most one pipelined
+// connection to the agent carries, for the client's 64-key row to be compared with.
+let spreadLines = (0..<64).map { Array("GET vehicle bench-spread-\($0)\n".utf8) }
 var table: [String: [Int: Measurement]] = [:]
 for level in [1, concurrency] {
+    if level > 1, wanted("agent GET, raw socket pipelined, 64 keys") {
+        let measured = try measurePipelined(
+            "agent GET, raw socket pipelined, 64 keys",
+            path: socketPath,
+            lines: spreadLines,
+            depth: level,
+            operations: operations
+        )
+        table[measured.name, default: [:]][level] = measured
+        record(measured)
+    }
     for (name, operation) in [
         ("HTTP GET, AsyncHTTPClient", httpGet), ("HTTP GET, URLSession", urlSessionGet),
         ("client.token via agent, memo off", viaAgent), ("client.token via agent, memo off, 64 keys", viaAgentSpread),
         ("client.token, memo on", viaMemo),
-    ] {
+    ] where wanted(name) {
         let measured = try await measure(
             name,
             operations: level == 1 ? operations / 4 : operations,
@@ -149,11 +173,20 @@ for level in [1, concurrency] {
         record(measured)
     }
 }
+// The memo from the main actor: the loop a new user writes in an executable's top-level code.
+var mainActorMemo: Measurement?
+if wanted("client.token, memo on, main actor") {
+    let measured = try await measureOnMainActor("client.token, memo on, main actor", operations: operations) {
+        _ = try await memoized.token(.vehicle("hot1"))
+    }
+    mainActorMemo = measured
+    record(measured)
+}
 try await http.shutdown().get()
 await provider.stop()
 
 print("\nRatios (higher is better for the agent):")
-if let redisRaw {
+if let redisRaw, let agentRaw {
     print(
         String(
             format: "- agent raw GET vs Redis raw GET, p50 latency: %.2fx (Redis p50 / agent p50)",
@@ -161,11 +194,32 @@ if let redisRaw {
         )
     )
 }
+if let raw = table["agent GET, raw socket pipelined, 64 keys"]?[concurrency],
+    let client = table["client.token via agent, memo off, 64 keys"]?[concurrency]
+{
+    print(
+        String(
+            format: "- concurrency %d, 64 keys, one connection: client / raw pipelined socket, throughput %.2fx",
+            concurrency,
+            client.opsPerSecond / raw.opsPerSecond
+        )
+    )
+}
+if let mainActorMemo, let detached = table["client.token, memo on"]?[1] {
+    print(
+        String(
+            format: "- memo hit p50: main actor %.2f µs, a task on the global executor %.2f µs",
+            mainActorMemo.median * 1e6,
+            detached.median * 1e6
+        )
+    )
+}
 for level in [1, concurrency] {
-    let agentOnly = table["client.token via agent, memo off, 64 keys"]![level]!
-    let memo = table["client.token, memo on"]![level]!
+    guard let agentOnly = table["client.token via agent, memo off, 64 keys"]?[level],
+        let memo = table["client.token, memo on"]?[level]
+    else { continue }
     for baseline in ["HTTP GET, AsyncHTTPClient", "HTTP GET, URLSession"] {
-        let http = table[baseline]![level]!
+        guard let http = table[baseline]?[level] else { continue }
         print(
             String(
                 format:

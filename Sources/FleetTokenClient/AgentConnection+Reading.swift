@@ -1,0 +1,49 @@
+import TokenWire
+
+extension AgentConnection {
+    /// The reader thread: blocks in `read`, writes the requests queued meanwhile, parses every
+    /// whole reply of the read and resumes their callers, oldest first, until the connection ends
+    /// or is released. It holds the connection only while it handles what it read.
+    static func readReplies(_ socket: SocketHandle, for weakConnection: WeakConnection) {
+        var reader = ReplyReader()
+        var replies: [WireReply] = []
+        while true {
+            let problem = reader.readReplies(from: socket.fd, into: &replies)
+            guard let connection = weakConnection.connection else { break }
+            if !replies.isEmpty {
+                // Replies came, so the agent is being answered: send what waited for them first.
+                connection.writeQueued(scheduled: false)
+                connection.deliver(replies)
+                replies.removeAll(keepingCapacity: true)
+            }
+            if let problem {
+                connection.fail(problem)
+                break
+            }
+        }
+        socket.release()
+    }
+
+    /// Hands `replies` to the oldest callers owed one. Writes what is queued when no request is
+    /// left on the wire (no later read would), and closes a retired connection once nothing is
+    /// owed.
+    func deliver(_ replies: [WireReply]) {
+        let (waiting, unasked, retiredAndIdle, batch) = state.withLock { state in
+            var waiting: [ReplyWaiter?] = []
+            waiting.reserveCapacity(replies.count)
+            for _ in replies {
+                guard let entry = state.pending.popFirst() else { break }
+                waiting.append(entry.continuation)
+            }
+            let batch = state.pending.count == state.unsent ? Self.takeWriterRole(&state) : nil
+            return (waiting, waiting.count < replies.count, state.retired && state.pending.isEmpty, batch)
+        }
+        if let batch { write(batch) }
+        for (continuation, reply) in zip(waiting, replies) { continuation?.resume(returning: .reply(reply)) }
+        if unasked {
+            fail("a reply came with no request waiting")
+        } else if retiredAndIdle {
+            fail("connection retired")
+        }
+    }
+}
