@@ -4,13 +4,13 @@ import Testing
 @Suite("Refresh and provider outages")
 struct RefreshTests {
     @Test func backgroundRefreshHappensBeforeExpiry() async throws {
-        // 16 s tokens: the refresh is due at 8 s, up to 0.8 s earlier with jitter; the refresher
-        // wakes every second.
-        try await withProviderAndAgent(configure: { $0.setLifetime(16) }) { agent, provider in
+        // 24 s tokens: the refresh is due at 12 s, up to 1.2 s earlier with jitter; the refresher
+        // wakes every second. The read at 4 s still finds 20 s left, however slow the machine.
+        try await withProviderAndAgent(configure: { $0.setLifetime(24) }) { agent, provider in
             let first = try #require(tokenOf(try await agent.send("GET vehicle r-1").first))
             try await Task.sleep(for: .seconds(4))
             #expect(try await agent.send("GET vehicle r-1").first.flatMap(tokenOf) == first, "read keeps it active")
-            let deadline = Date().addingTimeInterval(8)
+            let deadline = Date().addingTimeInterval(14)
             while provider.requests(for: "r-1") < 2, Date() < deadline {
                 try await Task.sleep(for: .milliseconds(100))
             }
@@ -60,7 +60,7 @@ struct RefreshTests {
             let first = try #require(tokenOf(try await agent.send("GET trip rf-1").first))
             let replies = try await agent.send("REFRESH trip rf-1", "REFRESH trip rf-1")
             #expect(replies.map(tokenOf) == [first, first], "fetched within the guard: not fetched again")
-            try await Task.sleep(for: .seconds(1.2))
+            try await Task.sleep(for: .seconds(3.2))
             let concurrent = try await withThrowingTaskGroup(of: String?.self) { group in
                 for _ in 0..<20 {
                     group.addTask { try await agent.send("REFRESH trip rf-1").first.flatMap(tokenOf) }
@@ -94,9 +94,10 @@ struct RefreshTests {
     @Test func aTokenThatAgesWhileItsReplyWaitsIsLookedUpAgain() async throws {
         // Replies go out in request order: a cached token answered behind a slow fetch waits
         // with it. One that fell under 10 s left meanwhile is not sent; it is looked up again.
-        try await withProviderAndAgent(configure: { $0.setLifetime(12) }) { agent, provider in
+        // 15 s tokens behind a 5.5 s fetch: the warm one has 9.5 s left, a fresh one 15.
+        try await withProviderAndAgent(configure: { $0.setLifetime(15) }) { agent, provider in
             let warm = try #require(tokenOf(try await agent.send("GET vehicle aged-1").first))
-            let replies = try await agent.send("GET vehicle delay2500-1", "GET vehicle aged-1")
+            let replies = try await agent.send("GET vehicle delay5500-1", "GET vehicle aged-1")
             #expect(tokenOf(replies.first) != nil)
             let second = try #require(replies.last)
             let token = try #require(tokenOf(second), "\(second)")
@@ -109,7 +110,7 @@ struct RefreshTests {
 
     private func guardConfig() throws -> String {
         let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
-        try #"{"refetch_guard": 1}"#.write(toFile: path, atomically: true, encoding: .utf8)
+        try #"{"refetch_guard": 3}"#.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
 

@@ -104,7 +104,7 @@ func makeJWT(_ claims: [String: Any]) -> String {
 }
 
 /// Waits until `condition` holds, yielding to other tasks, for at most `seconds` of real time.
-func eventually(seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
+func eventually(seconds: Double = 30, _ condition: () -> Bool) async -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
     while ContinuousClock.now < deadline {
         if condition() { return true }

@@ -4,7 +4,7 @@ import TokenWire
 /// Everything `fleet-tokend serve` is configured with: the config file's keys, overridden by flags.
 public struct AgentConfiguration: Sendable, Hashable {
     /// The default socket path when neither a flag, the file nor `$FLEET_TOKEND_SOCKET` names one.
-    public static let defaultSocketPath = "/run/fleet-tokend/tokens.sock"
+    public static let defaultSocketPath = AgentDefaults.socketPath
 
     /// The Unix socket path to listen on.
     public var socketPath: String
@@ -47,7 +47,7 @@ public struct AgentConfiguration: Sendable, Hashable {
 
     /// Creates the default configuration; the socket path comes from `environment`.
     public init(environment: [String: String] = [:]) {
-        socketPath = environment["FLEET_TOKEND_SOCKET"].flatMap { $0.isEmpty ? nil : $0 } ?? Self.defaultSocketPath
+        socketPath = AgentDefaults.socketPath(environment: environment)
     }
 
     /// The refresh policy these settings describe.
