@@ -25,8 +25,16 @@ let package = Package(
         // The line protocol: request parsing and reply encoding. No dependencies, shared by the
         // agent and the client library.
         .target(name: "TokenWire", swiftSettings: strict),
-        // The thin client library workers link: TokenWire and the toolchain only.
-        .target(name: "FleetTokenClient", dependencies: ["TokenWire"], swiftSettings: strict),
+        // The shared-memory read path's C needs (memfd seals, SCM_RIGHTS, CLOCK_BOOTTIME) and the
+        // segment layout with its one writer and its readers. Toolchain only: the client links them.
+        .target(name: "CSharedMemory"),
+        .target(name: "TokenSegment", dependencies: ["CSharedMemory"], swiftSettings: strict),
+        // The thin client library workers link: TokenWire, TokenSegment and the toolchain only.
+        .target(
+            name: "FleetTokenClient",
+            dependencies: ["TokenWire", "TokenSegment", "CSharedMemory"],
+            swiftSettings: strict
+        ),
         // An example worker that links the client.
         .executableTarget(
             name: "token-worker-example",
@@ -66,6 +74,8 @@ let package = Package(
             dependencies: [
                 "TokenWire",
                 "TokenAgent",
+                "TokenSegment",
+                "CSharedMemory",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -107,6 +117,11 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTestUtils", package: "swift-nio"),
             ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "TokenSegmentTests",
+            dependencies: ["TokenSegment", "CSharedMemory"],
             swiftSettings: strict
         ),
         .testTarget(

@@ -1,0 +1,47 @@
+#ifndef CSHAREDMEMORY_H
+#define CSHAREDMEMORY_H
+
+// What the shared-memory read path needs from C and Swift cannot import: memfd_create and
+// F_SEAL_* (GNU declarations, defined in shim.c, which sets _GNU_SOURCE for itself alone),
+// the CMSG_* macros of SCM_RIGHTS descriptor passing, CLOCK_BOOTTIME and SO_COOKIE.
+// Toolchain only: the client library links it too.
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/// A sealable, close-on-exec anonymous memory file, or -1 with errno set.
+int fsm_memfd_create(const char *name);
+
+/// Seals a memory file so that nobody can write, grow or shrink it again through any other
+/// descriptor or mapping (F_SEAL_FUTURE_WRITE, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL); the
+/// writable mapping made before keeps working. 0, or -1 with errno set.
+int fsm_seal_read_only(int fd);
+
+/// The seals of a memory file (F_GET_SEALS), or -1 with errno set.
+int fsm_seals(int fd);
+
+/// Whether `seals` (from fsm_seals) hold every seal fsm_seal_read_only adds.
+int fsm_is_sealed_read_only(int seals);
+
+/// A new read-only descriptor of the file behind `fd` (re-opened through /proc/self/fd), or -1.
+int fsm_reopen_read_only(int fd);
+
+/// Sends `length` bytes on a stream socket with `fd` attached as SCM_RIGHTS, without blocking
+/// and without SIGPIPE. The bytes sent (the descriptor rides with the first), or -1 with errno.
+ssize_t fsm_send_with_descriptor(int socket, const void *bytes, size_t length, int fd);
+
+/// Receives up to `length` bytes; descriptors that came with them (SCM_RIGHTS, close-on-exec)
+/// are stored in `fds` (at most `max_fds`, the rest closed) and counted in `*fd_count`.
+/// The bytes read, 0 at the end of the stream, or -1 with errno set.
+ssize_t fsm_receive(int socket, void *bytes, size_t length, int *fds, int max_fds, int *fd_count);
+
+/// CLOCK_BOOTTIME in nanoseconds: a monotonic clock every process on the host shares, which
+/// counts suspended time too.
+uint64_t fsm_boottime_ns(void);
+
+/// The socket's kernel cookie (SO_COOKIE): unique per socket for the life of the system; 0 when
+/// `fd` is not a socket.
+uint64_t fsm_socket_cookie(int fd);
+
+#endif

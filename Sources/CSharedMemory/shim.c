@@ -1,0 +1,104 @@
+#define _GNU_SOURCE
+#include "CSharedMemory.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+#ifndef SO_COOKIE
+#define SO_COOKIE 57
+#endif
+
+static const int read_only_seals = F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+int fsm_memfd_create(const char *name) { return memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING); }
+
+int fsm_seal_read_only(int fd) { return fcntl(fd, F_ADD_SEALS, read_only_seals); }
+
+int fsm_seals(int fd) { return fcntl(fd, F_GET_SEALS); }
+
+int fsm_is_sealed_read_only(int seals) { return seals >= 0 && (seals & read_only_seals) == read_only_seals; }
+
+int fsm_reopen_read_only(int fd) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+ssize_t fsm_send_with_descriptor(int socket, const void *bytes, size_t length, int fd) {
+    struct iovec iov = {.iov_base = (void *)bytes, .iov_len = length};
+    union {
+        char buffer[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr message = {0};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.buffer;
+    message.msg_controllen = sizeof control.buffer;
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &fd, sizeof(int));
+    ssize_t sent;
+    do {
+        sent = sendmsg(socket, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (sent < 0 && errno == EINTR);
+    return sent;
+}
+
+ssize_t fsm_receive(int socket, void *bytes, size_t length, int *fds, int max_fds, int *fd_count) {
+    struct iovec iov = {.iov_base = bytes, .iov_len = length};
+    union {
+        char buffer[CMSG_SPACE(sizeof(int) * 8)];
+        struct cmsghdr align;
+    } control;
+    struct msghdr message = {0};
+    message.msg_iov = &iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.buffer;
+    message.msg_controllen = sizeof control.buffer;
+    *fd_count = 0;
+    ssize_t received;
+    do {
+        received = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
+    } while (received < 0 && errno == EINTR);
+    if (received < 0) return received;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header != NULL; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t index = 0; index < count; index++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(header) + index * sizeof(int), sizeof(int));
+            if (*fd_count < max_fds) {
+                fds[(*fd_count)++] = fd;
+            } else {
+                close(fd);
+            }
+        }
+    }
+    return received;
+}
+
+uint64_t fsm_boottime_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+uint64_t fsm_socket_cookie(int fd) {
+    uint64_t cookie = 0;
+    socklen_t size = sizeof cookie;
+    if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &size) != 0) return 0;
+    return cookie;
+}

@@ -1,0 +1,188 @@
+import CSharedMemory
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A reader's read-only mapping of a segment. Everything in it is untrusted: the header is
+/// checked once when mapped, and every lookup bounds-checks what it reads, caps its probes, and
+/// uses only a copy taken under the slot's sequence counter and validated afterwards.
+public final class SegmentReader: @unchecked Sendable {
+    /// The segment's generation.
+    public let generation: UInt64
+    /// The kind whose tokens it holds.
+    public let kind: String
+    /// The mapping's size.
+    public let size: Int
+
+    private let base: UnsafeRawPointer
+    private let words: SharedWords
+    private let slotCount: Int
+    private let slotSize: Int
+    private let seed: (UInt64, UInt64)
+
+    /// How many times a lookup retries a slot it saw change while it copied it.
+    public static let tornReadRetries = 4
+
+    /// Maps `descriptor` (which the caller keeps or closes) read-only and checks its header
+    /// against `expectedSize` and `kind`.
+    public init(descriptor: Int32, expectedSize: Int, kind: String) throws(SegmentError) {
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw SegmentError("fstat") }
+        guard expectedSize >= SegmentLayout.headerSize, Int(status.st_size) == expectedSize else {
+            throw SegmentError(describing: "segment is \(status.st_size) bytes, not the \(expectedSize) announced")
+        }
+        let mapped = mmap(nil, expectedSize, PROT_READ, MAP_SHARED, descriptor, 0)
+        guard let mapped, mapped != MAP_FAILED else { throw SegmentError("mmap") }
+        let base = UnsafeRawPointer(mapped)
+        let words = SharedWords(base)
+        typealias H = SegmentLayout.Header
+        let versionAndHeader = words.load(H.versionAndHeaderSize)
+        let countAndSize = words.load(H.slotCountAndSize)
+        let slotCount = Int(countAndSize & 0xffff_ffff)
+        let slotSize = Int(countAndSize >> 32)
+        let kindLength = Int(min(words.load(H.kindLength), 32))
+        var kindBytes: [UInt8] = []
+        for index in 0..<kindLength {
+            kindBytes.append(UInt8(truncatingIfNeeded: words.load(H.kindBytes + index / 8) >> (8 * UInt64(index % 8))))
+        }
+        let problem: String? =
+            if words.loadAcquiring(H.magic) != SegmentLayout.magic {
+                "not a token segment"
+            } else if UInt32(truncatingIfNeeded: versionAndHeader) != SegmentLayout.version {
+                "layout version \(UInt32(truncatingIfNeeded: versionAndHeader)), not \(SegmentLayout.version)"
+            } else if Int(versionAndHeader >> 32) != SegmentLayout.headerSize
+                || words.load(H.tableOffset) != UInt64(SegmentLayout.headerSize)
+                || words.load(H.segmentSize) != UInt64(expectedSize)
+            {
+                "header sizes do not match the mapping"
+            } else if slotCount == 0 || slotCount & (slotCount - 1) != 0 || slotSize % 8 != 0
+                || slotSize <= SegmentLayout.slotHeaderSize || slotSize > SegmentLayout.maxSlotSize
+                || SegmentLayout.headerSize + slotCount * slotSize != expectedSize
+            {
+                "slot table does not fit the mapping"
+            } else if String(decoding: kindBytes, as: UTF8.self) != kind {
+                "segment is not of kind \(kind)"
+            } else {
+                nil
+            }
+        if let problem {
+            munmap(mapped, expectedSize)
+            throw SegmentError(describing: problem)
+        }
+        self.base = base
+        self.words = words
+        self.size = expectedSize
+        self.kind = kind
+        self.generation = words.load(H.generation)
+        self.slotCount = slotCount
+        self.slotSize = slotSize
+        self.seed = (words.load(H.seed0), words.load(H.seed1))
+    }
+
+    deinit {
+        munmap(UnsafeMutableRawPointer(mutating: base), size)
+    }
+
+    /// Whether the writer retired the segment (ask the agent for a new one).
+    public var isRetired: Bool {
+        words.loadAcquiring(SegmentLayout.Header.flags) & SegmentLayout.retiredFlag != 0
+    }
+
+    /// Whether the writer's heartbeat is older than 3 s at `now` (`CLOCK_BOOTTIME` nanoseconds):
+    /// the agent is gone, and the segment is no longer kept current.
+    public func isStale(now: UInt64) -> Bool {
+        let beat = words.loadAcquiring(SegmentLayout.Header.heartbeat)
+        return now > beat && now - beat > SegmentLayout.staleHeartbeatNanoseconds
+    }
+
+    /// The agent's idle time-out: keys read only through memory must be reported more often.
+    public var idleTimeoutNanoseconds: UInt64 { words.load(SegmentLayout.Header.idleTimeout) }
+
+    /// What a lookup found.
+    public enum Lookup: Equatable, Sendable {
+        /// The token, with enough validity left by the agent's rule, and its Unix expiry.
+        case hit(token: String, unixExpiry: Int64)
+        /// No token for the id, or one without enough validity left: ask the agent.
+        case miss
+        /// The segment cannot answer (retired, stale, torn reads, or damaged): ask the agent.
+        case unusable(String)
+    }
+
+    /// Looks `id` up at `now` (`CLOCK_BOOTTIME` nanoseconds). A token is a hit when it has at
+    /// least `max(minimumValidity ?? min(agent's minimum validity, lifetime / 4), serving floor)`
+    /// left: the agent's own rule for a GET.
+    public func lookup(id: String, minimumValidity: Double?, now: UInt64) -> Lookup {
+        if isRetired { return .unusable("segment retired") }
+        if isStale(now: now) { return .unusable("agent heartbeat stale") }
+        var id = id
+        return id.withUTF8 { lookup(idBytes: UnsafeRawBufferPointer($0), minimumValidity: minimumValidity, now: now) }
+    }
+
+    private func lookup(idBytes: UnsafeRawBufferPointer, minimumValidity: Double?, now: UInt64) -> Lookup {
+        typealias S = SegmentLayout.Slot
+        let hash = SipHash24.hash(idBytes, k0: seed.0, k1: seed.1)
+        let mask = slotCount - 1
+        let probes = min(Int(min(words.loadAcquiring(SegmentLayout.Header.maxProbe), UInt64(slotCount))), SegmentLayout.probeCap)
+        let dataCapacity = slotSize - SegmentLayout.slotHeaderSize
+        var slot = Int(truncatingIfNeeded: hash) & mask
+        var copy = [UInt64](repeating: 0, count: dataCapacity / 8)
+        for _ in 0..<probes {
+            let slotBase = base + SegmentLayout.headerSize + slot * slotSize
+            let slotWords = SharedWords(slotBase)
+            var attempt = 0
+            while true {
+                let sequence = slotWords.loadAcquiring(S.sequence)
+                if sequence & 1 == 1 {
+                    attempt += 1
+                    if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
+                    continue
+                }
+                let meta = slotWords.load(S.meta)
+                let slotHash = slotWords.load(S.hash)
+                let expiry = slotWords.load(S.expiry)
+                let lifetime = slotWords.load(S.lifetime)
+                let unixExpiry = Int64(bitPattern: slotWords.load(S.unixExpiry))
+                let state = meta & 0xff
+                let idLength = Int(meta >> 16 & 0xffff)
+                let tokenLength = Int(meta >> 32)
+                let idWords = SegmentLayout.padded(idLength) / 8
+                let tokenWords = SegmentLayout.padded(tokenLength) / 8
+                let candidate = state == SegmentLayout.State.live && slotHash == hash && idLength == idBytes.count
+                let inBounds = idWords + tokenWords <= copy.count
+                if candidate, inBounds {
+                    for word in 0..<(idWords + tokenWords) { copy[word] = slotWords.load(S.data + word) }
+                }
+                atomicMemoryFence(ordering: .acquiring)
+                if slotWords.load(S.sequence) != sequence {
+                    attempt += 1
+                    if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
+                    continue
+                }
+                // The copy is whole; from here on only the copy is used.
+                if state == SegmentLayout.State.empty { return .miss }
+                guard candidate else { break }
+                guard inBounds, tokenLength > 0 else { return .unusable("slot lengths out of bounds") }
+                let matches = copy.withUnsafeBytes { bytes in
+                    memcmp(bytes.baseAddress!, idBytes.baseAddress!, idBytes.count) == 0
+                }
+                guard matches else { break }
+                guard expiry > now else { return .miss }
+                let remaining = Double(expiry - now) / 1e9
+                let lifetimeSeconds = Double(lifetime) / 1e9
+                let defaultValidity = Double(words.load(SegmentLayout.Header.minValidity)) / 1e9
+                let floor = Double(words.load(SegmentLayout.Header.servingFloor)) / 1e9
+                let required = max(minimumValidity ?? min(defaultValidity, lifetimeSeconds / 4), floor)
+                guard remaining >= required else { return .miss }
+                let token = copy.withUnsafeBytes { bytes in
+                    String(validating: UnsafeRawBufferPointer(rebasing: bytes[(idWords * 8)..<(idWords * 8 + tokenLength)]), as: UTF8.self)
+                }
+                guard let token else { return .unusable("token is not UTF-8") }
+                return .hit(token: token, unixExpiry: unixExpiry)
+            }
+            slot = (slot + 1) & mask
+        }
+        return .miss
+    }
+}

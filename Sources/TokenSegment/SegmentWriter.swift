@@ -1,0 +1,330 @@
+import CSharedMemory
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Why a segment could not be made.
+public struct SegmentError: Error, CustomStringConvertible {
+    /// What failed.
+    public var description: String
+
+    init(_ what: String) { description = "\(what): \(String(cString: strerror(errno)))" }
+    init(describing: String) { description = describing }
+}
+
+/// The agent's side of one segment: the only writer. Not thread-safe: its owner serialises every
+/// call (one lock per kind).
+///
+/// Each change follows the seqlock protocol of docs/SHM.md: the slot's sequence counter is made
+/// odd, a release fence, the words are stored (relaxed atomics), and the counter is made even
+/// with a release store. A replaced or removed token's bytes are zeroed in the same window.
+public final class SegmentWriter {
+    /// The kind whose tokens the segment holds.
+    public let kind: String
+    /// The segment's generation.
+    public let generation: UInt64
+    /// The memory file (read-write, sealed against any other writer).
+    public let descriptor: Int32
+    /// The segment's size in bytes.
+    public let size: Int
+    /// The number of slots (a power of two) and each one's size.
+    public let slotCount: Int
+    public let slotSize: Int
+
+    private let base: UnsafeMutableRawPointer
+    private let words: SharedWords
+    private let seed: (UInt64, UInt64)
+    /// Where each id's token is: the writer's own index, so it never probes to find a key.
+    private var index: [String: Int] = [:]
+    private var tombstones = 0
+    private var maxProbe = 0
+    /// Whether the segment was retired (wiped, flagged); it takes no more writes.
+    public private(set) var isRetired = false
+
+    /// The tokens held.
+    public var count: Int { index.count }
+    /// Whether another key fits under the load factor (3/4 of the slots, tombstones counted).
+    public var hasRoomForAnotherKey: Bool { (index.count + tombstones + 1) * 4 <= slotCount * 3 }
+    /// The largest id and token lengths a slot holds.
+    public func fits(idLength: Int, tokenLength: Int) -> Bool {
+        SegmentLayout.slotHeaderSize + SegmentLayout.padded(idLength) + SegmentLayout.padded(tokenLength) <= slotSize
+    }
+
+    /// Makes a segment of `slotCount` slots (rounded up to a power of two, at least 64) of
+    /// `slotSize` bytes, maps it read-write and seals it so no other descriptor or mapping can
+    /// ever write, grow or shrink it.
+    public init(
+        kind: String,
+        generation: UInt64,
+        slotCount requestedSlots: Int,
+        slotSize: Int,
+        policy: SegmentPolicy,
+        seed: (UInt64, UInt64) = (UInt64.random(in: .min ... .max), UInt64.random(in: .min ... .max))
+    ) throws(SegmentError) {
+        var slots = 64
+        while slots < requestedSlots { slots *= 2 }
+        self.kind = kind
+        self.generation = generation
+        self.slotCount = slots
+        self.slotSize = slotSize
+        self.seed = seed
+        self.size = SegmentLayout.headerSize + slots * slotSize
+        let fd = fsm_memfd_create("fleet-tokend-\(kind)")
+        guard fd >= 0 else { throw SegmentError("memfd_create") }
+        guard ftruncate(fd, off_t(size)) == 0 else {
+            let error = SegmentError("ftruncate")
+            close(fd)
+            throw error
+        }
+        let mapped = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+        guard let mapped, mapped != MAP_FAILED else {
+            let error = SegmentError("mmap")
+            close(fd)
+            throw error
+        }
+        guard fsm_seal_read_only(fd) == 0 else {
+            let error = SegmentError("sealing")
+            munmap(mapped, size)
+            close(fd)
+            throw error
+        }
+        self.descriptor = fd
+        self.base = mapped
+        _ = mapped.bindMemory(to: Atomic<UInt64>.self, capacity: size / 8)
+        self.words = SharedWords(UnsafeRawPointer(mapped))
+        writeHeader(policy: policy)
+    }
+
+    deinit {
+        munmap(base, size)
+        close(descriptor)
+    }
+
+    private func writeHeader(policy: SegmentPolicy) {
+        typealias H = SegmentLayout.Header
+        words.store(H.versionAndHeaderSize, UInt64(SegmentLayout.version) | UInt64(SegmentLayout.headerSize) << 32)
+        words.store(H.generation, generation)
+        words.store(H.seed0, seed.0)
+        words.store(H.seed1, seed.1)
+        words.store(H.slotCountAndSize, UInt64(slotCount) | UInt64(slotSize) << 32)
+        words.store(H.tableOffset, UInt64(SegmentLayout.headerSize))
+        words.store(H.segmentSize, UInt64(size))
+        let name = Array(kind.utf8.prefix(32))
+        words.store(H.kindLength, UInt64(name.count))
+        storeBytes(name, atWord: H.kindBytes, words: 4)
+        update(policy)
+        beat(now: fsm_boottime_ns())
+        // Last, with release: a reader that sees the magic sees the rest.
+        words.storeReleasing(H.magic, SegmentLayout.magic)
+    }
+
+    /// Puts the agent's serving rule in the header (at creation and after a reload).
+    public func update(_ policy: SegmentPolicy) {
+        typealias H = SegmentLayout.Header
+        words.store(H.minValidity, policy.minValidityNanoseconds)
+        words.store(H.servingFloor, policy.servingFloorNanoseconds)
+        words.storeReleasing(H.idleTimeout, policy.idleTimeoutNanoseconds)
+    }
+
+    /// Writes the heartbeat: `now` on `CLOCK_BOOTTIME`, nanoseconds.
+    public func beat(now: UInt64) {
+        words.storeReleasing(SegmentLayout.Header.heartbeat, now)
+    }
+
+    /// The id's keyed hash under this segment's key.
+    public func hash(_ id: String) -> UInt64 {
+        var id = id
+        return id.withUTF8 { SipHash24.hash(UnsafeRawBufferPointer($0), k0: seed.0, k1: seed.1) }
+    }
+
+    /// What ``put(id:token:expiry:lifetime:unixExpiry:)`` did.
+    public enum PutOutcome: Equatable, Sendable {
+        /// The token is in the segment.
+        case stored
+        /// No room for another key: the owner makes a larger segment.
+        case full
+        /// The id and token do not fit a slot: the owner makes one with larger slots.
+        case tooLarge
+    }
+
+    /// Stores `token` for `id`, replacing (and zeroing) the one it held.
+    /// - Parameters:
+    ///   - expiry: the token's expiry, `CLOCK_BOOTTIME` nanoseconds.
+    ///   - lifetime: its lifetime as fetched, nanoseconds.
+    ///   - unixExpiry: its expiry, Unix seconds.
+    @discardableResult
+    public func put(id: String, token: String, expiry: UInt64, lifetime: UInt64, unixExpiry: Int64) -> PutOutcome {
+        guard !isRetired else { return .stored }
+        let idBytes = Array(id.utf8)
+        let tokenBytes = Array(token.utf8)
+        guard fits(idLength: idBytes.count, tokenLength: tokenBytes.count) else { return .tooLarge }
+        let slot: Int
+        if let existing = index[id] {
+            slot = existing
+        } else {
+            guard hasRoomForAnotherKey else { return .full }
+            slot = claimSlot(hash: hash(id))
+            index[id] = slot
+        }
+        write(slot: slot) { slotWords in
+            let oldWords = Self.dataWords(meta: slotWords.load(SegmentLayout.Slot.meta))
+            slotWords.store(
+                SegmentLayout.Slot.meta,
+                SegmentLayout.meta(state: SegmentLayout.State.live, idLength: idBytes.count, tokenLength: tokenBytes.count)
+            )
+            slotWords.store(SegmentLayout.Slot.hash, hash(id))
+            slotWords.store(SegmentLayout.Slot.expiry, expiry)
+            slotWords.store(SegmentLayout.Slot.lifetime, lifetime)
+            slotWords.store(SegmentLayout.Slot.unixExpiry, UInt64(bitPattern: unixExpiry))
+            let idWords = SegmentLayout.padded(idBytes.count) / 8
+            let tokenWords = SegmentLayout.padded(tokenBytes.count) / 8
+            storeBytes(idBytes, into: slotWords, atWord: SegmentLayout.Slot.data, words: idWords)
+            storeBytes(tokenBytes, into: slotWords, atWord: SegmentLayout.Slot.data + idWords, words: tokenWords)
+            // Whatever the old token held beyond the new one is zeroed.
+            for word in (idWords + tokenWords)..<max(idWords + tokenWords, oldWords) {
+                slotWords.store(SegmentLayout.Slot.data + word, 0)
+            }
+        }
+        return .stored
+    }
+
+    /// Removes `id`'s token, zeroing its bytes.
+    public func remove(id: String) {
+        guard !isRetired, let slot = index.removeValue(forKey: id) else { return }
+        clear(slot: slot)
+        // A tombstone just before a never-used slot ends every chain there: it (and the
+        // tombstones before it) can be never-used again, so chains stay short.
+        let mask = slotCount - 1
+        guard state(of: (slot + 1) & mask) == SegmentLayout.State.empty else { return }
+        var current = slot
+        while state(of: current) == SegmentLayout.State.tombstone {
+            write(slot: current) { $0.store(SegmentLayout.Slot.meta, SegmentLayout.State.empty) }
+            tombstones -= 1
+            current = (current - 1) & mask
+        }
+    }
+
+    /// Every token held, for copying into a new segment: id, token bytes, expiry, lifetime and
+    /// Unix expiry.
+    public func forEachToken(_ body: (String, String, UInt64, UInt64, Int64) -> Void) {
+        for (id, slot) in index {
+            let slotWords = self.slotWords(slot)
+            let meta = slotWords.load(SegmentLayout.Slot.meta)
+            let idLength = Int(meta >> 16 & 0xffff)
+            let tokenLength = Int(meta >> 32)
+            let dataStart = base + SegmentLayout.headerSize + slot * slotSize + SegmentLayout.slotHeaderSize
+            let token = String(
+                decoding: UnsafeRawBufferPointer(
+                    start: dataStart + SegmentLayout.padded(idLength),
+                    count: tokenLength
+                ),
+                as: UTF8.self
+            )
+            body(
+                id,
+                token,
+                slotWords.load(SegmentLayout.Slot.expiry),
+                slotWords.load(SegmentLayout.Slot.lifetime),
+                Int64(bitPattern: slotWords.load(SegmentLayout.Slot.unixExpiry))
+            )
+        }
+    }
+
+    /// Marks the segment retired, then zeroes every slot that held a token: readers ask for a
+    /// new segment, and no token lingers here. It takes no more writes.
+    public func retire() {
+        guard !isRetired else { return }
+        words.storeSequentially(SegmentLayout.Header.flags, SegmentLayout.retiredFlag)
+        for slot in index.values { clear(slot: slot) }
+        index = [:]
+        isRetired = true
+    }
+
+    // MARK: Slots
+
+    private func slotWords(_ slot: Int) -> SharedWords {
+        SharedWords(UnsafeRawPointer(base + SegmentLayout.headerSize + slot * slotSize))
+    }
+
+    /// The first never-used or tombstone slot of the probe sequence of `hash`.
+    private func claimSlot(hash: UInt64) -> Int {
+        let mask = slotCount - 1
+        var slot = Int(truncatingIfNeeded: hash) & mask
+        var probe = 1
+        while true {
+            let state = state(of: slot)
+            if state == SegmentLayout.State.empty { break }
+            if state == SegmentLayout.State.tombstone {
+                tombstones -= 1
+                break
+            }
+            slot = (slot + 1) & mask
+            probe += 1
+        }
+        if probe > maxProbe {
+            maxProbe = probe
+            // Before the slot is written: a reader that can see the slot probes far enough.
+            words.storeReleasing(SegmentLayout.Header.maxProbe, UInt64(probe))
+        }
+        return slot
+    }
+
+    /// Zeroes `slot`'s words and leaves a tombstone.
+    private func clear(slot: Int) {
+        write(slot: slot) { slotWords in
+            let oldWords = Self.dataWords(meta: slotWords.load(SegmentLayout.Slot.meta))
+            slotWords.store(SegmentLayout.Slot.meta, SegmentLayout.State.tombstone)
+            for word in SegmentLayout.Slot.hash..<(SegmentLayout.Slot.data + oldWords) { slotWords.store(word, 0) }
+        }
+        tombstones += 1
+    }
+
+    private func state(of slot: Int) -> UInt64 { slotWords(slot).load(SegmentLayout.Slot.meta) & 0xff }
+
+    /// The data words a slot's meta word says are in use.
+    private static func dataWords(meta: UInt64) -> Int {
+        (SegmentLayout.padded(Int(meta >> 16 & 0xffff)) + SegmentLayout.padded(Int(meta >> 32))) / 8
+    }
+
+    /// One seqlock write of `slot`: the counter odd, a release fence, `body`'s stores, the
+    /// counter even (release).
+    private func write(slot: Int, _ body: (SharedWords) -> Void) {
+        let slotWords = self.slotWords(slot)
+        let sequence = slotWords.load(SegmentLayout.Slot.sequence)
+        slotWords.store(SegmentLayout.Slot.sequence, sequence &+ 1)
+        atomicMemoryFence(ordering: .releasing)
+        body(slotWords)
+        slotWords.storeReleasing(SegmentLayout.Slot.sequence, sequence &+ 2)
+    }
+
+    private func storeBytes(_ bytes: [UInt8], atWord first: Int, words count: Int) {
+        storeBytes(bytes, into: words, atWord: first, words: count)
+    }
+
+    private func storeBytes(_ bytes: [UInt8], into target: SharedWords, atWord first: Int, words count: Int) {
+        for word in 0..<count {
+            var value: UInt64 = 0
+            let start = word * 8
+            for byte in 0..<8 where start + byte < bytes.count {
+                value |= UInt64(bytes[start + byte]) << (8 * UInt64(byte))
+            }
+            target.store(first + word, value)
+        }
+    }
+}
+
+/// The agent's serving rule, as the segment's header carries it.
+public struct SegmentPolicy: Sendable, Equatable {
+    public var minValidityNanoseconds: UInt64
+    public var servingFloorNanoseconds: UInt64
+    public var idleTimeoutNanoseconds: UInt64
+
+    /// A rule from seconds: the default minimum validity, the serving floor and the idle time-out.
+    public init(minValidity: Double, servingFloor: Double, idleTimeout: Double) {
+        minValidityNanoseconds = UInt64(max(0, minValidity) * 1e9)
+        servingFloorNanoseconds = UInt64(max(0, servingFloor) * 1e9)
+        idleTimeoutNanoseconds = UInt64(max(0, idleTimeout) * 1e9)
+    }
+}
