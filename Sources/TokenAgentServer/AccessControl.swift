@@ -26,11 +26,11 @@ public final class AccessControl: Sendable {
         self.logger = logger
     }
 
-    /// The rules in force.
-    public var current: AccessRules { rules.withLock { $0 } }
-
     /// Puts `rules` in force; open connections meet them at their next request.
     public func update(_ rules: AccessRules) { self.rules.withLock { $0 = rules } }
+
+    /// The rules in force.
+    public var current: AccessRules { rules.withLock { $0 } }
 
     /// Requests denied since start.
     public var denied: Int { deniedRequests.load(ordering: .relaxed) }

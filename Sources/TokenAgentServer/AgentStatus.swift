@@ -12,6 +12,8 @@ public struct AgentStatus: Sendable {
     public let reloads: ReloadStatistics
     /// The access rules, with the count of denied requests.
     public let access: AccessControl
+    /// The shared-memory segments; `nil` when the operator turned them off.
+    public let segments: SharedSegments?
     private let startedAt: Double
     private let clock: any AgentClock
 
@@ -21,9 +23,11 @@ public struct AgentStatus: Sendable {
         server: ServerStatistics,
         reloads: ReloadStatistics = ReloadStatistics(),
         access: AccessControl = AccessControl(),
+        segments: SharedSegments? = nil,
         clock: any AgentClock = SystemAgentClock()
     ) {
         self.access = access
+        self.segments = segments
         self.engine = engine
         self.server = server
         self.reloads = reloads
@@ -55,7 +59,16 @@ public struct AgentStatus: Sendable {
             "reload_failures=\(reloads.failures)",
             "denied=\(access.denied)",
             "provider_clock_skew_s=\(Int((stats.providerClockSkew ?? 0).rounded()))",
-        ].joined(separator: " ")
+        ].joined(separator: " ") + sharedMemoryStats()
+    }
+
+    /// The shared-memory counters, when the segments are on.
+    private func sharedMemoryStats() -> String {
+        guard let segments else { return " shm=off" }
+        let stats = segments.statistics()
+        return " shm_segments=\(stats.segments) shm_bytes=\(stats.bytes) shm_tokens=\(stats.slotsUsed)"
+            + " shm_generations=\(stats.generations) shm_descriptors=\(stats.descriptors)"
+            + " shm_not_mirrored=\(stats.notMirrored) touches=\(server.touchRequests)"
     }
 
     /// A one-line summary for `systemctl status` (`STATUS=`): tokens held, hit ratio, provider

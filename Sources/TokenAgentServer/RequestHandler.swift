@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import TokenAgent
+import TokenSegment
 import TokenWire
 
 /// Asks a connection to finish the replies it owes and close (graceful shutdown).
@@ -23,8 +24,10 @@ final class RequestHandler: ChannelDuplexHandler {
     }
 
     /// A reply slot, in request order.
-    private struct Slot {
+    struct Slot {
         var reply: Reply?
+        /// A segment's descriptor to send with its reply line (SHM), by the handler's own `sendmsg`.
+        var offer: SharedSegments.Offer?
         var closeAfter = false
         /// A STATS reply, made when its turn comes so it counts every request before it.
         var statsWhenDue = false
@@ -32,29 +35,31 @@ final class RequestHandler: ChannelDuplexHandler {
         /// reply waited behind slower ones can be looked up again (set only on a slot queued behind another).
         var key: (kind: String, id: String, minValidity: Int?)?
 
-        var isReady: Bool { reply != nil || closeAfter || statsWhenDue }
+        var isReady: Bool { reply != nil || closeAfter || statsWhenDue || offer != nil }
     }
 
     /// The most requests answered-or-pending per connection before reading pauses.
     static let maxPending = 128
 
-    private let engine: TokenEngine
+    let engine: TokenEngine
     private let clock: any AgentClock = SystemAgentClock()
-    private let status: AgentStatus
-    private let logger: Logger
-    private var slots = CircularBuffer<Slot>(initialCapacity: 8)
-    private var firstSequence = 0
+    let status: AgentStatus
+    let logger: Logger
+    var slots = CircularBuffer<Slot>(initialCapacity: 8)
+    var firstSequence = 0
     private var acceptingRequests = true
     private var inputClosed = false
     /// Graceful shutdown: close once every owed reply is written.
     private var finishing = false
     private var readHeld = false
-    private var closed = false
+    var closed = false
+    /// The shared-memory descriptors this connection was sent and asked for (SHM).
+    var descriptors = DescriptorLedger()
 
     /// Whether the connection was admitted under the connection limits.
     private let admission: ServerStatistics.Admission
     /// Who is at the other end; `nil` when the kernel could not tell.
-    private let peer: PeerCredentials?
+    let peer: PeerCredentials?
     /// How long a partial line may wait for its end while reading.
     private let requestTimeout: TimeAmount
     /// A partial line waits for its end.
@@ -183,6 +188,11 @@ final class RequestHandler: ChannelDuplexHandler {
             append(Slot(reply: nil, closeAfter: true))
         case .drop(let kind, let id):
             append(Slot(reply: engine.drop(kind: kind, id: id).map { .error($0.wireError) } ?? .line(.ok(""))))
+        case .shm(let kind):
+            append(shmSlot(kind: kind))
+        case .touch(let kind, let ids):
+            touch(kind: kind, ids: ids)
+            append(Slot(reply: .line(.ok(""))))
         case .get(let kind, let id, let minValidity):
             answer(
                 engine.lookup(kind: kind, id: id, minValidity: minValidity),
@@ -206,7 +216,9 @@ final class RequestHandler: ChannelDuplexHandler {
         case .ping, .help, .quit: return nil
         case .stats: return access.checkAdmin(peer, verb: "STATS")
         case .drop(let kind, _): return access.checkAdmin(peer, verb: "DROP") ?? access.check(peer, kind: kind)
-        case .get(let kind, _, _), .refresh(let kind, _, _): return access.check(peer, kind: kind)
+        case .get(let kind, _, _), .refresh(let kind, _, _), .shm(let kind): return access.check(peer, kind: kind)
+        // Always answered OK: whether the peer may read the kind decides only whether it counts.
+        case .touch: return nil
         }
     }
 
@@ -308,6 +320,7 @@ final class RequestHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         closed = true
         pausePartialTimer()
+        closeUnsentDescriptors()
         context.fireChannelInactive()
     }
 
@@ -340,9 +353,14 @@ final class RequestHandler: ChannelDuplexHandler {
 
     /// Writes the replies at the head that are ready, in order; closes after QUIT, a too-long line,
     /// or end of input once nothing is owed.
-    private func writeReadyReplies(context: ChannelHandlerContext) {
-        guard !closed else { return }
+    func writeReadyReplies(context: ChannelHandlerContext) {
+        guard !closed, !descriptors.sending else { return }
         while var head = slots.first, head.isReady {
+            if let offer = head.offer {
+                // Everything before it is written first; the rest waits for the descriptor.
+                sendDescriptor(offer, context: context)
+                return
+            }
             if isStale(head), let key = head.key {
                 // Never a token with under 10 s left: ask again now.
                 switch engine.lookup(kind: key.kind, id: key.id, minValidity: key.minValidity) {
@@ -431,7 +449,7 @@ final class RequestHandler: ChannelDuplexHandler {
     }
 
     /// Hands what is encoded to the channel and flushes.
-    private func flushOutput(context: ChannelHandlerContext) {
+    func flushOutput(context: ChannelHandlerContext) {
         guard !outputHandedOver, output.readableBytes > 0, !closed else { return }
         context.writeAndFlush(wrapOutboundOut(output), promise: nil)
         outputHandedOver = true
@@ -448,7 +466,7 @@ final class RequestHandler: ChannelDuplexHandler {
     /// side is shut first and what the client still sends is read and dropped for up to a second:
     /// closing with unread input would reset the connection and could destroy replies the client
     /// has not read yet.
-    private func close(context: ChannelHandlerContext) {
+    func close(context: ChannelHandlerContext) {
         guard !closed else { return }
         flushOutput(context: context)
         closed = true

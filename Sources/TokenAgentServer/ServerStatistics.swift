@@ -5,6 +5,7 @@ public final class ServerStatistics: Sendable {
     private let open = Atomic<Int>(0)
     private let accepted = Atomic<Int>(0)
     private let refused = Atomic<Int>(0)
+    private let touches = Atomic<Int>(0)
     private let perUID = Mutex<[UInt32: Int]>([:])
 
     /// Creates zeroed counters.
@@ -16,6 +17,11 @@ public final class ServerStatistics: Sendable {
     public var acceptedConnections: Int { accepted.load(ordering: .relaxed) }
     /// Connections refused because the limit was reached.
     public var refusedConnections: Int { refused.load(ordering: .relaxed) }
+
+    /// TOUCH lines counted (keys reported read through shared memory).
+    public var touchRequests: Int { touches.load(ordering: .relaxed) }
+
+    func countTouch() { touches.add(1, ordering: .relaxed) }
 
     /// Whether a new connection may stay.
     enum Admission: Equatable {

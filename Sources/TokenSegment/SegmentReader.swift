@@ -124,7 +124,10 @@ public final class SegmentReader: @unchecked Sendable {
         typealias S = SegmentLayout.Slot
         let hash = SipHash24.hash(idBytes, k0: seed.0, k1: seed.1)
         let mask = slotCount - 1
-        let probes = min(Int(min(words.loadAcquiring(SegmentLayout.Header.maxProbe), UInt64(slotCount))), SegmentLayout.probeCap)
+        let probes = min(
+            Int(min(words.loadAcquiring(SegmentLayout.Header.maxProbe), UInt64(slotCount))),
+            SegmentLayout.probeCap
+        )
         let dataCapacity = slotSize - SegmentLayout.slotHeaderSize
         var slot = Int(truncatingIfNeeded: hash) & mask
         var copy = [UInt64](repeating: 0, count: dataCapacity / 8)
@@ -176,7 +179,12 @@ public final class SegmentReader: @unchecked Sendable {
                 let required = max(minimumValidity ?? min(defaultValidity, lifetimeSeconds / 4), floor)
                 guard remaining >= required else { return .miss }
                 let token = copy.withUnsafeBytes { bytes in
-                    String(validating: UnsafeRawBufferPointer(rebasing: bytes[(idWords * 8)..<(idWords * 8 + tokenLength)]), as: UTF8.self)
+                    String(
+                        validating: UnsafeRawBufferPointer(
+                            rebasing: bytes[(idWords * 8)..<(idWords * 8 + tokenLength)]
+                        ),
+                        as: UTF8.self
+                    )
                 }
                 guard let token else { return .unusable("token is not UTF-8") }
                 return .hit(token: token, unixExpiry: unixExpiry)

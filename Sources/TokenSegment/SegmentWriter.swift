@@ -172,7 +172,11 @@ public final class SegmentWriter {
             let oldWords = Self.dataWords(meta: slotWords.load(SegmentLayout.Slot.meta))
             slotWords.store(
                 SegmentLayout.Slot.meta,
-                SegmentLayout.meta(state: SegmentLayout.State.live, idLength: idBytes.count, tokenLength: tokenBytes.count)
+                SegmentLayout.meta(
+                    state: SegmentLayout.State.live,
+                    idLength: idBytes.count,
+                    tokenLength: tokenBytes.count
+                )
             )
             slotWords.store(SegmentLayout.Slot.hash, hash(id))
             slotWords.store(SegmentLayout.Slot.expiry, expiry)

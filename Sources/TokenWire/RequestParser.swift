@@ -83,6 +83,26 @@ public enum RequestParser {
             let id = arguments[arguments.startIndex + 1]
             if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
             return .success(.drop(kind: String(kind), id: String(id)))
+        case "SHM":
+            guard arguments.count == 1 else {
+                return .failure(WireError(.badRequest, "usage: SHM <kind>"))
+            }
+            let kind = arguments[arguments.startIndex]
+            guard TokenIdentifier.isWellFormedKind(kind) else {
+                return .failure(WireError(.badKind, "kind must be 1 to 32 of a-z, 0-9 and -"))
+            }
+            return .success(.shm(kind: String(kind)))
+        case "TOUCH":
+            guard arguments.count >= 2 else {
+                return .failure(WireError(.badRequest, "usage: TOUCH <kind> <id> [<id> ...]"))
+            }
+            let kind = arguments[arguments.startIndex]
+            var ids: [String] = []
+            for id in arguments.dropFirst() {
+                if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+                ids.append(String(id))
+            }
+            return .success(.touch(kind: String(kind), ids: ids))
         case "PING", "STATS", "HELP", "QUIT":
             guard arguments.isEmpty else {
                 return .failure(WireError(.badRequest, "\(verb) takes no arguments"))

@@ -15,9 +15,15 @@ public enum WireRequest: Sendable, Hashable {
     case help
     /// `QUIT`.
     case quit
+    /// `SHM <kind>`: asks for the kind's shared-memory segment; the reply carries its descriptor
+    /// (docs/SHM.md).
+    case shm(kind: String)
+    /// `TOUCH <kind> <id> [<id> ...]`: reports keys read through shared memory, so the agent keeps
+    /// refreshing them. Never fetches; always answered `OK`.
+    case touch(kind: String, ids: [String])
 
     /// The verbs of protocol v1, in the order `HELP` lists them.
-    public static let verbs = ["GET", "REFRESH", "DROP", "PING", "STATS", "HELP", "QUIT"]
+    public static let verbs = ["GET", "REFRESH", "DROP", "PING", "STATS", "HELP", "QUIT", "SHM", "TOUCH"]
 
     /// The request as one line, without the trailing LF (what a client writes).
     public var line: String {
@@ -33,6 +39,8 @@ public enum WireRequest: Sendable, Hashable {
         case .stats: return "STATS"
         case .help: return "HELP"
         case .quit: return "QUIT"
+        case .shm(let kind): return "SHM \(kind)"
+        case .touch(let kind, let ids): return "TOUCH \(kind) " + ids.joined(separator: " ")
         }
     }
 }

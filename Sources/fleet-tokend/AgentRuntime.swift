@@ -39,11 +39,22 @@ struct AgentRuntime {
             )
         }
 
+        var segmentLimits = SharedSegments.Limits()
+        segmentLimits.maxTotalBytes = configuration.sharedMemoryMaxBytes
+        let segments =
+            configuration.sharedMemory
+            ? SharedSegments(
+                kinds: providers.providers.keys,
+                policy: configuration.policy,
+                limits: segmentLimits,
+                logger: Logger(label: "fleet-tokend.shm")
+            ) : nil
         let engine = TokenEngine(
             providers: providers.providers,
             policy: configuration.policy,
             maxEntries: configuration.maxEntries,
             maxConcurrentFetches: configuration.maxConcurrentFetches,
+            mirror: segments,
             logger: Logger(label: "fleet-tokend.engine")
         )
         CacheHandover.restore(
@@ -54,7 +65,13 @@ struct AgentRuntime {
         )
         let reloads = ReloadStatistics()
         let access = AccessControl(rules: rules, logger: Logger(label: "fleet-tokend.access"))
-        let status = AgentStatus(engine: engine, server: ServerStatistics(), reloads: reloads, access: access)
+        let status = AgentStatus(
+            engine: engine,
+            server: ServerStatistics(),
+            reloads: reloads,
+            access: access,
+            segments: segments
+        )
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
         serverConfiguration.maxConnectionsPerUID = configuration.maxConnectionsPerUID
@@ -75,6 +92,7 @@ struct AgentRuntime {
             engine: engine,
             providers: providers,
             access: access,
+            segments: segments,
             notifier: notifier,
             status: { status.summary() },
             statistics: reloads,
@@ -95,7 +113,7 @@ struct AgentRuntime {
                         )
                     ),
                     .init(service: reload),
-                ],
+                ] + (segments.map { [.init(service: SegmentHeartbeat(segments: $0))] } ?? []),
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
             )
@@ -104,9 +122,12 @@ struct AgentRuntime {
             try await group.run()
         } catch {
             logger.critical("agent stopped", metadata: ["error": "\(error)"])
+            segments?.retireAll()
             await engine.shutdown()
             throw ExitCode(1)
         }
+        // Readers stop using the segments and ask the next agent; no token stays in them.
+        segments?.retireAll()
         CacheHandover.save(engine, notifier: notifier, logger: logger)
         await engine.shutdown()
         logger.info("stopped")

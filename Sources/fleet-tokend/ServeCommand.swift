@@ -56,6 +56,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default info).")
     var logLevel: String?
 
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Offer tokens to workers through read-only shared memory (default on; docs/SHM.md)."
+    )
+    var sharedMemory: Bool?
+
     @Option(help: "Group that owns the socket file (default: the process's own).")
     var socketGroup: String?
 
@@ -143,6 +149,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let requestTimeout { configuration.requestTimeout = requestTimeout }
         if let logLevel { configuration.logLevel = logLevel }
         if let socketGroup { configuration.socketGroup = socketGroup }
+        if let sharedMemory { configuration.sharedMemory = sharedMemory }
         configuration = configuration.resolvingCredentials(environment: environment)
         try configuration.validate()
         return configuration

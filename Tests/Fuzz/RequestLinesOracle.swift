@@ -331,6 +331,25 @@ enum RequestLinesOracle {
             guard arguments.count == 2 else { return .error(.badRequest) }
             if let error = keyError() { return error }
             return .request(.drop(kind: arguments[0], id: arguments[1]))
+        case Array("SHM".utf8):
+            guard arguments.count == 1 else { return .error(.badRequest) }
+            let kind = arguments[0].utf8
+            let kindIsWellFormed =
+                (1...WireLimits.maxKindBytes).contains(kind.count)
+                && kind.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
+            return kindIsWellFormed ? .request(.shm(kind: arguments[0])) : .error(.badKind)
+        case Array("TOUCH".utf8):
+            guard arguments.count >= 2 else { return .error(.badRequest) }
+            // Each id in turn, with the kind's rule checked before the first id's.
+            for index in 1..<arguments.count {
+                let kind = arguments[0].utf8
+                let kindIsWellFormed =
+                    (1...WireLimits.maxKindBytes).contains(kind.count)
+                    && kind.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
+                if !kindIsWellFormed { return .error(.badKind) }
+                if !isValidID(arguments[index]) { return .error(.badID) }
+            }
+            return .request(.touch(kind: arguments[0], ids: Array(arguments[1...])))
         case Array("PING".utf8): return arguments.isEmpty ? .request(.ping) : .error(.badRequest)
         case Array("STATS".utf8): return arguments.isEmpty ? .request(.stats) : .error(.badRequest)
         case Array("HELP".utf8): return arguments.isEmpty ? .request(.help) : .error(.badRequest)

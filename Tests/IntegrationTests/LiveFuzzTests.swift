@@ -307,8 +307,10 @@ private struct StormPlan: Sendable {
             case .success(.stats): replies.append(.prefix("OK entries="))
             case .success(.drop(let kind, _)):
                 replies.append(configuredKinds.contains(kind) ? .exact("OK") : .prefix("ERR bad-kind "))
-            case .success(.get(let kind, _, _)), .success(.refresh(let kind, _, _)):
+            case .success(.get(let kind, _, _)), .success(.refresh(let kind, _, _)), .success(.shm(let kind)):
+                // SHM: a segment's reply, or busy when this connection already had it.
                 replies.append(configuredKinds.contains(kind) ? .anyReply : .prefix("ERR bad-kind "))
+            case .success(.touch): replies.append(.exact("OK"))
             }
         }
         return replies

@@ -28,11 +28,22 @@ struct SegmentTests {
     @Test func aStoredTokenIsReadBackAndAReplacedOneIsGone() throws {
         let writer = try writer()
         let reader = try reader(writer)
-        writer.put(id: "v-1", token: "first-token-" + String(repeating: "a", count: 300), expiry: now + hour, lifetime: hour, unixExpiry: 1_900_000_000)
-        #expect(reader.lookup(id: "v-1", minimumValidity: nil, now: now) == .hit(token: "first-token-" + String(repeating: "a", count: 300), unixExpiry: 1_900_000_000))
+        writer.put(
+            id: "v-1",
+            token: "first-token-" + String(repeating: "a", count: 300),
+            expiry: now + hour,
+            lifetime: hour,
+            unixExpiry: 1_900_000_000
+        )
+        #expect(
+            reader.lookup(id: "v-1", minimumValidity: nil, now: now)
+                == .hit(token: "first-token-" + String(repeating: "a", count: 300), unixExpiry: 1_900_000_000)
+        )
         #expect(reader.lookup(id: "v-2", minimumValidity: nil, now: now) == .miss)
         writer.put(id: "v-1", token: "second", expiry: now + hour, lifetime: hour, unixExpiry: 1_900_000_001)
-        #expect(reader.lookup(id: "v-1", minimumValidity: nil, now: now) == .hit(token: "second", unixExpiry: 1_900_000_001))
+        #expect(
+            reader.lookup(id: "v-1", minimumValidity: nil, now: now) == .hit(token: "second", unixExpiry: 1_900_000_001)
+        )
         #expect(!segmentBytes(writer).contains(Array("first-token".utf8)), "the replaced token's bytes are zeroed")
         writer.remove(id: "v-1")
         #expect(reader.lookup(id: "v-1", minimumValidity: nil, now: now) == .miss)
@@ -87,11 +98,24 @@ struct SegmentTests {
     @Test func aFullSegmentAndAnOversizedTokenAreRefused() throws {
         let writer = try writer(slots: 64, slotSize: 512)
         for index in 0..<48 {
-            #expect(writer.put(id: "f-\(index)", token: "t", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .stored)
+            #expect(
+                writer.put(id: "f-\(index)", token: "t", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .stored
+            )
         }
         #expect(writer.put(id: "f-48", token: "t", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .full)
-        #expect(writer.put(id: "f-1", token: "u", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .stored, "a held key is replaced")
-        #expect(writer.put(id: "f-2", token: String(repeating: "x", count: 500), expiry: now + hour, lifetime: hour, unixExpiry: 1) == .tooLarge)
+        #expect(
+            writer.put(id: "f-1", token: "u", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .stored,
+            "a held key is replaced"
+        )
+        #expect(
+            writer.put(
+                id: "f-2",
+                token: String(repeating: "x", count: 500),
+                expiry: now + hour,
+                lifetime: hour,
+                unixExpiry: 1
+            ) == .tooLarge
+        )
     }
 
     @Test func retiringFlagsTheSegmentAndWipesItsTokens() throws {
@@ -141,8 +165,12 @@ struct SegmentTests {
         let writer = try writer()
         let fd = fsm_reopen_read_only(writer.descriptor)
         defer { close(fd) }
-        #expect(throws: SegmentError.self) { try SegmentReader(descriptor: fd, expectedSize: writer.size + 4096, kind: "vehicle") }
-        #expect(throws: SegmentError.self) { try SegmentReader(descriptor: fd, expectedSize: writer.size, kind: "trip") }
+        #expect(throws: SegmentError.self) {
+            try SegmentReader(descriptor: fd, expectedSize: writer.size + 4096, kind: "vehicle")
+        }
+        #expect(throws: SegmentError.self) {
+            try SegmentReader(descriptor: fd, expectedSize: writer.size, kind: "trip")
+        }
         // A memory file that is not a segment.
         let other = fsm_memfd_create("not-a-segment")
         defer { close(other) }

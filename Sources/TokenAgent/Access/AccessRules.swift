@@ -95,6 +95,12 @@ public struct AccessRules: Sendable, Hashable {
 
     private func isPrivileged(_ peer: PeerCredentials) -> Bool { peer.uid == 0 || peer.uid == agentUID }
 
+    /// The kinds among `kinds` whose readers `new` rules decide differently from these.
+    public func kindsWithChangedRules(to new: AccessRules, kinds: Set<String>) -> Set<String> {
+        if new.agentUID != agentUID { return kinds }
+        return kinds.filter { allow[$0] != new.allow[$0] }
+    }
+
     /// Resolves `configuration`'s names. With `strict` (a reload), a name that does not resolve is
     /// an error naming its key; without (start-up, when NSS or LDAP may come up late), it is a
     /// warning and the entry matches nobody.

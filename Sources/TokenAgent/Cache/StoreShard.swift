@@ -6,15 +6,18 @@ struct StoreShard {
     var due = DueQueue()
     /// The entries held across all shards, against the store's bound.
     let budget: EntryBudget
+    /// Told of every change to the servable tokens (the shared-memory segments), if any.
+    let mirror: (any TokenMirror)?
     var hits = 0
     var misses = 0
     var servedAfterFailure = 0
     /// Entries the scheduler looked at.
     var examined = 0
 
-    init(runtime: EngineRuntime, budget: EntryBudget, expectedCount: Int) {
+    init(runtime: EngineRuntime, budget: EntryBudget, expectedCount: Int, mirror: (any TokenMirror)? = nil) {
         self.runtime = runtime
         self.budget = budget
+        self.mirror = mirror
         self.table = LRUTable(expectedCount: expectedCount)
     }
 
@@ -29,14 +32,21 @@ struct StoreShard {
             return .fetch
         }
         var reactivated = false
+        var refusedDropped = false
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
             reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
             entry.lastRead = now
             switch request {
             case .get(let requested): return Self.decideGet(&entry, requested: requested, policy: policy, now: now)
-            case .refresh(let refused): return Self.decideRefresh(&entry, refused: refused, policy: policy, now: now)
+            case .refresh(let refused):
+                let held = entry.token != nil
+                let decision = Self.decideRefresh(&entry, refused: refused, policy: policy, now: now)
+                refusedDropped = held && entry.token == nil
+                return decision
             }
         }!
+        // A refused token leaves shared memory before anything is answered.
+        if refusedDropped, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
         // An idle entry read again earns refreshes again: look at it now.
         if reactivated { schedule(slot: slot, at: now) }
         if request.isGet {
@@ -138,6 +148,14 @@ struct StoreShard {
             entry.retryAfter = .origin
             entry.rejectedUntil = .origin
             recorded = .stored(fetched)
+            mirror?.tokenStored(
+                kind: key.kind,
+                id: key.tokenKey.id,
+                token: fetched.token,
+                expiry: entry.expiry,
+                lifetime: entry.lifetime,
+                unixExpiry: fetched.expiresAt
+            )
         case .failure(let error):
             entry.failures += 1
             var backoff = policy.backoff(failures: entry.failures, jitterUnit: jitterUnit)
@@ -163,7 +181,12 @@ struct StoreShard {
         if table.slot(of: key) == nil, !budget.claim() {
             // At the bound: this shard's least recently used entry makes room (an empty shard
             // goes one over rather than evict from another shard under its lock).
-            if let victim = table.oldestKey { table.remove(victim) } else { budget.forceClaim() }
+            if let victim = table.oldestKey {
+                table.remove(victim)
+                mirror?.tokenRemoved(kind: victim.kind, id: victim.tokenKey.id)
+            } else {
+                budget.forceClaim()
+            }
         }
         table.set(key, entry, capacity: .max)
         if let slot = table.slot(of: key) { schedule(slot: slot, at: nextCheck(entry, now: now)) }
@@ -171,7 +194,27 @@ struct StoreShard {
 
     /// Removes `key`'s entry, giving its place in the bound back.
     mutating func forget(_ key: EntryKey) {
-        if table.remove(key) != nil { budget.release() }
+        guard let entry = table.remove(key) else { return }
+        budget.release()
+        if entry.token != nil, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
+    }
+
+    /// Marks the cached keys among `ids` of `kind` as read at `now` (TOUCH: keys read through
+    /// shared memory). Never creates an entry. Returns how many were cached.
+    mutating func touch(kind: String, ids: [String], now: MonotonicInstant) -> Int {
+        var touched = 0
+        for id in ids {
+            let key = EntryKey(kind: kind, id: id)
+            guard let slot = table.slot(of: key) else { continue }
+            let reactivated = table.update(slot: slot, touch: true) { entry -> Bool in
+                let idle = !runtime.policy.isActive(lastRead: entry.lastRead, now: now)
+                entry.lastRead = now
+                return idle
+            }!
+            if reactivated { schedule(slot: slot, at: now) }
+            touched += 1
+        }
+        return touched
     }
 
     // MARK: The scheduler
@@ -183,7 +226,10 @@ struct StoreShard {
         let idleAt = entry.lastRead + policy.idleTimeout + 0.001
         if now < idleAt {
             guard entry.token != nil else { return idleAt }
-            return min(idleAt, max(entry.refreshAt, entry.retryAfter, entry.rejectedUntil))
+            let next = min(idleAt, max(entry.refreshAt, entry.retryAfter, entry.rejectedUntil))
+            // Also when it stops being servable: then it leaves shared memory.
+            let unservableAt = entry.expiry - policy.servingFloor + 0.001
+            return unservableAt > now ? min(next, unservableAt) : next
         }
         let unservableAt = entry.token == nil ? now : entry.expiry - policy.servingFloor + 0.001
         return max(unservableAt, entry.retryAfter)
@@ -215,6 +261,9 @@ struct StoreShard {
             table.update(slot: slot) { $0.scheduled = .origin }
             examined += 1
             let active = policy.isActive(lastRead: entry.lastRead, now: now)
+            if entry.token != nil, !policy.isServable(remaining: entry.remaining(at: now)), let mirror {
+                mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id)
+            }
             if !active, !policy.isServable(remaining: entry.remaining(at: now)), now >= entry.retryAfter {
                 forget(key)
             } else if active, entry.token != nil, now >= entry.refreshAt, now >= entry.retryAfter,

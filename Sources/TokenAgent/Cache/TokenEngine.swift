@@ -47,6 +47,7 @@ public final class TokenEngine: Sendable {
         maxQueuedFetches: Int = 10_000,
         clock: any AgentClock = SystemAgentClock(),
         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+        mirror: (any TokenMirror)? = nil,
         logger: Logger = Logger(label: "fleet-tokend.engine")
     ) {
         let generations = Dictionary(uniqueKeysWithValues: providers.keys.map { ($0, 0) })
@@ -54,7 +55,7 @@ public final class TokenEngine: Sendable {
         self.maxEntries = max(1, maxEntries)
         self.maxQueuedFetches = maxQueuedFetches
         self.clock = clock
-        self.store = TokenStore(runtime: runtime, maxEntries: self.maxEntries, random: random)
+        self.store = TokenStore(runtime: runtime, maxEntries: self.maxEntries, mirror: mirror, random: random)
         self.fetches = FetchCoordinator(
             runtime: runtime,
             store: store,
@@ -223,6 +224,14 @@ public final class TokenEngine: Sendable {
     ) {
         fetches.reconfigure(providers: providers, policy: policy, changedKinds: changedKinds, now: clock.now)
         runtimeVersion.add(1, ordering: .releasing)
+    }
+
+    /// Marks the cached keys among `ids` of `kind` as read now (TOUCH: keys read through shared
+    /// memory keep earning background refreshes). Never fetches. Returns how many were cached.
+    @discardableResult
+    public func touch(kind: String, ids: [String]) -> Int {
+        guard fetches.runtime.providers[kind] != nil else { return 0 }
+        return store.touch(kind: kind, ids: ids, now: clock.now)
     }
 
     /// Providers replaced by a reload whose last fetches have not ended yet.

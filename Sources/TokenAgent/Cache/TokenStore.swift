@@ -19,22 +19,29 @@ final class TokenStore: Sendable {
     /// The most shards a store has.
     static let maxShards = 16
 
-    init(runtime: EngineRuntime, maxEntries: Int, random: @escaping @Sendable () -> Double) {
+    init(
+        runtime: EngineRuntime,
+        maxEntries: Int,
+        mirror: (any TokenMirror)? = nil,
+        random: @escaping @Sendable () -> Double
+    ) {
         let count = max(1, min(Self.maxShards, maxEntries / 4096))
         let budget = EntryBudget(maxEntries: maxEntries)
         // Room for a fair share and a little more: keys do not spread exactly evenly.
         let expected = count == 1 ? maxEntries : maxEntries / count + maxEntries / count / 8
         self.shards = (0..<count).map { _ in
-            Shard(StoreShard(runtime: runtime, budget: budget, expectedCount: expected))
+            Shard(StoreShard(runtime: runtime, budget: budget, expectedCount: expected, mirror: mirror))
         }
         self.random = random
     }
 
     private func shard(_ key: EntryKey) -> Shard { shard(hashValue: key.hashValue) }
 
-    private func shard(hashValue: Int) -> Shard {
+    private func shard(hashValue: Int) -> Shard { shards[shardIndex(hashValue: hashValue)] }
+
+    private func shardIndex(hashValue: Int) -> Int {
         // The high bits pick the shard; the table's index uses the low ones.
-        shards.count == 1 ? shards[0] : shards[Int((UInt(bitPattern: hashValue) >> 40) % UInt(shards.count))]
+        shards.count == 1 ? 0 : Int((UInt(bitPattern: hashValue) >> 40) % UInt(shards.count))
     }
 
     /// Decides a request on `key` at `now`, hashing the key once for the shard and its table.
@@ -70,6 +77,20 @@ final class TokenStore: Sendable {
             shard.forget(key)
             return nil
         }
+    }
+
+    /// Marks the cached keys among `ids` of `kind` as read (TOUCH); returns how many were cached.
+    func touch(kind: String, ids: [String], now: MonotonicInstant) -> Int {
+        var byShard: [Int: [String]] = [:]
+        for id in ids {
+            let hash = EntryKey(kind: kind, id: id).hashValue
+            byShard[shardIndex(hashValue: hash), default: []].append(id)
+        }
+        var touched = 0
+        for (index, ids) in byShard {
+            touched += shards[index].state.withLock { $0.touch(kind: kind, ids: ids, now: now) }
+        }
+        return touched
     }
 
     /// One scheduler pass over every shard: the keys whose background refresh is due.
@@ -142,6 +163,14 @@ final class TokenStore: Sendable {
                     jitterUnit: jitter
                 )
                 shard.store(key, entry, now: now)
+                shard.mirror?.tokenStored(
+                    kind: cached.kind,
+                    id: cached.id,
+                    token: cached.token,
+                    expiry: entry.expiry,
+                    lifetime: entry.lifetime,
+                    unixExpiry: entry.unixExpiry
+                )
                 return true
             }
             if took { taken += 1 }

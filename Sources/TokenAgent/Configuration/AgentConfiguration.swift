@@ -29,6 +29,10 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var refetchGuard: Double = 5
     /// How long a provider's refusal of an id is remembered, seconds.
     public var rejectionMemory: Double = 5
+    /// Whether workers may read tokens through shared-memory segments (docs/SHM.md).
+    public var sharedMemory = true
+    /// The most bytes the shared-memory segments may take together (default 1 GiB).
+    public var sharedMemoryMaxBytes = 1 << 30
     /// The most cache entries.
     public var maxEntries = 100_000
     /// The most concurrent fetches to providers.
@@ -126,6 +130,9 @@ public struct AgentConfiguration: Sendable, Hashable {
             guard value.isFinite, value >= 0, value <= 300 else {
                 throw ConfigurationError(key: name, "must be seconds from 0 to 300")
             }
+        }
+        guard sharedMemoryMaxBytes >= 1 << 20 else {
+            throw ConfigurationError(key: "shared_memory_max_bytes", "must be at least 1048576 (1 MiB)")
         }
         guard issuerLifetime >= 60, issuerLifetime <= 3600 else {
             throw ConfigurationError(key: "issuer_lifetime", "must be seconds from 60 to 3600")

@@ -23,6 +23,8 @@ public enum ConfigurationFile {
         var maxConnectionsPerUid: Double?
         var refetchGuard: Double?
         var rejectionMemory: Double?
+        var sharedMemory: Bool?
+        var sharedMemoryMaxBytes: Double?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case socket, providers
@@ -42,6 +44,8 @@ public enum ConfigurationFile {
             case maxConnectionsPerUid = "max_connections_per_uid"
             case refetchGuard = "refetch_guard"
             case rejectionMemory = "rejection_memory"
+            case sharedMemory = "shared_memory"
+            case sharedMemoryMaxBytes = "shared_memory_max_bytes"
         }
     }
 
@@ -166,6 +170,8 @@ public enum ConfigurationFile {
         if let value = contents.requestTimeout { configuration.requestTimeout = value }
         if let value = contents.refetchGuard { configuration.refetchGuard = value }
         if let value = contents.rejectionMemory { configuration.rejectionMemory = value }
+        if let value = contents.sharedMemory { configuration.sharedMemory = value }
+        if let value = contents.sharedMemoryMaxBytes { configuration.sharedMemoryMaxBytes = Int(value) }
         if let value = contents.maxConnectionsPerUid {
             configuration.maxConnectionsPerUID = try whole(value, key: "max_connections_per_uid")
         }

@@ -15,6 +15,7 @@ final class ReloadService: Service, Sendable {
     private let engine: TokenEngine
     private let current: Mutex<ProviderSet.Built>
     private let access: AccessControl
+    private let segments: SharedSegments?
     private let notifier: SystemdNotifier
     private let status: @Sendable () -> String
     private let statistics: ReloadStatistics
@@ -25,6 +26,7 @@ final class ReloadService: Service, Sendable {
         engine: TokenEngine,
         providers: ProviderSet.Built,
         access: AccessControl,
+        segments: SharedSegments? = nil,
         notifier: SystemdNotifier,
         status: @escaping @Sendable () -> String,
         statistics: ReloadStatistics,
@@ -35,6 +37,7 @@ final class ReloadService: Service, Sendable {
         self.engine = engine
         self.current = Mutex(providers)
         self.access = access
+        self.segments = segments
         self.notifier = notifier
         self.status = status
         self.logger = logger
@@ -61,8 +64,15 @@ final class ReloadService: Service, Sendable {
             let rules = try AccessRules.resolve(configuration.access, strict: true).rules
             let built = try ProviderSet.build(from: configuration, reusing: previous)
             let changed = built.changedKinds(since: previous)
+            let rulesChanged = access.current.kindsWithChangedRules(to: rules, kinds: Set(built.providers.keys))
             engine.reconfigure(providers: built.providers, policy: configuration.policy, changedKinds: changed)
             access.update(rules)
+            // A kind whose rules changed gets a new segment: its readers must ask, and be checked, again.
+            segments?.reconfigure(
+                kinds: Set(built.providers.keys),
+                policy: configuration.policy,
+                rulesChanged: rulesChanged
+            )
             current.withLock { $0 = built }
             statistics.recordApplied()
             logger.notice(

@@ -1,0 +1,202 @@
+import CSharedMemory
+import NIOCore
+import TokenAgent
+import TokenSegment
+import TokenWire
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// What one connection asked for and was sent of the shared-memory segments, and its limits.
+struct DescriptorLedger {
+    /// The most descriptors a connection is sent in a minute.
+    static let maxPerMinute = 32
+    /// The most descriptors queued, not yet sent, on a connection.
+    static let maxQueued = 8
+    /// The most TOUCH lines a connection has counted in a second; more are answered and ignored.
+    static let maxTouchesPerSecond = 20
+    /// How long a descriptor may wait for room in a full socket before the connection is closed.
+    static let sendTimeout = TimeAmount.seconds(10)
+
+    /// (kind, generation) pairs sent: each at most once per connection.
+    var sent: Set<String> = []
+    /// Offers queued and not yet sent.
+    var queued = 0
+    /// A descriptor is being sent: later replies wait.
+    var sending = false
+    /// The start of the current minute's count, and the count.
+    var minuteStart = NIODeadline.uptimeNanoseconds(0)
+    var inMinute = 0
+    /// The start of the current second's TOUCH count, and the count.
+    var touchSecondStart = NIODeadline.uptimeNanoseconds(0)
+    var touchesInSecond = 0
+    /// The connection's socket, found once (SwiftNIO does not expose it).
+    var socket: Int32?
+}
+
+extension RequestHandler {
+    /// The reply slot for `SHM <kind>`: the kind's segment offered, or why not.
+    func shmSlot(kind: String) -> Slot {
+        guard engine.kinds.contains(kind) else {
+            return Slot(reply: .error(EngineFailure.unknownKind(kind, configured: engine.kinds).wireError))
+        }
+        guard let segments = status.segments else {
+            return Slot(reply: .error(WireError(.unavailable, "shared memory is off")))
+        }
+        let now = NIODeadline.now()
+        if now - descriptors.minuteStart >= .minutes(1) {
+            descriptors.minuteStart = now
+            descriptors.inMinute = 0
+        }
+        guard descriptors.inMinute < DescriptorLedger.maxPerMinute, descriptors.queued < DescriptorLedger.maxQueued
+        else {
+            return Slot(reply: .error(WireError(.busy, "too many segment requests on this connection")))
+        }
+        guard let generation = segments.generation(of: kind) else {
+            return Slot(reply: .error(WireError(.busy, "no segment for kind \(kind) now")))
+        }
+        guard !descriptors.sent.contains("\(kind)/\(generation)") else {
+            return Slot(reply: .error(WireError(.busy, "segment \(generation) of kind \(kind) already sent")))
+        }
+        guard let offer = segments.offer(kind: kind) else {
+            return Slot(reply: .error(WireError(.busy, "no segment for kind \(kind) now")))
+        }
+        descriptors.sent.insert("\(kind)/\(offer.generation)")
+        descriptors.inMinute += 1
+        descriptors.queued += 1
+        return Slot(offer: offer)
+    }
+
+    /// `TOUCH`: marks the cached keys read, if the peer may read the kind and the connection is
+    /// within its rate; never fetches.
+    func touch(kind: String, ids: [String]) {
+        let now = NIODeadline.now()
+        if now - descriptors.touchSecondStart >= .seconds(1) {
+            descriptors.touchSecondStart = now
+            descriptors.touchesInSecond = 0
+        }
+        descriptors.touchesInSecond += 1
+        guard descriptors.touchesInSecond <= DescriptorLedger.maxTouchesPerSecond,
+            status.access.check(peer, kind: kind) == nil
+        else { return }
+        engine.touch(kind: kind, ids: ids)
+        status.server.countTouch()
+    }
+
+    /// Sends the head slot's descriptor with its reply line once every earlier reply is written,
+    /// then goes on with the replies after it.
+    func sendDescriptor(_ offer: SharedSegments.Offer, context: ChannelHandlerContext) {
+        descriptors.sending = true
+        flushOutput(context: context)
+        let line = Array("OK size=\(offer.size) layout=\(SegmentLayout.version) generation=\(offer.generation)\n".utf8)
+        // Writes complete in order: once this empty one is out, every reply before it is too.
+        let drained = context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))
+        let cookie: EventLoopFuture<UInt64> =
+            (context.channel as? any SocketOptionProvider)?.unsafeGetSocketOption(
+                level: SocketOptionLevel(SOL_SOCKET),
+                name: SocketOptionName(57)  // SO_COOKIE
+            ) ?? context.eventLoop.makeSucceededFuture(0)
+        drained.and(cookie).assumeIsolated().whenComplete { [self] result in
+            guard case .success((_, let cookie)) = result, !closed,
+                let socket = socketDescriptor(context, cookie: cookie)
+            else {
+                descriptorFailed(offer, context: context, reason: "the connection's socket could not be found")
+                return
+            }
+            attemptSend(
+                line[...],
+                offer: offer,
+                socket: socket,
+                until: .now() + DescriptorLedger.sendTimeout,
+                context: context
+            )
+        }
+    }
+
+    private func attemptSend(
+        _ line: ArraySlice<UInt8>,
+        offer: SharedSegments.Offer,
+        socket: Int32,
+        until deadline: NIODeadline,
+        context: ChannelHandlerContext
+    ) {
+        guard !closed else {
+            descriptorFailed(offer, context: context, reason: "connection closed")
+            return
+        }
+        let sent = line.withUnsafeBytes { fsm_send_with_descriptor(socket, $0.baseAddress, $0.count, offer.descriptor) }
+        if sent < 0 {
+            guard errno == EAGAIN || errno == EWOULDBLOCK, NIODeadline.now() < deadline else {
+                descriptorFailed(offer, context: context, reason: "sendmsg: \(String(cString: strerror(errno)))")
+                return
+            }
+            // The client is not reading: try again shortly, later replies still waiting.
+            context.eventLoop.assumeIsolated().scheduleTask(in: .milliseconds(5)) { [self] in
+                attemptSend(line, offer: offer, socket: socket, until: deadline, context: context)
+            }
+            return
+        }
+        Glibc.close(offer.descriptor)
+        if sent < line.count {
+            // The descriptor went with the first byte; the rest of the line follows in order.
+            var rest = context.channel.allocator.buffer(capacity: line.count - sent)
+            rest.writeBytes(line.dropFirst(sent))
+            context.write(wrapOutboundOut(rest), promise: nil)
+        }
+        finishDescriptor(context: context)
+    }
+
+    private func descriptorFailed(_ offer: SharedSegments.Offer, context: ChannelHandlerContext, reason: String) {
+        Glibc.close(offer.descriptor)
+        logger.debug("segment descriptor not sent", metadata: ["reason": "\(reason)"])
+        let wasClosed = closed
+        finishDescriptor(context: context)
+        if !wasClosed { close(context: context) }
+    }
+
+    private func finishDescriptor(context: ChannelHandlerContext) {
+        descriptors.sending = false
+        descriptors.queued -= 1
+        if !slots.isEmpty, slots[slots.startIndex].offer != nil {
+            slots.removeFirst()
+            firstSequence += 1
+        }
+        writeReadyReplies(context: context)
+    }
+
+    /// Closes the descriptors of offers never sent (the connection ended first).
+    func closeUnsentDescriptors() {
+        for slot in slots {
+            if let offer = slot.offer { Glibc.close(offer.descriptor) }
+        }
+        for index in slots.indices { slots[index].offer = nil }
+    }
+
+    /// The descriptor of the connection's socket: SwiftNIO does not expose it, so it is found by
+    /// the socket's kernel cookie, trying the number the channel's description shows first.
+    private func socketDescriptor(_ context: ChannelHandlerContext, cookie: UInt64) -> Int32? {
+        if let socket = descriptors.socket { return socket }
+        guard cookie != 0 else { return nil }
+        let description = "\(context.channel)"
+        if let range = description.range(of: "fd="),
+            let number = Int32(description[range.upperBound...].prefix(while: \.isNumber)),
+            fsm_socket_cookie(number) == cookie
+        {
+            descriptors.socket = number
+            return number
+        }
+        guard let directory = opendir("/proc/self/fd") else { return nil }
+        defer { closedir(directory) }
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if let number = Int32(name), fsm_socket_cookie(number) == cookie {
+                descriptors.socket = number
+                return number
+            }
+        }
+        return nil
+    }
+}

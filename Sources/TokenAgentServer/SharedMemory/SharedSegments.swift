@@ -1,0 +1,293 @@
+import CSharedMemory
+import Logging
+import Synchronization
+import TokenAgent
+import TokenSegment
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The agent's shared-memory segments: one per configured kind, kept current by the store
+/// (``TokenMirror``) before any reply, beaten every second, and replaced by a new generation when
+/// one fills up, when the kind's rules change, and at least every 15 minutes (docs/SHM.md).
+///
+/// A replaced segment is retired: flagged, so readers ask again (and are checked again), and
+/// wiped, so no token lingers in it. Every change happens under one lock; none waits.
+public final class SharedSegments: TokenMirror, Sendable {
+    /// Limits on what the segments may cost.
+    public struct Limits: Sendable {
+        /// The most bytes all current segments may take together.
+        public var maxTotalBytes = 1 << 30
+        /// The most new generations of one kind in a minute (growth and rotation).
+        public var maxGenerationsPerMinute = 60
+        /// A segment older than this is replaced by a new generation, seconds.
+        public var rotationInterval: Double = 900
+        /// The slots of a kind's first segment.
+        public var initialSlots = 1024
+
+        /// The default limits.
+        public init() {}
+    }
+
+    /// A read-only descriptor of a kind's current segment, for one peer.
+    public struct Offer: Sendable {
+        /// The descriptor (the receiver of the offer closes it).
+        public var descriptor: Int32
+        public var size: Int
+        public var generation: UInt64
+        public var kind: String
+    }
+
+    /// Counts for STATS and metrics.
+    public struct Statistics: Sendable, Equatable {
+        public var segments = 0
+        public var bytes = 0
+        public var slotsUsed = 0
+        public var generations = 0
+        public var descriptors = 0
+        /// Tokens left out of shared memory: a limit stopped a segment's growth, or the token is
+        /// larger than the largest slot.
+        public var notMirrored = 0
+    }
+
+    private struct State {
+        var writers: [String: SegmentWriter] = [:]
+        var createdAt: [String: UInt64] = [:]
+        var recentGenerations: [String: [UInt64]] = [:]
+        var nextGeneration: UInt64
+        var policy: SegmentPolicy
+        var statistics = Statistics()
+    }
+
+    private let state: Mutex<State>
+    private let limits: Limits
+    private let logger: Logger
+
+    /// Segments for `kinds` under the agent's serving rule `policy`.
+    public init(kinds: some Sequence<String>, policy: RefreshPolicy, limits: Limits = Limits(), logger: Logger) {
+        self.limits = limits
+        self.logger = logger
+        // Generations count from the milliseconds since boot, so a restarted agent's are higher.
+        var initial = State(nextGeneration: fsm_boottime_ns() / 1_000_000, policy: Self.segmentPolicy(policy))
+        for kind in kinds { Self.open(kind, in: &initial, limits: limits, logger: logger) }
+        state = Mutex(initial)
+    }
+
+    private static func segmentPolicy(_ policy: RefreshPolicy) -> SegmentPolicy {
+        SegmentPolicy(
+            minValidity: policy.minValidity,
+            servingFloor: policy.servingFloor,
+            idleTimeout: policy.idleTimeout
+        )
+    }
+
+    // MARK: TokenMirror
+
+    public func tokenStored(
+        kind: String,
+        id: String,
+        token: String,
+        expiry: MonotonicInstant,
+        lifetime: Double,
+        unixExpiry: UnixTime
+    ) {
+        let expiryNanos = UInt64(max(0, expiry.seconds) * 1e9)
+        let lifetimeNanos = UInt64(max(0, lifetime) * 1e9)
+        let unix = unixExpiry.wholeSeconds
+        state.withLock { state in
+            guard let writer = state.writers[kind] else { return }
+            let outcome = writer.put(
+                id: id,
+                token: token,
+                expiry: expiryNanos,
+                lifetime: lifetimeNanos,
+                unixExpiry: unix
+            )
+            if outcome == .stored { return }
+            let idLength = id.utf8.count
+            let tokenLength = token.utf8.count
+            if let grown = grow(kind, &state, idLength: idLength, tokenLength: tokenLength),
+                grown.put(id: id, token: token, expiry: expiryNanos, lifetime: lifetimeNanos, unixExpiry: unix)
+                    == .stored
+            {
+                return
+            }
+            // Left out: the segment must not keep an older token of the key.
+            state.writers[kind]?.remove(id: id)
+            state.statistics.notMirrored += 1
+        }
+    }
+
+    public func tokenRemoved(kind: String, id: String) {
+        state.withLock { $0.writers[kind]?.remove(id: id) }
+    }
+
+    // MARK: Descriptors
+
+    /// A read-only descriptor of `kind`'s current segment; `nil` when the kind has none.
+    public func offer(kind: String) -> Offer? {
+        state.withLock { state -> Offer? in
+            guard let writer = state.writers[kind] else { return nil }
+            let descriptor = fsm_reopen_read_only(writer.descriptor)
+            guard descriptor >= 0 else { return nil }
+            state.statistics.descriptors += 1
+            return Offer(descriptor: descriptor, size: writer.size, generation: writer.generation, kind: kind)
+        }
+    }
+
+    /// The generation of `kind`'s current segment.
+    public func generation(of kind: String) -> UInt64? { state.withLock { $0.writers[kind]?.generation } }
+
+    // MARK: Upkeep
+
+    /// The heartbeat (every second): stamps every segment, and replaces those older than the
+    /// rotation interval.
+    public func beat() {
+        let now = fsm_boottime_ns()
+        state.withLock { state in
+            for writer in state.writers.values { writer.beat(now: now) }
+            let rotation = UInt64(limits.rotationInterval * 1e9)
+            for (kind, created) in state.createdAt where now &- created >= rotation {
+                replace(kind, &state, reason: "rotation")
+            }
+        }
+    }
+
+    /// A reload: segments for exactly `kinds`, the serving rule `policy`, and a new generation
+    /// for each kind in `rulesChanged` (its readers must be checked again).
+    public func reconfigure(kinds: Set<String>, policy: RefreshPolicy, rulesChanged: Set<String>) {
+        state.withLock { state in
+            state.policy = Self.segmentPolicy(policy)
+            for kind in Array(state.writers.keys) where !kinds.contains(kind) {
+                state.writers.removeValue(forKey: kind)?.retire()
+                state.createdAt[kind] = nil
+            }
+            for writer in state.writers.values { writer.update(state.policy) }
+            for kind in rulesChanged where state.writers[kind] != nil { replace(kind, &state, reason: "rules changed") }
+            for kind in kinds where state.writers[kind] == nil {
+                Self.open(kind, in: &state, limits: limits, logger: logger)
+            }
+        }
+    }
+
+    /// Retires every segment (a clean stop): readers stop using them, and their tokens are wiped.
+    public func retireAll() {
+        state.withLock { state in
+            for writer in state.writers.values { writer.retire() }
+            state.writers = [:]
+            state.createdAt = [:]
+        }
+    }
+
+    /// The segments' counts.
+    public func statistics() -> Statistics {
+        state.withLock { state in
+            var statistics = state.statistics
+            statistics.segments = state.writers.count
+            statistics.bytes = state.writers.values.reduce(0) { $0 + $1.size }
+            statistics.slotsUsed = state.writers.values.reduce(0) { $0 + $1.count }
+            return statistics
+        }
+    }
+
+    // MARK: Generations
+
+    private static func open(_ kind: String, in state: inout State, limits: Limits, logger: Logger) {
+        do {
+            let writer = try SegmentWriter(
+                kind: kind,
+                generation: state.nextGeneration,
+                slotCount: limits.initialSlots,
+                slotSize: 1024,
+                policy: state.policy
+            )
+            state.nextGeneration += 1
+            state.statistics.generations += 1
+            state.writers[kind] = writer
+            state.createdAt[kind] = fsm_boottime_ns()
+        } catch {
+            logger.error(
+                "no shared-memory segment for a kind",
+                metadata: ["token_kind": "\(kind)", "error": "\(error)"]
+            )
+        }
+    }
+
+    /// A larger segment for `kind` holding every token of the current one, which is retired;
+    /// `nil` (and the current one kept) when a limit forbids it or no slot could hold the token.
+    private func grow(_ kind: String, _ state: inout State, idLength: Int, tokenLength: Int) -> SegmentWriter? {
+        guard let current = state.writers[kind] else { return nil }
+        let slotSize = max(current.slotSize, SegmentLayout.slotSize(idLength: idLength, tokenLength: tokenLength))
+        guard slotSize <= SegmentLayout.maxSlotSize else { return nil }
+        let slots = current.hasRoomForAnotherKey ? current.slotCount : current.slotCount * 2
+        return make(kind, &state, from: current, slots: slots, slotSize: slotSize, reason: "growth")
+    }
+
+    /// A new generation of `kind` like the current one (rotation, or a change of rules).
+    private func replace(_ kind: String, _ state: inout State, reason: String) {
+        guard let current = state.writers[kind] else { return }
+        if make(kind, &state, from: current, slots: current.slotCount, slotSize: current.slotSize, reason: reason)
+            == nil
+        {
+            // No new generation allowed: the readers must still be re-checked, so the kind goes
+            // without a segment until the next beat can make one.
+            current.retire()
+            state.writers[kind] = nil
+            state.createdAt[kind] = nil
+        }
+    }
+
+    private func make(
+        _ kind: String,
+        _ state: inout State,
+        from current: SegmentWriter,
+        slots: Int,
+        slotSize: Int,
+        reason: String
+    ) -> SegmentWriter? {
+        let now = fsm_boottime_ns()
+        var recent = state.recentGenerations[kind, default: []].filter { now &- $0 < 60_000_000_000 }
+        let otherBytes = state.writers.values.reduce(0) { $0 + $1.size } - current.size
+        let newBytes = SegmentLayout.headerSize + slots * slotSize
+        guard recent.count < limits.maxGenerationsPerMinute, otherBytes + newBytes <= limits.maxTotalBytes else {
+            logger.warning(
+                "shared-memory segment not replaced: limit reached",
+                metadata: ["token_kind": "\(kind)", "reason": "\(reason)", "bytes": "\(newBytes)"]
+            )
+            state.recentGenerations[kind] = recent
+            return nil
+        }
+        let writer: SegmentWriter
+        do {
+            writer = try SegmentWriter(
+                kind: kind,
+                generation: state.nextGeneration,
+                slotCount: slots,
+                slotSize: slotSize,
+                policy: state.policy
+            )
+        } catch {
+            logger.error("shared-memory segment not made", metadata: ["token_kind": "\(kind)", "error": "\(error)"])
+            return nil
+        }
+        current.forEachToken { id, token, expiry, lifetime, unixExpiry in
+            writer.put(id: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry)
+        }
+        current.retire()
+        recent.append(now)
+        state.recentGenerations[kind] = recent
+        state.nextGeneration += 1
+        state.statistics.generations += 1
+        state.writers[kind] = writer
+        state.createdAt[kind] = now
+        logger.debug(
+            "shared-memory segment replaced",
+            metadata: [
+                "token_kind": "\(kind)", "reason": "\(reason)", "generation": "\(writer.generation)",
+                "bytes": "\(writer.size)",
+            ]
+        )
+        return writer
+    }
+}
