@@ -23,6 +23,9 @@ public enum ConfigurationFile {
         var maxConnectionsPerUid: Double?
         var refetchGuard: Double?
         var rejectionMemory: Double?
+        var metricsListen: String?
+        var degradedAfter: Double?
+        var refresherStallAfter: Double?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case socket, providers
@@ -42,6 +45,9 @@ public enum ConfigurationFile {
             case maxConnectionsPerUid = "max_connections_per_uid"
             case refetchGuard = "refetch_guard"
             case rejectionMemory = "rejection_memory"
+            case metricsListen = "metrics_listen"
+            case degradedAfter = "degraded_after"
+            case refresherStallAfter = "refresher_stall_after"
         }
     }
 
@@ -166,6 +172,9 @@ public enum ConfigurationFile {
         if let value = contents.requestTimeout { configuration.requestTimeout = value }
         if let value = contents.refetchGuard { configuration.refetchGuard = value }
         if let value = contents.rejectionMemory { configuration.rejectionMemory = value }
+        if let value = contents.metricsListen { configuration.metricsListen = value }
+        if let value = contents.degradedAfter { configuration.degradedAfter = value }
+        if let value = contents.refresherStallAfter { configuration.refresherStallAfter = value }
         if let value = contents.maxConnectionsPerUid {
             configuration.maxConnectionsPerUID = try whole(value, key: "max_connections_per_uid")
         }

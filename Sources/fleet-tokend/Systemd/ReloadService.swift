@@ -18,6 +18,7 @@ final class ReloadService: Service, Sendable {
     private let notifier: SystemdNotifier
     private let status: @Sendable () -> String
     private let statistics: ReloadStatistics
+    private let logLevel: LogLevelControl
     private let logger: Logger
 
     init(
@@ -28,8 +29,10 @@ final class ReloadService: Service, Sendable {
         notifier: SystemdNotifier,
         status: @escaping @Sendable () -> String,
         statistics: ReloadStatistics,
+        logLevel: LogLevelControl,
         logger: Logger
     ) {
+        self.logLevel = logLevel
         self.statistics = statistics
         self.load = load
         self.engine = engine
@@ -63,6 +66,7 @@ final class ReloadService: Service, Sendable {
             let changed = built.changedKinds(since: previous)
             engine.reconfigure(providers: built.providers, policy: configuration.policy, changedKinds: changed)
             access.update(rules)
+            if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             current.withLock { $0 = built }
             statistics.recordApplied()
             logger.notice(
@@ -70,6 +74,7 @@ final class ReloadService: Service, Sendable {
                 metadata: [
                     "kinds": "\(built.providers.keys.sorted().joined(separator: ","))",
                     "changed_kinds": "\(changed.sorted().joined(separator: ","))",
+                    "log_level": "\(configuration.logLevel)",
                 ]
             )
         } catch {
