@@ -259,3 +259,50 @@ struct ObservabilityTests {
         await agent.stop()
     }
 }
+
+/// Denied peers in the metrics, and `status` for a user who is not an admin.
+@Suite("Observability with real users", .enabled(if: TestUsers.available, "needs root, useradd, runuser and socat"))
+struct ObservabilityPeerTests {
+    @Test func aDeniedPeerRaisesDeniedAndStatusSaysDenied() async throws {
+        try await TestUsers.ensure()
+        let config = "/tmp/ftd-obs-rules-\(UUID().uuidString.prefix(8)).json"
+        try
+            #"{"allow": {"vehicle": {"users": ["\#(TestUsers.allowed)"]}}, "admin": {"users": ["\#(TestUsers.allowed)"]}}"#
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        try await withProviderAndAgent(["--config", config, "--socket-mode", "0666"]) { agent, _ in
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
+            let before = try await prometheusParse(try await agent.metricsText())
+            let other = try await TestUsers.socat(
+                as: TestUsers.other,
+                socket: agent.socketPath,
+                "GET vehicle p-1",
+                "METRICS",
+                "INFO vehicle p-1",
+                "GET trip p-1"
+            )
+            #expect(other.count == 4, "\(other)")
+            #expect(other.first == "ERR denied not allowed to ask for kind vehicle")
+            #expect(other.dropFirst().first == "ERR denied METRICS is for the agent's admins")
+            #expect(other.dropFirst(2).first == "ERR denied INFO is for the agent's admins")
+            #expect(tokenOf(other.last) != nil, "trip has no rules: open")
+            let admin = try await TestUsers.socat(as: TestUsers.allowed, socket: agent.socketPath, "METRICS")
+            #expect(admin.last == "# EOF", "an admin reads the metrics")
+            let after = try await prometheusParse(try await agent.metricsText())
+            #expect(
+                after.value("fleet_tokend_denied_total", ["kind": "vehicle"])
+                    - before.value("fleet_tokend_denied_total", ["kind": "vehicle"]) == 1
+            )
+            #expect(
+                after.value("fleet_tokend_denied_total", ["kind": "admin"])
+                    - before.value("fleet_tokend_denied_total", ["kind": "admin"]) == 2
+            )
+            #expect(after.value("fleet_tokend_requests_total", ["verb": "METRICS", "code": "denied"]) == 1)
+            let status = try await run(
+                which("runuser")!,
+                ["-u", TestUsers.other, "--", AgentProcess.binary, "status", "--socket", agent.socketPath]
+            )
+            #expect(status.status == 77, "\(status.stdout)\(status.stderr)")
+            #expect(status.stderr.contains("denied"))
+        }
+    }
+}
