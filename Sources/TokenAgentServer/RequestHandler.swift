@@ -30,16 +30,16 @@ final class RequestHandler: ChannelDuplexHandler {
         var statsWhenDue = false
         /// A METRICS reply, made when its turn comes, like STATS.
         var metricsWhenDue = false
-        /// The key of an INFO reply, made when its turn comes, so it tells what the requests
+        /// An INFO reply about ``key``, made when its turn comes, so it tells what the requests
         /// before it brought.
-        var infoWhenDue: (kind: String, id: String)?
+        var infoWhenDue = false
         /// The verb the reply is counted under in `fleet_tokend_requests_total`.
         var verb = RequestVerb.other
         /// The key a token reply answers, so a token that aged past the serving floor while its
         /// reply waited behind slower ones can be looked up again (set only on a slot queued behind another).
         var key: (kind: String, id: String, minValidity: Int?)?
 
-        var isReady: Bool { reply != nil || closeAfter || statsWhenDue || metricsWhenDue || infoWhenDue != nil }
+        var isReady: Bool { reply != nil || closeAfter || statsWhenDue || metricsWhenDue || infoWhenDue }
     }
 
     /// The most requests answered-or-pending per connection before reading pauses.
@@ -205,7 +205,7 @@ final class RequestHandler: ChannelDuplexHandler {
             append(
                 Slot(reply: engine.drop(kind: kind, id: id).map { .error($0.wireError) } ?? .line(.ok("")), verb: verb)
             )
-        case .info(let kind, let id): append(Slot(infoWhenDue: (kind, id), verb: verb))
+        case .info(let kind, let id): append(Slot(infoWhenDue: true, verb: verb, key: (kind, id, nil)))
         case .get(let kind, let id, let minValidity):
             answer(
                 engine.lookup(kind: kind, id: id, minValidity: minValidity),
@@ -386,7 +386,7 @@ final class RequestHandler: ChannelDuplexHandler {
             }
             slots.removeFirst()
             firstSequence += 1
-            if let key = head.infoWhenDue {
+            if head.infoWhenDue, let key = head.key {
                 let reply: Reply
                 switch engine.info(kind: key.kind, id: key.id) {
                 case .failure(let failure): reply = .error(failure.wireError)
