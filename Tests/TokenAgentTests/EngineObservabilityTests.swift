@@ -51,6 +51,16 @@ struct EngineObservabilityTests {
             survey: engine.survey()
         )
         #expect(report.problems.map(\.kind) == ["vehicle"])
+        let status = AgentStatus(
+            engine: engine,
+            server: ServerStatistics(),
+            health: AgentHealth(settings: HealthSettings(degradedAfter: 30)),
+            clock: clock
+        )
+        #expect(
+            status.summary().hasPrefix("degraded: vehicle: provider failing for 30 s (provider failed: HTTP 503); "),
+            "systemd's STATUS line names the kind: \(status.summary())"
+        )
         #expect(report.summary.contains("vehicle: provider failing for 30 s (provider failed: HTTP 503)"))
         let calm = AgentHealth(settings: HealthSettings(degradedAfter: 31)).report(
             engine: engine,
