@@ -24,3 +24,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# The METRICS tests parse the agent's exposition with Prometheus' own Python parser.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import prometheus_client' >/dev/null 2>&1; then
+    echo "installing: prometheus_client (PyPI)" >&2
+    python3 -m pip install --quiet 'prometheus_client>=0.17' >&2 \
+        || python3 -m pip install --quiet --break-system-packages 'prometheus_client>=0.17' >&2 \
+        || echo "could not install prometheus_client; the METRICS parser test will fail" >&2
+fi

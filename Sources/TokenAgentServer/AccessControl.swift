@@ -14,6 +14,7 @@ public final class AccessControl: Sendable {
 
     private let rules: Mutex<AccessRules>
     private let deniedRequests = Atomic<Int>(0)
+    private let deniedByKind = Mutex<[String: Int]>([:])
     private let logged = Mutex<Set<Denial>>([])
     private let logger: Logger
 
@@ -35,6 +36,9 @@ public final class AccessControl: Sendable {
     /// Requests denied since start.
     public var denied: Int { deniedRequests.load(ordering: .relaxed) }
 
+    /// Requests denied since start, by kind (`admin` for the operator verbs).
+    public var deniedPerKind: [String: Int] { deniedByKind.withLock { $0 } }
+
     /// `nil` when `peer` may ask for `kind`, else the `denied` error (counted and logged).
     func check(_ peer: PeerCredentials?, kind: String) -> WireError? {
         if rules.withLock({ $0.allows(peer, kind: kind) }) { return nil }
@@ -49,6 +53,7 @@ public final class AccessControl: Sendable {
 
     private func deny(_ peer: PeerCredentials?, kind: String, _ error: WireError) -> WireError {
         deniedRequests.add(1, ordering: .relaxed)
+        deniedByKind.withLock { $0[kind, default: 0] += 1 }
         let denial = Denial(pid: peer?.pid ?? -1, uid: peer?.uid ?? UInt32.max, kind: kind)
         let first = logged.withLock { logged in
             if logged.count >= Self.loggedLimit { logged.removeAll() }

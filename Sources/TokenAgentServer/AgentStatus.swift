@@ -14,8 +14,13 @@ public struct AgentStatus: Sendable {
     public let access: AccessControl
     /// The shared-memory segments; `nil` when the operator turned them off.
     public let segments: SharedSegments?
+    /// The metrics registry `METRICS` exports.
+    public let metrics: AgentMetrics
+    /// The health judge (thresholds and the refresher's heartbeat).
+    public let health: AgentHealth
     private let startedAt: Double
-    private let clock: any AgentClock
+    /// The clock uptime is counted on.
+    let clock: any AgentClock
 
     /// Creates the status of `engine` and `server`, counting uptime from now.
     public init(
@@ -24,10 +29,14 @@ public struct AgentStatus: Sendable {
         reloads: ReloadStatistics = ReloadStatistics(),
         access: AccessControl = AccessControl(),
         segments: SharedSegments? = nil,
+        metrics: AgentMetrics = AgentMetrics(),
+        health: AgentHealth = AgentHealth(),
         clock: any AgentClock = SystemAgentClock()
     ) {
         self.access = access
         self.segments = segments
+        self.metrics = metrics
+        self.health = health
         self.engine = engine
         self.server = server
         self.reloads = reloads
@@ -71,11 +80,26 @@ public struct AgentStatus: Sendable {
             + " shm_not_mirrored=\(stats.notMirrored) touches=\(server.touchRequests)"
     }
 
+    /// The agent's health now (walks the cache once: for status lines and metrics, not requests).
+    public func healthReport() -> HealthReport {
+        health.report(engine: engine, providers: engine.providerHealth(), survey: engine.survey())
+    }
+
+    /// The `METRICS` reply: the Prometheus text exposition, then the line `# EOF`.
+    public func metricsReply() -> [UInt8] {
+        var bytes = metrics.exposition(of: self)
+        bytes += Array((MetricsText.endLine + "\n").utf8)
+        return bytes
+    }
+
     /// A one-line summary for `systemctl status` (`STATUS=`): tokens held, hit ratio, provider
-    /// errors and the last refresh failure.
+    /// errors and the last refresh failure; first, when the agent is degraded, `degraded:` and
+    /// what is wrong, naming the kind.
     public func summary() -> String {
         let stats = engine.statistics()
-        var text = "\(stats.entries) tokens held"
+        let report = healthReport()
+        var text = report.isDegraded ? "degraded: \(report.summary); " : ""
+        text += "\(stats.entries) tokens held"
         text +=
             ", hit ratio " + (stats.hits + stats.misses == 0 ? "n/a" : String(format: "%.1f%%", stats.hitRatio * 100))
         text += ", \(stats.fetchErrors) provider errors"

@@ -5,6 +5,8 @@ import Synchronization
 public final class ReloadStatistics: Sendable {
     private let applied = Atomic<Int>(0)
     private let refused = Atomic<Int>(0)
+    /// 0 before any reload, 1 when the last was applied, 2 when it was refused.
+    private let last = Atomic<Int>(0)
 
     /// Creates zeroed counters.
     public init() {}
@@ -14,8 +16,24 @@ public final class ReloadStatistics: Sendable {
     /// Reloads refused (the old configuration stayed) since start.
     public var failures: Int { refused.load(ordering: .relaxed) }
 
+    /// Whether the last reload was applied; `nil` before the first.
+    public var lastApplied: Bool? {
+        switch last.load(ordering: .relaxed) {
+        case 1: return true
+        case 2: return false
+        default: return nil
+        }
+    }
+
     /// Counts an applied reload.
-    public func recordApplied() { applied.add(1, ordering: .relaxed) }
+    public func recordApplied() {
+        last.store(1, ordering: .relaxed)
+        applied.add(1, ordering: .relaxed)
+    }
+
     /// Counts a refused reload.
-    public func recordRefused() { refused.add(1, ordering: .relaxed) }
+    public func recordRefused() {
+        last.store(2, ordering: .relaxed)
+        refused.add(1, ordering: .relaxed)
+    }
 }

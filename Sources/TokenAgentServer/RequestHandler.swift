@@ -31,11 +31,20 @@ final class RequestHandler: ChannelDuplexHandler {
         var closeAfter = false
         /// A STATS reply, made when its turn comes so it counts every request before it.
         var statsWhenDue = false
+        /// A METRICS reply, made when its turn comes, like STATS.
+        var metricsWhenDue = false
+        /// An INFO reply about ``key``, made when its turn comes, so it tells what the requests
+        /// before it brought.
+        var infoWhenDue = false
+        /// The verb the reply is counted under in `fleet_tokend_requests_total`.
+        var verb = RequestVerb.other
         /// The key a token reply answers, so a token that aged past the serving floor while its
         /// reply waited behind slower ones can be looked up again (set only on a slot queued behind another).
         var key: (kind: String, id: String, minValidity: Int?)?
 
-        var isReady: Bool { reply != nil || closeAfter || statsWhenDue || offer != nil }
+        var isReady: Bool {
+            reply != nil || closeAfter || statsWhenDue || metricsWhenDue || infoWhenDue || offer != nil
+        }
     }
 
     /// The most requests answered-or-pending per connection before reading pauses.
@@ -122,12 +131,14 @@ final class RequestHandler: ChannelDuplexHandler {
             stopPartialTimer()
             acceptingRequests = false
             append(Slot(reply: .error(WireError(.badRequest, "line too long")), closeAfter: true))
+        // Counted under `other`, like a line that timed out.
         case .line(let line):
             stopPartialTimer()
             reading = true
             if !handleSimpleGet(line, context: context) {
                 switch RequestParser.parse(line.readableBytesView) {
-                case .failure(let error): append(Slot(reply: .error(error)))
+                case .failure(let error):
+                    append(Slot(reply: .error(error), verb: RequestVerb(failedLine: line.readableBytesView)))
                 case .success(let request): handle(request, context: context)
                 }
             }
@@ -151,12 +162,17 @@ final class RequestHandler: ChannelDuplexHandler {
                 return false
             }
             if let denied = status.access.check(peer, kind: kind) {
-                append(Slot(reply: .error(denied)))
+                append(Slot(reply: .error(denied), verb: .get))
                 return true
             }
             let id = UnsafeRawBufferPointer(rebasing: bytes[get.id])
             let lookup = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity)
-            answer(lookup, key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) }, context: context)
+            answer(
+                lookup,
+                verb: .get,
+                key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) },
+                context: context
+            )
             return true
         }
     }
@@ -175,33 +191,46 @@ final class RequestHandler: ChannelDuplexHandler {
     }
 
     private func handle(_ request: WireRequest, context: ChannelHandlerContext) {
+        let verb = RequestVerb(request)
         if let denied = denial(of: request) {
-            append(Slot(reply: .error(denied)))
+            append(Slot(reply: .error(denied), verb: verb))
             return
         }
         switch request {
-        case .ping: append(Slot(reply: .line(.pong)))
-        case .help: append(Slot(reply: .line(.ok(AgentStatus.helpText))))
-        case .stats: append(Slot(statsWhenDue: true))
+        case .ping:
+            let stalled = status.health.refresherStalled
+            append(
+                Slot(reply: .line(stalled ? .error(WireError(.unavailable, "refresher stalled")) : .pong), verb: verb)
+            )
+        case .help: append(Slot(reply: .line(.ok(AgentStatus.helpText)), verb: verb))
+        case .stats: append(Slot(statsWhenDue: true, verb: verb))
+        case .metrics: append(Slot(metricsWhenDue: true, verb: verb))
         case .quit:
             acceptingRequests = false
-            append(Slot(reply: nil, closeAfter: true))
+            append(Slot(reply: nil, closeAfter: true, verb: verb))
         case .drop(let kind, let id):
-            append(Slot(reply: engine.drop(kind: kind, id: id).map { .error($0.wireError) } ?? .line(.ok(""))))
+            append(
+                Slot(reply: engine.drop(kind: kind, id: id).map { .error($0.wireError) } ?? .line(.ok("")), verb: verb)
+            )
+        case .info(let kind, let id): append(Slot(infoWhenDue: true, verb: verb, key: (kind, id, nil)))
         case .shm(let kind):
-            append(shmSlot(kind: kind))
+            var slot = shmSlot(kind: kind)
+            slot.verb = .shm
+            append(slot)
         case .touch(let kind, let ids):
             touch(kind: kind, ids: ids)
-            append(Slot(reply: .line(.ok(""))))
+            append(Slot(reply: .line(.ok("")), verb: verb))
         case .get(let kind, let id, let minValidity):
             answer(
                 engine.lookup(kind: kind, id: id, minValidity: minValidity),
+                verb: verb,
                 key: { (kind, id, minValidity) },
                 context: context
             )
         case .refresh(let kind, let id, let refused):
             answer(
                 engine.lookupRefresh(kind: kind, id: id, refusedToken: refused),
+                verb: verb,
                 key: { (kind, id, nil) },
                 context: context
             )
@@ -209,13 +238,15 @@ final class RequestHandler: ChannelDuplexHandler {
     }
 
     /// Why the access rules in force refuse `request` from this peer, if they do: the kind's rules
-    /// for GET, REFRESH and DROP; the admin list for DROP and STATS.
+    /// for GET, REFRESH, DROP and INFO; the admin list for DROP, INFO, STATS and METRICS.
     private func denial(of request: WireRequest) -> WireError? {
         let access = status.access
         switch request {
         case .ping, .help, .quit: return nil
         case .stats: return access.checkAdmin(peer, verb: "STATS")
+        case .metrics: return access.checkAdmin(peer, verb: "METRICS")
         case .drop(let kind, _): return access.checkAdmin(peer, verb: "DROP") ?? access.check(peer, kind: kind)
+        case .info(let kind, _): return access.checkAdmin(peer, verb: "INFO") ?? access.check(peer, kind: kind)
         case .get(let kind, _, _), .refresh(let kind, _, _), .shm(let kind): return access.check(peer, kind: kind)
         // Always answered OK: whether the peer may read the kind decides only whether it counts.
         case .touch: return nil
@@ -234,6 +265,7 @@ final class RequestHandler: ChannelDuplexHandler {
             acceptingRequests = false
             logger.debug("partial request line timed out")
             append(Slot(reply: .error(WireError(.badRequest, "request timed out")), closeAfter: true))
+            // Counted under `other`.
             writeReadyReplies(context: context)
         }
     }
@@ -250,6 +282,7 @@ final class RequestHandler: ChannelDuplexHandler {
 
     private func answer(
         _ lookup: TokenEngine.Lookup,
+        verb: RequestVerb,
         key: () -> (kind: String, id: String, minValidity: Int?),
         context: ChannelHandlerContext
     ) {
@@ -258,9 +291,9 @@ final class RequestHandler: ChannelDuplexHandler {
         let key = slots.isEmpty ? nil : key()
         switch lookup {
         case .ready(let outcome):
-            append(Slot(reply: Self.reply(outcome), key: key))
+            append(Slot(reply: Self.reply(outcome), verb: verb, key: key))
         case .pending(let wait):
-            append(Slot(key: key))
+            append(Slot(verb: verb, key: key))
             deliver(wait, sequence: firstSequence + slots.count - 1, context: context)
         }
     }
@@ -375,8 +408,22 @@ final class RequestHandler: ChannelDuplexHandler {
             }
             slots.removeFirst()
             firstSequence += 1
-            if let reply = head.statsWhenDue ? .line(.ok(status.statsText())) : head.reply {
+            if head.infoWhenDue, let key = head.key {
+                let reply: Reply
+                switch engine.info(kind: key.kind, id: key.id) {
+                case .failure(let failure): reply = .error(failure.wireError)
+                case .success(let info): reply = .line(.ok(KeyInfoLine.text(info)))
+                }
                 encode(reply)
+                status.metrics.requests.count(head.verb, Self.code(of: reply))
+            } else if head.metricsWhenDue {
+                encodeMetrics()
+                status.metrics.requests.count(head.verb, .ok)
+            } else if let reply = head.statsWhenDue ? .line(.ok(status.statsText())) : head.reply {
+                encode(reply)
+                status.metrics.requests.count(head.verb, Self.code(of: reply))
+            } else if head.verb == .quit {
+                status.metrics.requests.count(.quit, .ok)
             }
             if head.closeAfter {
                 close(context: context)
@@ -389,6 +436,21 @@ final class RequestHandler: ChannelDuplexHandler {
             return
         }
         resumeReadingIfPossible(context: context)
+    }
+
+    /// The result code a reply is counted under.
+    private static func code(of reply: Reply) -> ReplyCode {
+        if case .line(.error(let error)) = reply { return ReplyCode(error.code) }
+        return .ok
+    }
+
+    /// Appends the METRICS reply: the exposition and its `# EOF` line.
+    private func encodeMetrics() {
+        if outputHandedOver {
+            output.clear()
+            outputHandedOver = false
+        }
+        output.writeBytes(status.metricsReply())
     }
 
     /// Output is written before it grows past this, even inside a read burst.

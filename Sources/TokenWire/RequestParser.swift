@@ -103,13 +103,22 @@ public enum RequestParser {
                 ids.append(String(id))
             }
             return .success(.touch(kind: String(kind), ids: ids))
-        case "PING", "STATS", "HELP", "QUIT":
+        case "INFO":
+            guard arguments.count == 2 else {
+                return .failure(WireError(.badRequest, "usage: INFO <kind> <id>"))
+            }
+            let kind = arguments[arguments.startIndex]
+            let id = arguments[arguments.startIndex + 1]
+            if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+            return .success(.info(kind: String(kind), id: String(id)))
+        case "PING", "STATS", "METRICS", "HELP", "QUIT":
             guard arguments.isEmpty else {
                 return .failure(WireError(.badRequest, "\(verb) takes no arguments"))
             }
             switch verb {
             case "PING": return .success(.ping)
             case "STATS": return .success(.stats)
+            case "METRICS": return .success(.metrics)
             case "HELP": return .success(.help)
             default: return .success(.quit)
             }

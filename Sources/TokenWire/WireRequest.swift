@@ -7,10 +7,14 @@ public enum WireRequest: Sendable, Hashable {
     case refresh(kind: String, id: String, refusedToken: String? = nil)
     /// `DROP <kind> <id>`.
     case drop(kind: String, id: String)
+    /// `INFO <kind> <id>`: one line about a cached key, never its token.
+    case info(kind: String, id: String)
     /// `PING`.
     case ping
     /// `STATS`.
     case stats
+    /// `METRICS`: the Prometheus text exposition, ended by the line ``MetricsText/endLine``.
+    case metrics
     /// `HELP`.
     case help
     /// `QUIT`.
@@ -23,7 +27,9 @@ public enum WireRequest: Sendable, Hashable {
     case touch(kind: String, ids: [String])
 
     /// The verbs of protocol v1, in the order `HELP` lists them.
-    public static let verbs = ["GET", "REFRESH", "DROP", "PING", "STATS", "HELP", "QUIT", "SHM", "TOUCH"]
+    public static let verbs = [
+        "GET", "REFRESH", "DROP", "INFO", "PING", "STATS", "METRICS", "HELP", "QUIT", "SHM", "TOUCH",
+    ]
 
     /// The request as one line, without the trailing LF (what a client writes).
     public var line: String {
@@ -35,8 +41,10 @@ public enum WireRequest: Sendable, Hashable {
             if let refused { return "REFRESH \(kind) \(id) \(refused)" }
             return "REFRESH \(kind) \(id)"
         case .drop(let kind, let id): return "DROP \(kind) \(id)"
+        case .info(let kind, let id): return "INFO \(kind) \(id)"
         case .ping: return "PING"
         case .stats: return "STATS"
+        case .metrics: return "METRICS"
         case .help: return "HELP"
         case .quit: return "QUIT"
         case .shm(let kind): return "SHM \(kind)"

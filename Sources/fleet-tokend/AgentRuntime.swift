@@ -14,6 +14,7 @@ struct AgentRuntime {
     let providers: ProviderSet.Built
     let rules: AccessRules
     let load: @Sendable () throws -> AgentConfiguration
+    let logLevel: LogLevelControl
     let logger: Logger
 
     func run() async throws {
@@ -49,13 +50,15 @@ struct AgentRuntime {
                 limits: segmentLimits,
                 logger: Logger(label: "fleet-tokend.shm")
             ) : nil
+        let metrics = AgentMetrics()
         let engine = TokenEngine(
             providers: providers.providers,
             policy: configuration.policy,
             maxEntries: configuration.maxEntries,
             maxConcurrentFetches: configuration.maxConcurrentFetches,
             mirror: segments,
-            logger: Logger(label: "fleet-tokend.engine")
+            logger: Logger(label: "fleet-tokend.engine"),
+            metrics: metrics.engineMetrics
         )
         CacheHandover.restore(
             from: passed.filter { $0.name == CacheHandover.name },
@@ -65,12 +68,22 @@ struct AgentRuntime {
         )
         let reloads = ReloadStatistics()
         let access = AccessControl(rules: rules, logger: Logger(label: "fleet-tokend.access"))
+        let heartbeat = Heartbeat()
+        let health = AgentHealth(
+            settings: HealthSettings(
+                degradedAfter: configuration.degradedAfter,
+                refresherStallAfter: configuration.refresherStallAfter
+            ),
+            heartbeat: heartbeat
+        )
         let status = AgentStatus(
             engine: engine,
             server: ServerStatistics(),
             reloads: reloads,
             access: access,
-            segments: segments
+            segments: segments,
+            metrics: metrics,
+            health: health
         )
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
@@ -86,7 +99,6 @@ struct AgentRuntime {
             logger: Logger(label: "fleet-tokend.server"),
             onListening: { notifier.ready(status: status.summary()) }
         )
-        let heartbeat = Heartbeat()
         let reload = ReloadService(
             load: load,
             engine: engine,
@@ -96,8 +108,21 @@ struct AgentRuntime {
             notifier: notifier,
             status: { status.summary() },
             statistics: reloads,
+            logLevel: logLevel,
             logger: Logger(label: "fleet-tokend.reload")
         )
+        var optional: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if let listen = configuration.metricsListen, let address = try? MetricsListenAddress(parsing: listen) {
+            optional.append(
+                .init(
+                    service: MetricsHTTPServer(
+                        address: address,
+                        status: status,
+                        logger: Logger(label: "fleet-tokend.metrics")
+                    )
+                )
+            )
+        }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: [
@@ -113,7 +138,7 @@ struct AgentRuntime {
                         )
                     ),
                     .init(service: reload),
-                ] + (segments.map { [.init(service: SegmentHeartbeat(segments: $0))] } ?? []),
+                ] + optional + (segments.map { [.init(service: SegmentHeartbeat(segments: $0))] } ?? []),
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
             )

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import Systemd
 import TokenAgent
+import TokenAgentServer
 
 /// `fleet-tokend serve`: runs the agent.
 struct ServeCommand: AsyncParsableCommand {
@@ -65,6 +66,18 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Group that owns the socket file (default: the process's own).")
     var socketGroup: String?
 
+    @Option(
+        help:
+            "Serve Prometheus metrics over HTTP at HOST:PORT, e.g. 127.0.0.1:9464 (default: off). Anyone who can reach it can read the metrics."
+    )
+    var metricsListen: String?
+
+    @Option(help: "Seconds a kind's provider may fail before the agent reports degraded (default 120).")
+    var degradedAfter: Double?
+
+    @Option(help: "Seconds without a refresher pass before PING reports it stalled (default 10).")
+    var refresherStallAfter: Double?
+
     func run() async throws {
         // SIGHUP means reload (ReloadService); never let it end the process before that listens.
         signal(SIGHUP, SIG_IGN)
@@ -76,7 +89,8 @@ struct ServeCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
             throw ExitCode(78)
         }
-        Self.bootstrapLogging(level: Logger.Level(rawValue: configuration.logLevel) ?? .info)
+        let logLevel = LogLevelControl(Logger.Level(rawValue: configuration.logLevel) ?? .info)
+        Self.bootstrapLogging(control: logLevel)
         let logger = Logger(label: "fleet-tokend")
 
         let providers: ProviderSet.Built
@@ -100,22 +114,24 @@ struct ServeCommand: AsyncParsableCommand {
             providers: providers,
             rules: rules,
             load: { [self] in try resolvedConfiguration(environment: environment) },
+            logLevel: logLevel,
             logger: logger
         ).run()
     }
 
-    /// Logs to the journal with structured fields when stderr is the journal, else to stderr.
-    static func bootstrapLogging(level: Logger.Level) {
+    /// Logs to the journal with structured fields when stderr is the journal, else to stderr, at
+    /// the level `control` holds (a reload changes it).
+    static func bootstrapLogging(control: LogLevelControl) {
         let journal = JournalLogHandler.stderrIsJournal
         LoggingSystem.bootstrap { label in
             if journal {
                 var handler = JournalLogHandler(label: label)
-                handler.logLevel = level
-                return handler
+                handler.logLevel = .trace
+                return control.handler(wrapping: handler)
             }
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            handler.logLevel = .trace
+            return control.handler(wrapping: handler)
         }
     }
 
@@ -150,6 +166,9 @@ struct ServeCommand: AsyncParsableCommand {
         if let logLevel { configuration.logLevel = logLevel }
         if let socketGroup { configuration.socketGroup = socketGroup }
         if let sharedMemory { configuration.sharedMemory = sharedMemory }
+        if let metricsListen { configuration.metricsListen = metricsListen }
+        if let degradedAfter { configuration.degradedAfter = degradedAfter }
+        if let refresherStallAfter { configuration.refresherStallAfter = refresherStallAfter }
         configuration = configuration.resolvingCredentials(environment: environment)
         try configuration.validate()
         return configuration

@@ -350,8 +350,13 @@ enum RequestLinesOracle {
                 if !isValidID(arguments[index]) { return .error(.badID) }
             }
             return .request(.touch(kind: arguments[0], ids: Array(arguments[1...])))
+        case Array("INFO".utf8):
+            guard arguments.count == 2 else { return .error(.badRequest) }
+            if let error = keyError() { return error }
+            return .request(.info(kind: arguments[0], id: arguments[1]))
         case Array("PING".utf8): return arguments.isEmpty ? .request(.ping) : .error(.badRequest)
         case Array("STATS".utf8): return arguments.isEmpty ? .request(.stats) : .error(.badRequest)
+        case Array("METRICS".utf8): return arguments.isEmpty ? .request(.metrics) : .error(.badRequest)
         case Array("HELP".utf8): return arguments.isEmpty ? .request(.help) : .error(.badRequest)
         case Array("QUIT".utf8): return arguments.isEmpty ? .request(.quit) : .error(.badRequest)
         default: return .error(.badRequest)

@@ -305,6 +305,12 @@ private struct StormPlan: Sendable {
             case .success(.ping): replies.append(.exact("PONG"))
             case .success(.help): replies.append(.exact("OK " + WireRequest.verbs.joined(separator: " ")))
             case .success(.stats): replies.append(.prefix("OK entries="))
+            case .success(.info(let kind, _)):
+                replies.append(configuredKinds.contains(kind) ? .prefix("OK cached=") : .prefix("ERR bad-kind "))
+            case .success(.metrics):
+                // The one multi-line reply; the storms never send it (its framing is tested in
+                // ObservabilityTests), so a stream that does fails here, visibly.
+                replies.append(.exact("(METRICS is not part of the storm)"))
             case .success(.drop(let kind, _)):
                 replies.append(configuredKinds.contains(kind) ? .exact("OK") : .prefix("ERR bad-kind "))
             case .success(.get(let kind, _, _)), .success(.refresh(let kind, _, _)), .success(.shm(let kind)):

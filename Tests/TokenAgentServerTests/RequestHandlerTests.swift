@@ -39,7 +39,8 @@ private struct Connection {
         rules: AccessRules = .open(agentUID: 4_000_000),
         peer: PeerCredentials? = PeerCredentials(pid: 1, uid: 1000, gid: 1000),
         admission: ServerStatistics.Admission = .admitted,
-        requestTimeout: TimeAmount = .seconds(10)
+        requestTimeout: TimeAmount = .seconds(10),
+        health: AgentHealth = AgentHealth()
     ) throws {
         let engine = TokenEngine(providers: ["vehicle": InstantProvider(), "trip": InstantProvider()])
         // Cached tokens answer at once, on the channel's own thread; only `hang-` ids fetch.
@@ -48,7 +49,12 @@ private struct Connection {
             CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
             CachedToken(kind: "trip", id: "t-1", token: "tok-t-1", expiresAt: expiresAt),
         ])
-        status = AgentStatus(engine: engine, server: ServerStatistics(), access: AccessControl(rules: rules))
+        status = AgentStatus(
+            engine: engine,
+            server: ServerStatistics(),
+            access: AccessControl(rules: rules),
+            health: health
+        )
         try channel.pipeline.syncOperations.addHandlers([
             counter,
             ByteToMessageHandler(LineFrameDecoder()),
@@ -79,8 +85,61 @@ private struct Connection {
     }
 }
 
+/// A monotonic clock the test moves by hand.
+private final class SteppedClock: AgentClock, @unchecked Sendable {
+    var monotonicSeconds = 100.0
+    var wallSeconds: Double { 1_800_000_000 + monotonicSeconds }
+}
+
 @Suite("Request handler on an EmbeddedChannel")
 struct RequestHandlerTests {
+    @Test func pingTellsWhenTheRefresherStalled() throws {
+        let clock = SteppedClock()
+        let heartbeat = Heartbeat(clock: clock)
+        let connection = try Connection(
+            health: AgentHealth(settings: HealthSettings(refresherStallAfter: 10), heartbeat: heartbeat)
+        )
+        try connection.send("PING\n")
+        #expect(try connection.replies() == ["PONG"])
+        clock.monotonicSeconds += 10.5
+        try connection.send("PING\n")
+        #expect(try connection.replies() == ["ERR unavailable refresher stalled"])
+        heartbeat.beat()
+        try connection.send("PING\n")
+        #expect(try connection.replies() == ["PONG"], "a pass of the refresher brings it back")
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func metricsIsOneReplyEndedByEOFAndInfoShowsNoToken() throws {
+        let connection = try Connection()
+        try connection.send("GET vehicle v-1\nMETRICS\nINFO vehicle v-1\nINFO vehicle none\nINFO lorry x\nPING\n")
+        let replies = try connection.replies()
+        let end = try #require(replies.firstIndex(of: "# EOF"))
+        #expect(replies.first?.hasPrefix("OK tok-v-1 ") == true)
+        #expect(replies[1].hasPrefix("# "), "the exposition starts with a comment line")
+        #expect(replies[1..<end].contains("fleet_tokend_requests_total{verb=\"GET\",code=\"ok\"} 1"))
+        #expect(replies[end + 1].hasPrefix("OK cached=yes token=yes fingerprint="))
+        #expect(!replies[end + 1].contains("tok-v-1"), "INFO never shows the token")
+        #expect(replies[end + 2] == "OK cached=no")
+        #expect(replies[end + 3].hasPrefix("ERR bad-kind kind lorry is not configured"))
+        #expect(replies[end + 4] == "PONG")
+        #expect(replies.count == end + 5)
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func metricsAndInfoAreForAdmins() throws {
+        var admin = AccessRules.Principals()
+        admin.uids = [0]
+        let connection = try Connection(rules: AccessRules(allow: [:], admin: admin, agentUID: 4_000_000))
+        try connection.send("METRICS\nINFO vehicle v-1\nPING\n")
+        #expect(
+            try connection.replies() == [
+                "ERR denied METRICS is for the agent's admins", "ERR denied INFO is for the agent's admins", "PONG",
+            ]
+        )
+        #expect(connection.status.access.deniedPerKind == ["admin": 2])
+        _ = try? connection.channel.finish()
+    }
     @Test func pipelinedRepliesStopReadingAtTheLimitAndResume() throws {
         let connection = try Connection()
         // A fetch that never ends holds the head of the queue; everything after it waits.

@@ -30,6 +30,25 @@ struct ConfigurationTests {
         #expect(AgentConfiguration(environment: ["FLEET_TOKEND_SOCKET": "/tmp/x.sock"]).socketPath == "/tmp/x.sock")
     }
 
+    @Test func observabilityKeys() throws {
+        let defaults = AgentConfiguration()
+        #expect(defaults.metricsListen == nil, "the HTTP listener is off by default")
+        #expect(defaults.degradedAfter == 120)
+        #expect(defaults.refresherStallAfter == 10)
+        let configuration = try parse(
+            #"{"metrics_listen": "127.0.0.1:9464", "degraded_after": 0, "refresher_stall_after": 30}"#
+        )
+        try configuration.validate()
+        #expect(configuration.metricsListen == "127.0.0.1:9464")
+        #expect(configuration.degradedAfter == 0)
+        #expect(configuration.refresherStallAfter == 30)
+        #expect(problem(#"{"metrics_listen": "example.com:80"}"#)?.key == "metrics_listen")
+        #expect(problem(#"{"metrics_listen": "127.0.0.1:0"}"#)?.key == "metrics_listen")
+        #expect(problem(#"{"degraded_after": -1}"#)?.key == "degraded_after")
+        #expect(problem(#"{"refresher_stall_after": 1}"#)?.key == "refresher_stall_after")
+        #expect(problem(#"{"metrics_listen": 9464}"#)?.key == "metrics_listen", "a string")
+    }
+
     @Test func readsEveryKey() throws {
         let configuration = try parse(
             """

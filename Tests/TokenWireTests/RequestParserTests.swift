@@ -21,6 +21,20 @@ struct RequestParserTests {
         #expect(parse("STATS") == .success(.stats))
         #expect(parse("HELP") == .success(.help))
         #expect(parse("QUIT") == .success(.quit))
+        #expect(parse("METRICS") == .success(.metrics))
+        #expect(parse("metrics\r") == .success(.metrics))
+        #expect(parse("INFO vehicle v-1") == .success(.info(kind: "vehicle", id: "v-1")))
+    }
+
+    @Test func metricsAndInfoCheckTheirFields() {
+        #expect(parse("METRICS now") == .failure(WireError(.badRequest, "METRICS takes no arguments")))
+        #expect(parse("INFO vehicle") == .failure(WireError(.badRequest, "usage: INFO <kind> <id>")))
+        #expect(parse("INFO vehicle v-1 600") == .failure(WireError(.badRequest, "usage: INFO <kind> <id>")))
+        #expect(code("INFO Vehicle v-1") == .badKind)
+        #expect(code("INFO vehicle v/1") == .badID)
+        for request in [WireRequest.metrics, .info(kind: "trip", id: "t-1")] {
+            #expect(parse(request.line) == .success(request), "\(request.line) round-trips")
+        }
     }
 
     @Test func verbsAreCaseInsensitiveAndCRIsDropped() {

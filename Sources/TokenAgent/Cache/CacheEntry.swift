@@ -21,6 +21,14 @@ struct CacheEntry {
     var rejectedUntil = MonotonicInstant.origin
     /// The provider's refusal text.
     var rejection = ""
+    /// GETs of this key since its token was fetched (for `INFO`).
+    var reads = 0
+    /// The last fetch failure (for `INFO`): its text, empty when none.
+    var lastError = ""
+    /// When the last fetch failure happened.
+    var lastErrorAt = MonotonicInstant.origin
+    /// The last fetch failure's reason.
+    var lastErrorReason: FetchFailureReason?
     /// The instant of this entry's record in its shard's due queue; ``MonotonicInstant/origin``
     /// when it has none (not an optional: the entry is kept as small as it can be).
     var scheduled = MonotonicInstant.origin
@@ -43,6 +51,7 @@ struct CacheEntry {
         self.unixExpiry = unixExpiry
         expiry = now + remaining
         fetchedAt = now
+        reads = 0
         refreshAt = policy.refreshTime(fetchedAt: now, expiry: expiry, jitterUnit: jitterUnit)
     }
 

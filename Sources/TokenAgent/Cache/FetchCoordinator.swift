@@ -34,6 +34,8 @@ final class FetchCoordinator: Sendable {
         var backgroundRefreshes = 0
         var lastFailureAt: MonotonicInstant?
         var lastFailure: String?
+        /// Each configured kind's provider health.
+        var health: [String: ProviderHealth] = [:]
     }
 
     private let state: Mutex<State>
@@ -42,6 +44,7 @@ final class FetchCoordinator: Sendable {
     private let maxQueuedFetches: Int
     private let clock: any AgentClock
     private let logger: Logger
+    private let metrics: EngineMetrics
 
     init(
         runtime: EngineRuntime,
@@ -49,9 +52,12 @@ final class FetchCoordinator: Sendable {
         maxConcurrentFetches: Int,
         maxQueuedFetches: Int,
         clock: any AgentClock,
-        logger: Logger
+        logger: Logger,
+        metrics: EngineMetrics = EngineMetrics()
     ) {
         self.state = Mutex(State(runtime: runtime))
+        self.metrics = metrics
+        metrics.prepare(kinds: runtime.kinds)
         self.store = store
         self.limiter = AsyncLimiter(limit: max(1, maxConcurrentFetches))
         self.maxQueuedFetches = maxQueuedFetches
@@ -66,7 +72,10 @@ final class FetchCoordinator: Sendable {
     /// for a place at a provider.
     func flight(for key: TokenKey) -> Result<Flight, EngineFailure> {
         state.withLock { state in
-            if let flight = state.flights[key] { return .success(flight) }
+            if let flight = state.flights[key] {
+                metrics.recordWaiter()
+                return .success(flight)
+            }
             guard limiter.waiting < maxQueuedFetches else { return .failure(.busy) }
             guard let flight = start(key, in: &state) else { return .failure(state.runtime.unknownKind(key.kind)) }
             return .success(flight)
@@ -94,7 +103,19 @@ final class FetchCoordinator: Sendable {
         let task = Task { [self] in
             let result: Result<FetchedToken, ProviderError>
             do {
-                result = .success(try await limiter.withPlace { try await provider.fetchToken(for: key) })
+                result = .success(
+                    try await limiter.withPlace {
+                        let started = ContinuousClock.now
+                        defer {
+                            let elapsed = (ContinuousClock.now - started).components
+                            metrics.recordFetch(
+                                kind: key.kind,
+                                nanoseconds: elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
+                            )
+                        }
+                        return try await provider.fetchToken(for: key)
+                    }
+                )
             } catch let error as ProviderError {
                 result = .failure(error)
             } catch is CancellationError {
@@ -123,6 +144,9 @@ final class FetchCoordinator: Sendable {
         var metadata: Logger.Metadata = ["token_kind": "\(key.kind)", "token_id": "\(key.id)"]
         switch recorded {
         case .stored(let fetched):
+            state.withLock { state in
+                state.health[key.kind, default: ProviderHealth(kind: key.kind)].recordSuccess(at: now)
+            }
             metadata["token_fingerprint"] = "\(TokenFingerprint.of(fetched.token))"
             metadata["expires_in_s"] = "\(Int(fetched.expiresAt - unixNow))"
             logger.debug("fetched token", metadata: metadata)
@@ -135,7 +159,9 @@ final class FetchCoordinator: Sendable {
                 state.fetchErrors += 1
                 state.lastFailureAt = now
                 state.lastFailure = "\(key.kind): \(error)"
+                state.health[key.kind, default: ProviderHealth(kind: key.kind)].recordFailure(error, at: now)
             }
+            metrics.recordFailure(kind: key.kind, reason: FetchFailureReason(error))
             metadata["provider_status"] = "\(error)"
             logger.warning("token fetch failed", metadata: metadata)
             throw error
@@ -163,6 +189,7 @@ final class FetchCoordinator: Sendable {
         changedKinds: Set<String>,
         now: MonotonicInstant
     ) {
+        metrics.prepare(kinds: providers.keys)
         let retired = state.withLock { state -> [RetiringProvider] in
             let previous = state.runtime
             var generations: [String: Int] = [:]
@@ -180,6 +207,8 @@ final class FetchCoordinator: Sendable {
             }
             let runtime = EngineRuntime(providers: providers, policy: policy, generations: generations)
             state.runtime = runtime
+            // A new provider starts with a clean record; a kind no longer configured has none.
+            for kind in moved { state.health[kind] = nil }
             store.install(runtime, moved: moved, now: now)
             var orphaned: [Task<FetchedToken, any Error>] = []
             for (key, flight) in state.flights where moved.contains(key.kind) {
@@ -227,6 +256,13 @@ final class FetchCoordinator: Sendable {
             stats.inFlight = state.flights.count
             stats.lastFailureAt = state.lastFailureAt
             stats.lastFailure = state.lastFailure
+        }
+    }
+
+    /// The provider health of every configured kind, sorted by kind.
+    func providerHealth() -> [ProviderHealth] {
+        state.withLock { state in
+            state.runtime.kinds.map { state.health[$0] ?? ProviderHealth(kind: $0) }
         }
     }
 

@@ -36,6 +36,7 @@ struct StoreShard {
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
             reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
             entry.lastRead = now
+            if request.isGet { entry.reads &+= 1 }
             switch request {
             case .get(let requested): return Self.decideGet(&entry, requested: requested, policy: policy, now: now)
             case .refresh(let refused):
@@ -158,6 +159,9 @@ struct StoreShard {
             )
         case .failure(let error):
             entry.failures += 1
+            entry.lastError = "\(error)"
+            entry.lastErrorAt = now
+            entry.lastErrorReason = FetchFailureReason(error)
             var backoff = policy.backoff(failures: entry.failures, jitterUnit: jitterUnit)
             switch error {
             case .rejected(let text):
@@ -215,6 +219,50 @@ struct StoreShard {
             touched += 1
         }
         return touched
+    }
+
+    // MARK: Inspection
+
+    /// What `INFO` tells about `key` at `now` (`unixNow` on the wall clock), without touching it:
+    /// `nil` when nothing is cached for it.
+    func info(_ key: EntryKey, now: MonotonicInstant, unixNow: UnixTime) -> KeyInfo? {
+        guard let entry = table.peek(key) else { return nil }
+        func wall(_ instant: MonotonicInstant) -> UnixTime { unixNow + (instant - now) }
+        var info = KeyInfo(lastReadAt: wall(entry.lastRead))
+        if let token = entry.token {
+            info.fingerprint = TokenFingerprint.of(token)
+            info.fetchedAt = wall(entry.fetchedAt)
+            info.expiresAt = entry.unixExpiry
+            info.nextRefresh = wall(max(entry.refreshAt, entry.retryAfter, entry.rejectedUntil))
+            info.readsSinceFetch = entry.reads
+        }
+        info.failures = entry.failures
+        if !entry.lastError.isEmpty {
+            info.lastError = entry.lastError
+            info.lastErrorAt = wall(entry.lastErrorAt)
+            info.lastErrorReason = entry.lastErrorReason
+        }
+        return info
+    }
+
+    /// Adds this shard's entries to `surveys`, by kind: one walk of the table (for metrics and
+    /// health; never on a request's path).
+    func survey(into surveys: inout [String: KindSurvey], now: MonotonicInstant) {
+        let policy = runtime.policy
+        table.forEachKey { key, entry in
+            var survey = surveys[key.kind] ?? KindSurvey(kind: key.kind)
+            survey.entries += 1
+            let remaining = entry.remaining(at: now)
+            if entry.token != nil, policy.isServable(remaining: remaining) { survey.tokens += 1 }
+            if entry.token != nil, policy.isActive(lastRead: entry.lastRead, now: now) {
+                survey.activeTokens += 1
+                survey.soonestActiveExpiry = min(survey.soonestActiveExpiry ?? .infinity, remaining)
+                if remaining < policy.requiredValidity(lifetime: entry.lifetime, requested: nil) {
+                    survey.activeBelowMinimumValidity += 1
+                }
+            }
+            surveys[key.kind] = survey
+        }
     }
 
     // MARK: The scheduler

@@ -48,7 +48,8 @@ public final class TokenEngine: Sendable {
         clock: any AgentClock = SystemAgentClock(),
         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
         mirror: (any TokenMirror)? = nil,
-        logger: Logger = Logger(label: "fleet-tokend.engine")
+        logger: Logger = Logger(label: "fleet-tokend.engine"),
+        metrics: EngineMetrics = EngineMetrics()
     ) {
         let generations = Dictionary(uniqueKeysWithValues: providers.keys.map { ($0, 0) })
         let runtime = EngineRuntime(providers: providers, policy: policy, generations: generations)
@@ -62,7 +63,8 @@ public final class TokenEngine: Sendable {
             maxConcurrentFetches: maxConcurrentFetches,
             maxQueuedFetches: maxQueuedFetches,
             clock: clock,
-            logger: logger
+            logger: logger,
+            metrics: metrics
         )
     }
 
@@ -120,6 +122,25 @@ public final class TokenEngine: Sendable {
     public func drop(kind: String, id: String) -> EngineFailure? {
         store.drop(EntryKey(kind: kind, id: id))
     }
+
+    /// What `INFO` tells about `kind`/`id`: never the token. `nil` when nothing is cached for it;
+    /// a failure when the kind is not configured. The entry is not touched (not counted as read).
+    public func info(kind: String, id: String) -> Result<KeyInfo?, EngineFailure> {
+        store.info(EntryKey(kind: kind, id: id), now: clock.now, unixNow: clock.unixNow)
+    }
+
+    /// The provider health of every configured kind, sorted by kind.
+    public func providerHealth() -> [ProviderHealth] { fetches.providerHealth() }
+
+    /// The entries of every configured kind, surveyed now: one walk of the whole cache, for
+    /// metrics and health (every few seconds), never for a request.
+    public func survey() -> [KindSurvey] {
+        let surveys = store.survey(now: clock.now)
+        return kinds.map { surveys[$0] ?? KindSurvey(kind: $0) }
+    }
+
+    /// The monotonic clock reading the engine uses.
+    public var now: MonotonicInstant { clock.now }
 
     /// The current counters.
     public func statistics() -> EngineStatistics {

@@ -93,6 +93,22 @@ final class TokenStore: Sendable {
         return touched
     }
 
+    /// What `INFO` tells about `key`: `nil` when nothing is cached for it, a failure when its kind
+    /// is not configured.
+    func info(_ key: EntryKey, now: MonotonicInstant, unixNow: UnixTime) -> Result<KeyInfo?, EngineFailure> {
+        shard(key).state.withLock { shard in
+            guard shard.runtime.providers[key.kind] != nil else { return .failure(shard.runtime.unknownKind(key.kind)) }
+            return .success(shard.info(key, now: now, unixNow: unixNow))
+        }
+    }
+
+    /// The entries of every kind, surveyed at `now` (one walk of every shard, each under its lock).
+    func survey(now: MonotonicInstant) -> [String: KindSurvey] {
+        var surveys: [String: KindSurvey] = [:]
+        for shard in shards { shard.state.withLock { $0.survey(into: &surveys, now: now) } }
+        return surveys
+    }
+
     /// One scheduler pass over every shard: the keys whose background refresh is due.
     func takeDue(now: MonotonicInstant) -> [TokenKey] {
         var due: [TokenKey] = []

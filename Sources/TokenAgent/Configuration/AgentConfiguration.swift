@@ -46,8 +46,15 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var requestTimeout: Double = 10
     /// The most connections one uid may hold at once; 0 for no per-uid limit.
     public var maxConnectionsPerUID = 0
-    /// The log level: trace, debug, info, notice, warning, error, critical.
+    /// The log level: trace, debug, info, notice, warning, error, critical. Applied again on
+    /// every reload.
     public var logLevel = "info"
+    /// Where the HTTP metrics listener listens (`host:port`); `nil`: no listener (the default).
+    public var metricsListen: String?
+    /// A kind whose provider has failed for this long, seconds, makes the agent degraded.
+    public var degradedAfter: Double = 120
+    /// The refresher counts as stalled when it has not completed a pass for this long, seconds.
+    public var refresherStallAfter: Double = 10
 
     /// Creates the default configuration; the socket path comes from `environment`.
     public init(environment: [String: String] = [:]) {
@@ -150,6 +157,13 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         for kind in access.allow.keys.sorted() where !TokenIdentifier.isWellFormedKind(kind) {
             throw ConfigurationError(key: "allow.\(kind)", "kind names are 1 to 32 of a-z, 0-9 and -")
+        }
+        if let metricsListen { _ = try MetricsListenAddress(parsing: metricsListen) }
+        guard degradedAfter.isFinite, degradedAfter >= 0, degradedAfter <= 86_400 else {
+            throw ConfigurationError(key: "degraded_after", "must be seconds from 0 to 86400")
+        }
+        guard refresherStallAfter.isFinite, refresherStallAfter >= 2, refresherStallAfter <= 3600 else {
+            throw ConfigurationError(key: "refresher_stall_after", "must be seconds from 2 to 3600")
         }
         guard Self.logLevels.contains(logLevel) else {
             throw ConfigurationError(key: "log_level", "must be one of \(Self.logLevels.joined(separator: ", "))")

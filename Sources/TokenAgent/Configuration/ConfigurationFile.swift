@@ -25,6 +25,9 @@ public enum ConfigurationFile {
         var rejectionMemory: Double?
         var sharedMemory: Bool?
         var sharedMemoryMaxBytes: Double?
+        var metricsListen: String?
+        var degradedAfter: Double?
+        var refresherStallAfter: Double?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case socket, providers
@@ -46,6 +49,9 @@ public enum ConfigurationFile {
             case rejectionMemory = "rejection_memory"
             case sharedMemory = "shared_memory"
             case sharedMemoryMaxBytes = "shared_memory_max_bytes"
+            case metricsListen = "metrics_listen"
+            case degradedAfter = "degraded_after"
+            case refresherStallAfter = "refresher_stall_after"
         }
     }
 
@@ -172,6 +178,9 @@ public enum ConfigurationFile {
         if let value = contents.rejectionMemory { configuration.rejectionMemory = value }
         if let value = contents.sharedMemory { configuration.sharedMemory = value }
         if let value = contents.sharedMemoryMaxBytes { configuration.sharedMemoryMaxBytes = Int(value) }
+        if let value = contents.metricsListen { configuration.metricsListen = value }
+        if let value = contents.degradedAfter { configuration.degradedAfter = value }
+        if let value = contents.refresherStallAfter { configuration.refresherStallAfter = value }
         if let value = contents.maxConnectionsPerUid {
             configuration.maxConnectionsPerUID = try whole(value, key: "max_connections_per_uid")
         }

@@ -144,6 +144,7 @@ extension RequestHandler {
             rest.writeBytes(line.dropFirst(sent))
             context.write(wrapOutboundOut(rest), promise: nil)
         }
+        status.metrics.requests.count(.shm, .ok)
         finishDescriptor(context: context)
     }
 

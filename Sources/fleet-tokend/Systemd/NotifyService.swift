@@ -52,7 +52,7 @@ struct NotifyService: Service {
 
     /// Whether every event loop runs a task promptly and the refresher made a pass recently.
     private func isAlive() async -> Bool {
-        guard heartbeat.secondsSinceLastBeat < 10 else {
+        guard !status.health.refresherStalled else {
             logger.error(
                 "refresher stalled: no watchdog ping",
                 metadata: ["seconds": "\(Int(heartbeat.secondsSinceLastBeat))"]

@@ -19,6 +19,7 @@ final class ReloadService: Service, Sendable {
     private let notifier: SystemdNotifier
     private let status: @Sendable () -> String
     private let statistics: ReloadStatistics
+    private let logLevel: LogLevelControl
     private let logger: Logger
 
     init(
@@ -30,8 +31,10 @@ final class ReloadService: Service, Sendable {
         notifier: SystemdNotifier,
         status: @escaping @Sendable () -> String,
         statistics: ReloadStatistics,
+        logLevel: LogLevelControl,
         logger: Logger
     ) {
+        self.logLevel = logLevel
         self.statistics = statistics
         self.load = load
         self.engine = engine
@@ -73,6 +76,7 @@ final class ReloadService: Service, Sendable {
                 policy: configuration.policy,
                 rulesChanged: rulesChanged
             )
+            if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             current.withLock { $0 = built }
             statistics.recordApplied()
             logger.notice(
@@ -80,6 +84,7 @@ final class ReloadService: Service, Sendable {
                 metadata: [
                     "kinds": "\(built.providers.keys.sorted().joined(separator: ","))",
                     "changed_kinds": "\(changed.sorted().joined(separator: ","))",
+                    "log_level": "\(configuration.logLevel)",
                 ]
             )
         } catch {

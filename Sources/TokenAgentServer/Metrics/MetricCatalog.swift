@@ -1,0 +1,187 @@
+import TokenAgent
+
+/// Every metric the agent exports: its name, type and meaning, in one table. The HELP lines of the
+/// exposition come from here, and a test checks that docs/OPERATIONS.md lists every name.
+public enum MetricCatalog {
+    /// A metric's Prometheus type.
+    public enum Kind: String, Sendable {
+        case counter, gauge, histogram
+    }
+
+    /// One metric.
+    public struct Entry: Sendable {
+        /// The exported name.
+        public var name: String
+        /// Its type.
+        public var kind: Kind
+        /// Its labels.
+        public var labels: [String]
+        /// What it means (the HELP line).
+        public var help: String
+    }
+
+    /// Every metric, in the order docs/OPERATIONS.md lists them.
+    public static let entries: [Entry] = [
+        Entry(
+            name: "fleet_tokend_requests_total",
+            kind: .counter,
+            labels: ["verb", "code"],
+            help: "Requests answered, by verb and result code (ok or the ERR code)."
+        ),
+        Entry(
+            name: "fleet_tokend_cache_hits_total",
+            kind: .counter,
+            labels: [],
+            help: "GETs answered from the cache without waiting for a fetch."
+        ),
+        Entry(
+            name: "fleet_tokend_cache_misses_total",
+            kind: .counter,
+            labels: [],
+            help: "GETs that waited for a fetch."
+        ),
+        Entry(
+            name: "fleet_tokend_stale_serves_total",
+            kind: .counter,
+            labels: [],
+            help: "GETs answered with the cached token because the fetch for a fresher one failed."
+        ),
+        Entry(
+            name: "fleet_tokend_entries",
+            kind: .gauge,
+            labels: ["kind"],
+            help: "Cache entries held: keys with a token and keys that only remember failures."
+        ),
+        Entry(
+            name: "fleet_tokend_soonest_expiry_seconds",
+            kind: .gauge,
+            labels: ["kind"],
+            help: "Seconds until the soonest expiry among the tokens read within the idle time-out."
+        ),
+        Entry(
+            name: "fleet_tokend_late_refresh_tokens",
+            kind: .gauge,
+            labels: ["kind"],
+            help: "Tokens read within the idle time-out with less time left than a default GET requires."
+        ),
+        Entry(
+            name: "fleet_tokend_fetches_total",
+            kind: .counter,
+            labels: [],
+            help: "Fetches started at a provider (GET misses, REFRESH, background refreshes)."
+        ),
+        Entry(
+            name: "fleet_tokend_background_refreshes_total",
+            kind: .counter,
+            labels: [],
+            help: "Background refreshes started (also counted in fleet_tokend_fetches_total)."
+        ),
+        Entry(
+            name: "fleet_tokend_fetches_in_flight",
+            kind: .gauge,
+            labels: [],
+            help: "Fetches in flight, running or waiting for a concurrent-fetch place."
+        ),
+        Entry(
+            name: EngineMetrics.Name.fetchDuration,
+            kind: .histogram,
+            labels: ["kind"],
+            help: "Time a fetch took at the provider, whatever its outcome."
+        ),
+        Entry(
+            name: EngineMetrics.Name.fetchErrors,
+            kind: .counter,
+            labels: ["kind", "reason"],
+            help: "Failed or refused fetches, by reason."
+        ),
+        Entry(
+            name: EngineMetrics.Name.singleflightWaiters,
+            kind: .counter,
+            labels: [],
+            help: "Requests that joined a fetch already in flight for their key."
+        ),
+        Entry(
+            name: "fleet_tokend_provider_failing_seconds",
+            kind: .gauge,
+            labels: ["kind"],
+            help: "Seconds the kind's provider has been failing (0 when it is not)."
+        ),
+        Entry(
+            name: "fleet_tokend_provider_last_failure_timestamp_seconds",
+            kind: .gauge,
+            labels: ["kind", "reason"],
+            help: "Unix time of the kind's last fetch failure of each reason."
+        ),
+        Entry(
+            name: "fleet_tokend_provider_clock_skew_seconds",
+            kind: .gauge,
+            labels: ["kind"],
+            help: "The provider's clock minus the agent's, from the Date header of its last reply."
+        ),
+        Entry(
+            name: "fleet_tokend_denied_total",
+            kind: .counter,
+            labels: ["kind"],
+            help: "Requests refused by the access rules, by kind (admin for operator verbs)."
+        ),
+        Entry(
+            name: "fleet_tokend_connections_open",
+            kind: .gauge,
+            labels: [],
+            help: "Client connections open."
+        ),
+        Entry(
+            name: "fleet_tokend_connections_total",
+            kind: .counter,
+            labels: [],
+            help: "Client connections admitted since start."
+        ),
+        Entry(
+            name: "fleet_tokend_connections_refused_total",
+            kind: .counter,
+            labels: [],
+            help: "Client connections refused at the connection limits."
+        ),
+        Entry(
+            name: "fleet_tokend_reloads_total",
+            kind: .counter,
+            labels: ["outcome"],
+            help: "Configuration reloads, applied or refused."
+        ),
+        Entry(
+            name: "fleet_tokend_last_reload_success",
+            kind: .gauge,
+            labels: [],
+            help: "1 when the last reload was applied (or none was tried), 0 when it was refused."
+        ),
+        Entry(
+            name: "fleet_tokend_refresher_last_pass_age_seconds",
+            kind: .gauge,
+            labels: [],
+            help: "Seconds since the background refresher last completed a pass."
+        ),
+        Entry(
+            name: "fleet_tokend_degraded",
+            kind: .gauge,
+            labels: ["kind", "reason"],
+            help: "1 when the kind makes the agent degraded for the reason (provider_failing, expiry_soon)."
+        ),
+        Entry(
+            name: "fleet_tokend_healthy",
+            kind: .gauge,
+            labels: [],
+            help: "1 when the agent is serving and not degraded, 0 otherwise."
+        ),
+        Entry(
+            name: "fleet_tokend_uptime_seconds",
+            kind: .gauge,
+            labels: [],
+            help: "Seconds since the agent started."
+        ),
+    ]
+
+    private static let helpByName = Dictionary(uniqueKeysWithValues: entries.map { ($0.name, $0.help) })
+
+    /// The HELP text of `name`; empty for a metric not in the table.
+    public static func help(_ name: String) -> String { helpByName[name] ?? "" }
+}

@@ -1,0 +1,196 @@
+import Foundation
+import TokenWire
+
+/// What `fleet-tokend status` shows, built from one `PING`, `STATS` and `METRICS` exchange. It
+/// holds counts, kinds, reasons and times only: the agent's replies to these verbs never carry a
+/// token or an id.
+struct StatusReport {
+    /// One kind's line.
+    struct Kind {
+        var name: String
+        var entries = 0
+        var failingSeconds = 0.0
+        var lastFailureReason: String?
+        var lastFailureAt: Double?
+        var fetchErrors = 0
+        var soonestExpiry: Double?
+        var degradedReasons: [String] = []
+    }
+
+    var degraded = false
+    var refresherStalled = false
+    var uptime = 0
+    var entries = 0
+    var hits = 0
+    var misses = 0
+    var fetchErrors = 0
+    var denied = 0
+    var connections = 0
+    var reloads = 0
+    var reloadFailures = 0
+    var lastReloadApplied = true
+    var refresherAge = 0.0
+    var kinds: [Kind] = []
+
+    /// The report of a `PING` reply, `STATS` fields and `METRICS` samples.
+    init(ping: String, stats: [String: String], samples: [MetricsText.Sample]) {
+        func stat(_ name: String) -> Int { Int(stats[name] ?? "") ?? 0 }
+        refresherStalled = ping != "PONG"
+        uptime = stat("uptime_s")
+        entries = stat("entries")
+        hits = stat("hits")
+        misses = stat("misses")
+        fetchErrors = stat("fetch_errors")
+        denied = stat("denied")
+        connections = stat("connections")
+        reloads = stat("reloads")
+        reloadFailures = stat("reload_failures")
+        var byKind: [String: Kind] = [:]
+        func update(_ name: String?, _ body: (inout Kind) -> Void) {
+            guard let name else { return }
+            var kind = byKind[name] ?? Kind(name: name)
+            body(&kind)
+            byKind[name] = kind
+        }
+        var healthy = true
+        for sample in samples {
+            let kind = sample.labels["kind"]
+            switch sample.name {
+            case "fleet_tokend_healthy": healthy = sample.value == 1
+            case "fleet_tokend_last_reload_success": lastReloadApplied = sample.value == 1
+            case "fleet_tokend_refresher_last_pass_age_seconds": refresherAge = sample.value
+            case "fleet_tokend_entries": update(kind) { $0.entries = Int(sample.value) }
+            case "fleet_tokend_provider_failing_seconds": update(kind) { $0.failingSeconds = sample.value }
+            case "fleet_tokend_soonest_expiry_seconds": update(kind) { $0.soonestExpiry = sample.value }
+            case "fleet_tokend_fetch_errors_total": update(kind) { $0.fetchErrors += Int(sample.value) }
+            case "fleet_tokend_provider_last_failure_timestamp_seconds":
+                update(kind) { entry in
+                    if sample.value > (entry.lastFailureAt ?? -1) {
+                        entry.lastFailureAt = sample.value
+                        entry.lastFailureReason = sample.labels["reason"]
+                    }
+                }
+            case "fleet_tokend_degraded" where sample.value == 1:
+                update(kind) { $0.degradedReasons.append(sample.labels["reason"] ?? "?") }
+            default: break
+            }
+        }
+        kinds = byKind.values.sorted { $0.name < $1.name }
+        degraded = !healthy || refresherStalled
+    }
+
+    /// The hit ratio in percent, `nil` before the first GET.
+    var hitRatio: Double? { hits + misses == 0 ? nil : Double(hits) * 100 / Double(hits + misses) }
+
+    /// The kind with the soonest expiry among tokens in use, and that expiry.
+    var soonest: (kind: String, seconds: Double)? {
+        kinds.compactMap { kind in kind.soonestExpiry.map { (kind.name, $0) } }.min { $0.1 < $1.1 }
+    }
+
+    /// Why the agent is degraded, one phrase per problem.
+    var problems: [String] {
+        var problems: [String] = []
+        if refresherStalled { problems.append("refresher stalled (last pass \(Int(refresherAge)) s ago)") }
+        for kind in kinds {
+            for reason in kind.degradedReasons {
+                switch reason {
+                case "provider_failing":
+                    var text = "\(kind.name): provider failing for \(Int(kind.failingSeconds)) s"
+                    if let last = kind.lastFailureReason { text += " (last error: \(last))" }
+                    problems.append(text)
+                case "expiry_soon":
+                    let soon = kind.soonestExpiry.map { " (soonest in \(Int($0)) s)" } ?? ""
+                    problems.append("\(kind.name): tokens in use close to expiry\(soon)")
+                default: problems.append("\(kind.name): \(reason)")
+                }
+            }
+        }
+        if degraded && problems.isEmpty { problems.append("degraded") }
+        return problems
+    }
+
+    /// The report for a terminal, coloured when `colour` is set.
+    func text(colour: Bool, now: Double) -> String {
+        func paint(_ text: String, _ code: String) -> String { colour ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text }
+        var lines: [String] = []
+        let state = degraded ? paint("degraded", "1;31") : paint("serving", "1;32")
+        lines.append("fleet-tokend: \(state), up \(Self.duration(uptime))")
+        for problem in problems { lines.append("  " + paint("! " + problem, "31")) }
+        let ratio = hitRatio.map { String(format: "%.1f%%", $0) } ?? "n/a"
+        lines.append("cache:     \(entries) entries, hit ratio \(ratio) (\(hits) hits, \(misses) misses)")
+        if let soonest {
+            lines.append(
+                "expiry:    soonest token in use expires in \(Self.duration(Int(soonest.seconds))) (\(soonest.kind))"
+            )
+        } else {
+            lines.append("expiry:    no token read within the idle time-out")
+        }
+        lines.append("providers:")
+        for kind in kinds {
+            var text = "  \(kind.name.padding(toLength: 18, withPad: " ", startingAt: 0))"
+            text += kind.failingSeconds > 0 ? paint("failing \(Int(kind.failingSeconds)) s", "31") : paint("ok", "32")
+            text += ", \(kind.entries) entries, \(kind.fetchErrors) fetch errors"
+            if let at = kind.lastFailureAt, let reason = kind.lastFailureReason {
+                text += ", last error \(reason) \(Self.duration(Int(max(0, now - at)))) ago"
+            }
+            lines.append(text)
+        }
+        lines.append("clients:   \(connections) connected, \(denied) requests denied")
+        var reload = "reloads:   \(reloads) applied, \(reloadFailures) refused"
+        if reloads + reloadFailures > 0 {
+            reload += lastReloadApplied ? ", last applied" : ", " + paint("last refused", "31")
+        }
+        lines.append(reload)
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The report as JSON for scripts.
+    func json(now: Double) -> String {
+        var kindObjects: [[String: Any]] = []
+        for kind in kinds {
+            var object: [String: Any] = [
+                "kind": kind.name, "entries": kind.entries, "provider_failing_s": Int(kind.failingSeconds),
+                "fetch_errors": kind.fetchErrors, "degraded_reasons": kind.degradedReasons,
+            ]
+            if let soonest = kind.soonestExpiry { object["soonest_expiry_s"] = Int(soonest) }
+            if let at = kind.lastFailureAt, let reason = kind.lastFailureReason {
+                object["last_error"] = reason
+                object["last_error_at"] = Int(at)
+            }
+            kindObjects.append(object)
+        }
+        var object: [String: Any] = [
+            "state": degraded ? "degraded" : "serving",
+            "problems": problems.filter { _ in degraded },
+            "uptime_s": uptime,
+            "entries": entries,
+            "hits": hits,
+            "misses": misses,
+            "fetch_errors": fetchErrors,
+            "denied": denied,
+            "connections": connections,
+            "reloads": reloads,
+            "reload_failures": reloadFailures,
+            "last_reload_applied": lastReloadApplied,
+            "refresher_stalled": refresherStalled,
+            "kinds": kindObjects,
+        ]
+        if let ratio = hitRatio { object["hit_ratio"] = (ratio * 10).rounded() / 1000 }
+        if let soonest {
+            object["soonest_expiry_s"] = Int(soonest.seconds)
+            object["soonest_expiry_kind"] = soonest.kind
+        }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    /// `3 d 4 h`, `2 h 5 min`, `4 min 10 s` or `12 s`.
+    static func duration(_ seconds: Int) -> String {
+        switch seconds {
+        case 86_400...: return "\(seconds / 86_400) d \(seconds % 86_400 / 3600) h"
+        case 3600...: return "\(seconds / 3600) h \(seconds % 3600 / 60) min"
+        case 60...: return "\(seconds / 60) min \(seconds % 60) s"
+        default: return "\(seconds) s"
+        }
+    }
+}

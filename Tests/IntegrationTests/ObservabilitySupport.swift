@@ -1,0 +1,121 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One sample of a Prometheus exposition as Prometheus' own Python parser read it.
+struct ParsedSample: Hashable {
+    var name: String
+    var labels: [String: String]
+    var value: Double
+}
+
+/// Parses `text` with `prometheus_client`'s text parser (installed by scripts/ensure-tools.sh),
+/// in a python3 process; throws when the parser refuses the text.
+func prometheusParse(_ text: String) async throws -> [ParsedSample] {
+    let script = """
+        import json, sys
+        from prometheus_client.parser import text_string_to_metric_families
+        out = []
+        for family in text_string_to_metric_families(sys.stdin.read()):
+            for s in family.samples:
+                out.append([s.name, s.labels, s.value, family.type])
+        print(json.dumps(out))
+        """
+    guard let python = which("python3") else { throw AgentError("python3 is not on PATH") }
+    let result = try await run(python, ["-c", script], stdin: text)
+    guard result.status == 0, let data = result.stdout.data(using: .utf8),
+        let rows = try JSONSerialization.jsonObject(with: data) as? [[Any]]
+    else {
+        throw AgentError("prometheus_client refused the exposition (status \(result.status)): \(result.stderr)")
+    }
+    return rows.compactMap { row in
+        guard row.count >= 3, let name = row[0] as? String, let labels = row[1] as? [String: String] else {
+            return nil
+        }
+        let value = (row[2] as? Double) ?? Double((row[2] as? Int) ?? 0)
+        return ParsedSample(name: name, labels: labels, value: value)
+    }
+}
+
+extension [ParsedSample] {
+    /// The value of the sample `name` with exactly `labels`; 0 when there is none.
+    func value(_ name: String, _ labels: [String: String] = [:]) -> Double {
+        first { $0.name == name && $0.labels == labels }?.value ?? 0
+    }
+
+    /// Whether a sample `name` with exactly `labels` exists.
+    func has(_ name: String, _ labels: [String: String] = [:]) -> Bool {
+        contains { $0.name == name && $0.labels == labels }
+    }
+}
+
+extension AgentProcess {
+    /// Sends `METRICS` on its own connection and returns the exposition's lines (without the
+    /// `# EOF` line), or the one error line.
+    func metricsLines(extra: String = "") async throws -> [String] {
+        let lines = try await SocketClient.exchange(socketPath, "METRICS\n" + extra, lines: nil, halfClose: true)
+        return lines
+    }
+
+    /// The exposition of one `METRICS`, `# EOF` removed after checking it ends the reply.
+    func metricsText() async throws -> String {
+        let lines = try await metricsLines()
+        guard lines.last == "# EOF" else { throw AgentError("METRICS did not end with # EOF: \(lines.suffix(3))") }
+        return lines.dropLast().map { $0 + "\n" }.joined()
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released: another process could take it meanwhile,
+/// which would fail the test loudly, not silently).
+func freeLoopbackPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Int32 in
+            guard bind(fd, pointer, length) == 0 else { return -1 }
+            return getsockname(fd, pointer, &length)
+        }
+    }
+    guard bound == 0 else { throw AgentError("cannot bind a loopback port") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// `GET path` over HTTP/1.0 on 127.0.0.1:`port`: the status line and the body.
+func httpGet(port: Int, path: String) async throws -> (status: String, body: String) {
+    try await offPool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { throw AgentError("connect to 127.0.0.1:\(port) failed") }
+        let request = Array("GET \(path) HTTP/1.0\r\nHost: localhost\r\n\r\n".utf8)
+        _ = request.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count <= 0 { break }
+            received += chunk[..<count]
+        }
+        let text = String(decoding: received, as: UTF8.self)
+        guard let split = text.range(of: "\r\n\r\n") else { throw AgentError("no HTTP reply: \(text)") }
+        let status = text[..<split.lowerBound].components(separatedBy: "\r\n").first ?? ""
+        return (status, String(text[split.upperBound...]))
+    }
+}
