@@ -1,12 +1,18 @@
 import TokenWire
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 extension AgentConnection {
     /// The reader thread: blocks in `read`, writes the requests queued meanwhile, parses every
     /// whole reply of the read and resumes their callers, oldest first, until the connection ends
     /// or is released. It holds the connection only while it handles what it read.
     static func readReplies(_ socket: SocketHandle, for weakConnection: WeakConnection) {
         var reader = ReplyReader()
-        var replies: [WireReply] = []
+        var replies: [ReceivedReply] = []
         while true {
             let problem = reader.readReplies(from: socket.fd, into: &replies)
             guard let connection = weakConnection.connection else { break }
@@ -27,7 +33,7 @@ extension AgentConnection {
     /// Hands `replies` to the oldest callers owed one. Writes what is queued when no request is
     /// left on the wire (no later read would), and closes a retired connection once nothing is
     /// owed.
-    func deliver(_ replies: [WireReply]) {
+    func deliver(_ replies: [ReceivedReply]) {
         let (waiting, unasked, retiredAndIdle, batch) = state.withLock { state in
             var waiting: [ReplyWaiter?] = []
             waiting.reserveCapacity(replies.count)
@@ -39,7 +45,21 @@ extension AgentConnection {
             return (waiting, waiting.count < replies.count, state.retired && state.pending.isEmpty, batch)
         }
         if let batch { write(batch) }
-        for (continuation, reply) in zip(waiting, replies) { continuation?.resume(returning: .reply(reply)) }
+        for (continuation, received) in zip(waiting, replies) {
+            guard let continuation else {
+                // The caller timed out: nobody takes the descriptor.
+                if let descriptor = received.descriptor { close(descriptor) }
+                continue
+            }
+            if let descriptor = received.descriptor {
+                continuation.resume(returning: .replyWithDescriptor(received.reply, descriptor))
+            } else {
+                continuation.resume(returning: .reply(received.reply))
+            }
+        }
+        for received in replies.dropFirst(waiting.count) {
+            if let descriptor = received.descriptor { close(descriptor) }
+        }
         if unasked {
             fail("a reply came with no request waiting")
         } else if retiredAndIdle {

@@ -6,6 +6,16 @@ extension FleetTokenClient {
     /// unreachable, up to the reconnect deadline. `ERR` replies are thrown. A time-out retires the
     /// connection: replies come in order, so later calls must not queue behind the late one.
     nonisolated(nonsending) func exchange(_ request: WireRequest) async throws(FleetTokenError) -> WireReply {
+        let (reply, descriptor) = try await exchangeReceiving(request)
+        if let descriptor { close(descriptor) }
+        return reply
+    }
+
+    /// ``exchange(_:)``, with the descriptor that came with the reply (`SHM`), which the caller
+    /// closes.
+    nonisolated(nonsending) func exchangeReceiving(
+        _ request: WireRequest
+    ) async throws(FleetTokenError) -> (WireReply, Int32?) {
         try Self.validate(request)
         requests.add(1, ordering: .relaxed)
         let clock = ContinuousClock()
@@ -16,7 +26,7 @@ extension FleetTokenClient {
         while true {
             let problem: String
             switch await attempt(request, timeout: Self.seconds(clock.now.duration(to: callDeadline))) {
-            case .answered(let reply): return reply
+            case .answered(let reply, let descriptor): return (reply, descriptor)
             case .failed(let error): throw error
             case .retry(let reason): problem = reason
             case .sendElsewhere:
@@ -43,7 +53,7 @@ extension FleetTokenClient {
     }
 
     private enum Attempt {
-        case answered(WireReply)
+        case answered(WireReply, Int32?)
         case failed(FleetTokenError)
         case retry(String)
         /// The connection was closed or retired before the request was written.
@@ -62,7 +72,12 @@ extension FleetTokenClient {
         case .reply(.error(let error)):
             return .failed(FleetTokenError(error))
         case .reply(let reply):
-            return .answered(reply)
+            return .answered(reply, nil)
+        case .replyWithDescriptor(.error(let error), let descriptor):
+            close(descriptor)
+            return .failed(FleetTokenError(error))
+        case .replyWithDescriptor(let reply, let descriptor):
+            return .answered(reply, descriptor)
         case .timedOut:
             connection.retire()
             pool.discardClosed()

@@ -33,6 +33,10 @@ public final class FleetTokenClient: Sendable {
         public var connections = 1
         /// The most tokens remembered in-process. Default 10000.
         public var memoCapacity = 10_000
+        /// Whether tokens are read from the agent's shared-memory segments when it offers them
+        /// (docs/SHM.md): no system call and always the agent's current token. Default on; the
+        /// memo then serves only kinds without a segment.
+        public var sharedMemory = true
 
         /// The default configuration.
         public init() {}
@@ -53,6 +57,7 @@ public final class FleetTokenClient: Sendable {
     let pool: ConnectionPool
     let memoHits = Atomic(0)
     let requests = Atomic(0)
+    let segments = SegmentReads()
 
     /// Creates a client for the agent listening at `socketPath`. No connection is made until the
     /// first call.
@@ -71,6 +76,30 @@ public final class FleetTokenClient: Sendable {
         pool.shutdown()
     }
 
+    /// Asks for `kind`'s segment and maps it, for the calls that follow.
+    private nonisolated(nonsending) func askForSegment(_ kind: String) async {
+        do {
+            let (reply, descriptor) = try await exchangeReceiving(.shm(kind: kind))
+            segments.received(kind: kind, reply: reply, descriptor: descriptor)
+            if descriptor != nil, segments.claimReporter() { startReportingTouches() }
+        } catch {
+            segments.received(kind: kind, reply: nil, descriptor: nil)
+        }
+    }
+
+    /// Reports the keys read through memory (`TOUCH`) every few seconds, off the read path, for
+    /// as long as the client lives.
+    private func startReportingTouches() {
+        Task.detached { [weak self] in
+            while true {
+                guard let interval = self?.segments.reportInterval else { return }
+                try? await Task.sleep(for: .milliseconds(Int64(interval * 1000)))
+                guard let self else { return }
+                for request in self.segments.takeTouches() { _ = try? await self.exchange(request) }
+            }
+        }
+    }
+
     // MARK: Calls
 
     /// A token for `subject` with at least `minimumValidity` seconds left (the configuration's
@@ -83,7 +112,20 @@ public final class FleetTokenClient: Sendable {
         _ subject: TokenSubject,
         minimumValidity: TimeInterval? = nil
     ) async throws(FleetTokenError) -> Token {
-        if let token = remembered(subject, minimumValidity: minimumValidity) { return token }
+        var memoMayAnswer = true
+        if configuration.sharedMemory {
+            var answer = segments.lookup(subject, minimumValidity: minimumValidity)
+            if case .askForSegment = answer {
+                await askForSegment(subject.kind)
+                answer = segments.lookup(subject, minimumValidity: minimumValidity)
+            }
+            switch answer {
+            case .token(let token): return token
+            case .miss: memoMayAnswer = false
+            case .socket, .askForSegment: break
+            }
+        }
+        if memoMayAnswer, let token = remembered(subject, minimumValidity: minimumValidity) { return token }
         let key = Flights.Key(subject: subject, minimumValidity: minimumValidity.map { Int($0.rounded(.up)) })
         while !flights.lead(key) {
             if let result = await flights.join(key) { return try result.get() }
@@ -160,6 +202,9 @@ public final class FleetTokenClient: Sendable {
         (memoHits.load(ordering: .relaxed), requests.load(ordering: .relaxed))
     }
 
+    /// Tokens this client answered from the agent's shared memory.
+    public var sharedMemoryReads: Int { segments.hits }
+
     /// Forgets every remembered token (the agent keeps its own).
     public func forgetRemembered() {
         memo.removeAll()
@@ -180,7 +225,8 @@ public final class FleetTokenClient: Sendable {
     private func remember(_ subject: TokenSubject, _ reply: WireReply) throws(FleetTokenError) -> Token {
         guard case .token(let jwt, let expiresAt) = reply else { throw Self.unexpected(reply) }
         let token = Token(jwt: jwt, expiresAt: Date(timeIntervalSince1970: TimeInterval(expiresAt)))
-        if configuration.memoization { memo.remember(token, for: subject) }
+        // A kind read through shared memory needs no memo: the segment is always current.
+        if configuration.memoization, !segments.isMapped(subject.kind) { memo.remember(token, for: subject) }
         return token
     }
 

@@ -4,6 +4,9 @@ import TokenWire
 enum ExchangeOutcome: Sendable {
     /// The agent's reply line.
     case reply(WireReply)
+    /// The agent's reply line, with the descriptor that came with it (`SHM`); the receiver
+    /// closes it.
+    case replyWithDescriptor(WireReply, Int32)
     /// The connection broke, was closed or retired before the reply came; the request may be
     /// retried on a new connection.
     case lost(String)

@@ -1,3 +1,4 @@
+import CSharedMemory
 import TokenWire
 
 #if canImport(Glibc)
@@ -6,22 +7,43 @@ import TokenWire
     import Darwin
 #endif
 
+/// A reply line, and the descriptor that came with it (only an `SHM` reply has one).
+struct ReceivedReply {
+    var reply: WireReply
+    var descriptor: Int32?
+}
+
 /// The bytes read from a connection and not yet parsed: reads as much as the socket holds and
 /// parses every whole reply line of it in one pass.
 ///
-/// Only the connection's reader thread uses it, on a blocking socket.
+/// Only the connection's reader thread uses it, on a blocking socket. Reads take descriptors
+/// (`SCM_RIGHTS`) too: the agent sends a segment's descriptor with the first byte of its `SHM`
+/// reply, so each one is given to the next `OK size=…` reply parsed.
 struct ReplyReader {
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     private var filled = 0
+    /// Descriptors received and not yet given to a reply.
+    private var descriptors: [Int32] = []
 
     /// Reads what `fd` holds (waiting for something to arrive) and appends the replies of every
     /// whole line to `replies`. Returns why the connection is over (end of stream, a read error,
     /// an unreadable reply), or `nil`.
-    mutating func readReplies(from fd: Int32, into replies: inout [WireReply]) -> String? {
+    mutating func readReplies(from fd: Int32, into replies: inout [ReceivedReply]) -> String? {
         while true {
             if filled == buffer.count { buffer.append(contentsOf: repeatElement(0, count: buffer.count)) }
             let room = buffer.count - filled
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + filled, room) }
+            var received: (Int32, Int32, Int32, Int32) = (-1, -1, -1, -1)
+            var receivedCount: Int32 = 0
+            let count = buffer.withUnsafeMutableBytes { raw in
+                withUnsafeMutablePointer(to: &received) { fds in
+                    fds.withMemoryRebound(to: Int32.self, capacity: 4) {
+                        fsm_receive(fd, raw.baseAddress! + filled, room, $0, 4, &receivedCount)
+                    }
+                }
+            }
+            for index in 0..<Int(receivedCount) {
+                descriptors.append([received.0, received.1, received.2, received.3][index])
+            }
             if count > 0 {
                 filled += count
                 if let problem = parseLines(into: &replies) { return problem }
@@ -40,9 +62,11 @@ struct ReplyReader {
     }
 
     /// Parses every whole line in the buffer and keeps the partial one at its start.
-    private mutating func parseLines(into replies: inout [WireReply]) -> String? {
+    private mutating func parseLines(into replies: inout [ReceivedReply]) -> String? {
         let filled = self.filled
         var start = 0
+        var descriptors = self.descriptors
+        defer { self.descriptors = descriptors }
         let problem = buffer.withUnsafeBufferPointer { bytes -> String? in
             let base = bytes.baseAddress!
             while start < filled, let newline = memchr(base + start, 0x0A, filled - start) {
@@ -50,7 +74,11 @@ struct ReplyReader {
                 guard let reply = Self.reply(UnsafeBufferPointer(rebasing: bytes[start..<end])) else {
                     return "unreadable reply from the agent"
                 }
-                replies.append(reply)
+                var descriptor: Int32?
+                if case .ok(let text) = reply, text.hasPrefix("size="), !descriptors.isEmpty {
+                    descriptor = descriptors.removeFirst()
+                }
+                replies.append(ReceivedReply(reply: reply, descriptor: descriptor))
                 start = end + 1
             }
             return nil

@@ -10,6 +10,8 @@ import TokenWire
 struct ClientFastPathTests {
     private func client(_ agent: AgentProcess, memo: Bool, timeout: Double = 15) -> FleetTokenClient {
         var configuration = FleetTokenClient.Configuration()
+        // The socket path and the memo (SharedMemoryTests covers the shared-memory path).
+        configuration.sharedMemory = false
         configuration.memoization = memo
         configuration.callTimeout = timeout
         return FleetTokenClient(socketPath: agent.socketPath, configuration: configuration)

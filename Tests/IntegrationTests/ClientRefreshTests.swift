@@ -31,7 +31,10 @@ struct ClientRefreshTests {
         #expect(refused.jwt == "old-token")
         let fresh = try await client.refresh(.vehicle("v-1"), replacing: refused)
         #expect(fresh.jwt == "new-token")
-        #expect(agent.lines == ["GET vehicle v-1", "REFRESH vehicle v-1 old-token", "REFRESH vehicle v-1"])
+        // It does not know SHM either: the client asks once, then uses the socket.
+        #expect(
+            agent.lines == ["SHM vehicle", "GET vehicle v-1", "REFRESH vehicle v-1 old-token", "REFRESH vehicle v-1"]
+        )
     }
 }
 

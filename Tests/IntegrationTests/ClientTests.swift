@@ -14,6 +14,8 @@ struct ClientTests {
         -> FleetTokenClient
     {
         var configuration = FleetTokenClient.Configuration()
+        // The socket path and the memo (SharedMemoryTests covers the shared-memory path).
+        configuration.sharedMemory = false
         configuration.memoization = memo
         adjust(&configuration)
         return FleetTokenClient(socketPath: agent.socketPath, configuration: configuration)

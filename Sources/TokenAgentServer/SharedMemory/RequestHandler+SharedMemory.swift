@@ -77,7 +77,7 @@ extension RequestHandler {
             descriptors.touchesInSecond = 0
         }
         descriptors.touchesInSecond += 1
-        guard descriptors.touchesInSecond <= DescriptorLedger.maxTouchesPerSecond,
+        guard descriptors.touchesInSecond <= DescriptorLedger.maxTouchesPerSecond, engine.kinds.contains(kind),
             status.access.check(peer, kind: kind) == nil
         else { return }
         engine.touch(kind: kind, ids: ids)

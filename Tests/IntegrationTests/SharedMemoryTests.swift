@@ -1,0 +1,221 @@
+import FleetTokenClient
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The C reader of Examples/shm-reader, built once per test run with the system's C compiler.
+enum CReader {
+    static let path: String? = {
+        guard let compiler = which("cc") ?? which("gcc") else { return nil }
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../Examples/shm-reader/shm_reader.c").standardized.path
+        let output = "/tmp/ftd-shm-reader-\(getpid())"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: compiler)
+        process.arguments = ["-O2", "-std=c11", "-Wall", "-Werror", "-o", output, source]
+        guard (try? process.run()) != nil else { return nil }
+        process.waitUntilExit()
+        return process.terminationStatus == 0 ? output : nil
+    }()
+
+    static var available: Bool { path != nil }
+}
+
+/// A running C reader (another process): maps a kind's segment and answers ids line by line.
+final class SegmentReaderProcess: @unchecked Sendable {
+    private let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+    /// The reader's first line: `SEGMENT generation=… size=…`, or why it has none.
+    private(set) var greeting: String?
+
+    init(socket: String, kind: String, runAs user: String? = nil) async throws {
+        let reader = try #require(CReader.path)
+        if let user {
+            process.executableURL = URL(fileURLWithPath: which("runuser")!)
+            process.arguments = ["-u", user, "--", reader, socket, kind]
+        } else {
+            process.executableURL = URL(fileURLWithPath: reader)
+            process.arguments = [socket, kind]
+        }
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        greeting = try await readLine()
+    }
+
+    /// Sends `line` (an id, or `SEALCHECK`) and reads the answer.
+    func ask(_ line: String) async throws -> String? {
+        let writer = input.fileHandleForWriting
+        try await offPool { try writer.write(contentsOf: Data((line + "\n").utf8)) }
+        return try await readLine()
+    }
+
+    private func readLine() async throws -> String? {
+        let descriptor = output.fileHandleForReading.fileDescriptor
+        return try await offPool {
+            var reply: [UInt8] = []
+            var byte: UInt8 = 0
+            while true {
+                var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+                guard poll(&poller, 1, 10_000) == 1, read(descriptor, &byte, 1) == 1 else { return nil }
+                if byte == UInt8(ascii: "\n") { return String(decoding: reply, as: UTF8.self) }
+                reply.append(byte)
+            }
+        }
+    }
+
+    func stop() {
+        try? input.fileHandleForWriting.close()
+        if process.isRunning { process.terminate() }
+    }
+}
+
+@Suite("Shared-memory read path", .enabled(if: CReader.available, "needs a C compiler for Examples/shm-reader"))
+struct SharedMemoryTests {
+    @Test func aCReaderAndTheClientReadTheAgentsTokensFromMemory() async throws {
+        try await withProviderAndAgent { agent, provider in
+            let reply = try #require(try await agent.send("GET vehicle m-1").first)
+            let fields = reply.split(separator: " ")
+            let reader = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")
+            defer { reader.stop() }
+            #expect(reader.greeting?.hasPrefix("SEGMENT generation=") == true, "\(reader.greeting ?? "")")
+            #expect(try await reader.ask("m-1") == "HIT \(fields[1]) \(fields[2])")
+            #expect(try await reader.ask("m-2") == "MISS")
+
+            let client = FleetTokenClient(socketPath: agent.socketPath)
+            let first = try await client.token(.vehicle("m-1"))
+            #expect(first.jwt == String(fields[1]))
+            for _ in 0..<200 { #expect(try await client.token(.vehicle("m-1")) == first) }
+            #expect(client.sharedMemoryReads >= 200)
+            #expect(client.localCounters.memoHits == 0, "a kind with a segment is not memoised")
+            #expect(client.localCounters.requests <= 2, "SHM, and nothing else: \(client.localCounters)")
+            #expect(provider.requests(for: "m-1") == 1)
+        }
+    }
+
+    @Test func aRefreshedOrDroppedTokenIsWhatTheNextReadInAnotherProcessSees() async throws {
+        try await withProviderAndAgent { agent, _ in
+            var current = try #require(tokenOf(try await agent.send("GET vehicle c-1").first))
+            let reader = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")
+            defer { reader.stop() }
+            var stale = 0
+            for _ in 0..<30 {
+                // Process A (this one) is refused the token and asks for a new one; then B reads.
+                let fresh = try #require(tokenOf(try await agent.send("REFRESH vehicle c-1 \(current)").first))
+                #expect(fresh != current)
+                let seen = try await reader.ask("c-1") ?? ""
+                if !seen.hasPrefix("HIT \(fresh) ") { stale += 1 }
+                current = fresh
+            }
+            #expect(stale == 0, "reads after a refresh that saw the old token or none")
+            #expect(try await agent.send("DROP vehicle c-1") == ["OK"])
+            #expect(try await reader.ask("c-1") == "MISS")
+        }
+    }
+
+    @Test func aReceivedDescriptorCannotBeWrittenResizedOrMappedWritable() async throws {
+        try await withProviderAndAgent { agent, _ in
+            let reader = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")
+            defer { reader.stop() }
+            #expect(try await reader.ask("SEALCHECK") == "SEALCHECK pwrite=EPERM ftruncate=EPERM mmap=EPERM")
+        }
+    }
+
+    @Test func aKilledAgentsSegmentIsIgnoredWithinSeconds() async throws {
+        let provider = try await FakeTokenProvider.start()
+        let agent = try await AgentProcess(["--provider", "vehicle=\(provider.url(kind: "vehicle"))"])
+        _ = try await agent.send("GET vehicle k-1")
+        let reader = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")
+        defer { reader.stop() }
+        #expect(try await reader.ask("k-1")?.hasPrefix("HIT ") == true)
+        kill(agent.pid, SIGKILL)
+        _ = await agent.stop()
+        let killed = Date()
+        var answer = ""
+        while Date().timeIntervalSince(killed) < 10 {
+            answer = try await reader.ask("k-1") ?? ""
+            if answer.hasPrefix("UNUSABLE") { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(answer == "UNUSABLE agent heartbeat stale")
+        #expect(
+            Date().timeIntervalSince(killed) < 6,
+            "the heartbeat is 3 s old at most a second after the kill's last beat"
+        )
+        await provider.stop()
+    }
+
+    @Test func aCleanStopRetiresAndWipesTheSegments() async throws {
+        let provider = try await FakeTokenProvider.start()
+        let agent = try await AgentProcess(["--provider", "vehicle=\(provider.url(kind: "vehicle"))"])
+        _ = try await agent.send("GET vehicle w-1")
+        let reader = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")
+        defer { reader.stop() }
+        #expect(try await reader.ask("w-1")?.hasPrefix("HIT ") == true)
+        #expect(await agent.stop() == 0)
+        #expect(try await reader.ask("w-1") == "UNUSABLE segment retired")
+        await provider.stop()
+    }
+
+    @Test func theOperatorSwitchTurnsSharedMemoryOff() async throws {
+        try await withProviderAndAgent(["--no-shared-memory"]) { agent, _ in
+            #expect(try await agent.send("SHM vehicle") == ["ERR unavailable shared memory is off"])
+            let client = FleetTokenClient(socketPath: agent.socketPath)
+            let token = try await client.token(.vehicle("off-1"))
+            #expect(try await client.token(.vehicle("off-1")) == token)
+            #expect(client.sharedMemoryReads == 0)
+            #expect(client.localCounters.memoHits == 1, "without a segment the memo answers")
+            let stats = try await agent.stats()
+            #expect(stats["shm_segments"] == nil)
+        }
+    }
+
+    @Test func touchKeepsKeysReadThroughMemoryAliveAndNeverFetches() async throws {
+        try await withProviderAndAgent { agent, provider in
+            _ = try await agent.send("GET vehicle t-1")
+            #expect(try await agent.send("TOUCH vehicle t-1 t-unknown t-2") == ["OK"])
+            #expect(provider.requests(for: "t-unknown") == 0, "TOUCH never fetches")
+            #expect(provider.requests(for: "t-2") == 0)
+            #expect(try await agent.send("TOUCH nosuchkind t-1") == ["OK"], "always OK")
+            #expect(try await agent.send("TOUCH vehicle bad/id").first?.hasPrefix("ERR bad-id") == true)
+            let stats = try await agent.stats()
+            #expect(stats["touches"] == 1, "an unconfigured kind counts nothing")
+        }
+    }
+
+    @Test func aKeyReadOnlyThroughMemoryIsStillRefreshedInTheBackground() async throws {
+        // 30 s tokens (refresh due at 15 s at the latest; served until 10 s are left), an idle
+        // time-out of 3 s: only the client's TOUCH reports (every second) keep the key active.
+        try await withProviderAndAgent(["--idle-timeout", "3"], configure: { $0.setLifetime(30) }) { agent, provider in
+            let client = FleetTokenClient(socketPath: agent.socketPath)
+            let first = try await client.token(.vehicle("live-1"))
+            var latest = first
+            let deadline = Date().addingTimeInterval(25)
+            while latest == first, Date() < deadline {
+                latest = try await client.token(.vehicle("live-1"))
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(latest != first, "the refreshed token reached the segment")
+            let stats = try await agent.stats()
+            #expect(stats["misses"] == 1, "never a cold fetch after the first")
+            #expect(stats["refreshes"] == 1, "refreshed in the background")
+            #expect(stats["touches"]! >= 3)
+            #expect(provider.requests(for: "live-1") == 2)
+        }
+    }
+
+    @Test func shmIsLimitedToOneDescriptorPerKindAndGenerationPerConnection() async throws {
+        try await withProviderAndAgent { agent, _ in
+            let replies = try await agent.send("SHM vehicle", "SHM vehicle", "SHM nosuchkind", "PING")
+            #expect(replies.count == 4)
+            #expect(replies[0].hasPrefix("OK size="))
+            #expect(replies[1].hasPrefix("ERR busy segment "), "\(replies[1])")
+            #expect(replies[2].hasPrefix("ERR bad-kind"), "\(replies[2])")
+            #expect(replies[3] == "PONG", "replies after a descriptor keep their order")
+        }
+    }
+}
