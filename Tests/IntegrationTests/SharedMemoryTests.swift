@@ -218,4 +218,61 @@ struct SharedMemoryTests {
             #expect(replies[3] == "PONG", "replies after a descriptor keep their order")
         }
     }
+
+    @Test(.enabled(if: TestUsers.available, "needs root, useradd, runuser and socat"))
+    func aPeerOutsideAKindsRulesNeverGetsItsSegmentNorTokensFetchedAfterAReload() async throws {
+        try await TestUsers.ensure()
+        let config = "/tmp/ftd-rules-\(UUID().uuidString.prefix(8)).json"
+        func allow(_ user: String) throws {
+            try #"{"allow": {"vehicle": {"users": ["\#(user)"]}}}"#.write(
+                toFile: config,
+                atomically: true,
+                encoding: .utf8
+            )
+        }
+        try allow(TestUsers.allowed)
+        try await withProviderAndAgent(["--config", config, "--socket-mode", "0666"]) { agent, _ in
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
+            let before = try #require(tokenOf(try await agent.send("GET vehicle r-1").first))
+            let allowed = try await SegmentReaderProcess(
+                socket: agent.socketPath,
+                kind: "vehicle",
+                runAs: TestUsers.allowed
+            )
+            defer { allowed.stop() }
+            #expect(allowed.greeting?.hasPrefix("SEGMENT ") == true, "\(allowed.greeting ?? "")")
+            #expect(try await allowed.ask("r-1")?.hasPrefix("HIT \(before) ") == true)
+            let other = try await SegmentReaderProcess(
+                socket: agent.socketPath,
+                kind: "vehicle",
+                runAs: TestUsers.other
+            )
+            other.stop()
+            #expect(other.greeting == "NOSEGMENT ERR denied not allowed to ask for kind vehicle")
+
+            // The reload takes the allowed user out of vehicle's rules.
+            try allow(TestUsers.other)
+            let reloads = try await agent.stats()["reloads"] ?? 0
+            kill(agent.pid, SIGHUP)
+            var applied = false
+            for _ in 0..<100 where !applied {
+                applied = (try await agent.stats()["reloads"] ?? 0) > reloads
+                if !applied { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(applied)
+            let after = try #require(tokenOf(try await agent.send("GET vehicle r-2").first))
+            #expect(try await allowed.ask("r-2") == "UNUSABLE segment retired", "no token fetched after the reload")
+            #expect(try await allowed.ask("r-1") == "UNUSABLE segment retired", "the old segment is wiped")
+            let again = try await SegmentReaderProcess(
+                socket: agent.socketPath,
+                kind: "vehicle",
+                runAs: TestUsers.allowed
+            )
+            again.stop()
+            #expect(again.greeting == "NOSEGMENT ERR denied not allowed to ask for kind vehicle")
+            let now = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle", runAs: TestUsers.other)
+            defer { now.stop() }
+            #expect(try await now.ask("r-2")?.hasPrefix("HIT \(after) ") == true, "the newly allowed user reads it")
+        }
+    }
 }

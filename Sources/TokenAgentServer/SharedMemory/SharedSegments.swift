@@ -58,6 +58,8 @@ public final class SharedSegments: TokenMirror, Sendable {
         var nextGeneration: UInt64
         var policy: SegmentPolicy
         var statistics = Statistics()
+        /// Kinds whose new segment is not offered yet (a reload is putting new rules in force).
+        var withheld: Set<String> = []
     }
 
     private let state: Mutex<State>
@@ -128,7 +130,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     /// A read-only descriptor of `kind`'s current segment; `nil` when the kind has none.
     public func offer(kind: String) -> Offer? {
         state.withLock { state -> Offer? in
-            guard let writer = state.writers[kind] else { return nil }
+            guard let writer = state.writers[kind], !state.withheld.contains(kind) else { return nil }
             let descriptor = fsm_reopen_read_only(writer.descriptor)
             guard descriptor >= 0 else { return nil }
             state.statistics.descriptors += 1
@@ -137,7 +139,9 @@ public final class SharedSegments: TokenMirror, Sendable {
     }
 
     /// The generation of `kind`'s current segment.
-    public func generation(of kind: String) -> UInt64? { state.withLock { $0.writers[kind]?.generation } }
+    public func generation(of kind: String) -> UInt64? {
+        state.withLock { $0.withheld.contains(kind) ? nil : $0.writers[kind]?.generation }
+    }
 
     // MARK: Upkeep
 
@@ -155,9 +159,12 @@ public final class SharedSegments: TokenMirror, Sendable {
     }
 
     /// A reload: segments for exactly `kinds`, the serving rule `policy`, and a new generation
-    /// for each kind in `rulesChanged` (its readers must be checked again).
+    /// for each kind in `rulesChanged` (its readers must be checked again). The new generations
+    /// are withheld (not offered) until ``offer(_:)`` once the new rules are in force: no reader
+    /// of an old segment sees a token written after this, and none gets a new one under old rules.
     public func reconfigure(kinds: Set<String>, policy: RefreshPolicy, rulesChanged: Set<String>) {
         state.withLock { state in
+            state.withheld.formUnion(rulesChanged)
             state.policy = Self.segmentPolicy(policy)
             for kind in Array(state.writers.keys) where !kinds.contains(kind) {
                 state.writers.removeValue(forKey: kind)?.retire()
@@ -169,6 +176,11 @@ public final class SharedSegments: TokenMirror, Sendable {
                 Self.open(kind, in: &state, limits: limits, logger: logger)
             }
         }
+    }
+
+    /// Offers the segments of `kinds` again (after a reload put their new rules in force).
+    public func offer(_ kinds: Set<String>) {
+        state.withLock { $0.withheld.subtract(kinds) }
     }
 
     /// Retires every segment (a clean stop): readers stop using them, and their tokens are wiped.

@@ -68,14 +68,16 @@ final class ReloadService: Service, Sendable {
             let built = try ProviderSet.build(from: configuration, reusing: previous)
             let changed = built.changedKinds(since: previous)
             let rulesChanged = access.current.kindsWithChangedRules(to: rules, kinds: Set(built.providers.keys))
-            engine.reconfigure(providers: built.providers, policy: configuration.policy, changedKinds: changed)
-            access.update(rules)
-            // A kind whose rules changed gets a new segment: its readers must ask, and be checked, again.
+            // A kind whose rules changed gets a new segment, withheld until the new rules are in
+            // force: its readers must ask, and be checked, again; the old one is retired and wiped.
             segments?.reconfigure(
                 kinds: Set(built.providers.keys),
                 policy: configuration.policy,
                 rulesChanged: rulesChanged
             )
+            engine.reconfigure(providers: built.providers, policy: configuration.policy, changedKinds: changed)
+            access.update(rules)
+            segments?.offer(rulesChanged)
             if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             current.withLock { $0 = built }
             statistics.recordApplied()
