@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,23 +77,35 @@ static uint64_t siphash24(const unsigned char *bytes, size_t length, uint64_t k0
     return v0 ^ v1 ^ v2 ^ v3;
 }
 
-// Looks `id` up; prints one answer line.
-static void lookup(const char *id, double min_validity) {
+enum answer { HIT, MISS, UNUSABLE };
+
+struct result {
+    enum answer answer;
+    const char *reason;     /* UNUSABLE */
+    const char *token;      /* HIT: in the copy, not NUL-terminated */
+    size_t token_length;
+    long long unix_expiry;
+};
+
+static uint64_t copy[2048];
+
+// Looks `id` up in the mapped segment.
+static struct result lookup(const char *id, double min_validity) {
+    struct result result = {.answer = MISS};
     size_t id_length = strlen(id);
-    if (load_acquire(&segment[H_FLAGS]) & 1) { puts("UNUSABLE segment retired"); return; }
+    if (load_acquire(&segment[H_FLAGS]) & 1) return (struct result){UNUSABLE, "segment retired", 0, 0, 0};
     uint64_t now = boottime_ns(), beat = load_acquire(&segment[H_HEARTBEAT]);
-    if (now > beat && now - beat > STALE_NS) { puts("UNUSABLE agent heartbeat stale"); return; }
+    if (now > beat && now - beat > STALE_NS) return (struct result){UNUSABLE, "agent heartbeat stale", 0, 0, 0};
     uint64_t hash = siphash24((const unsigned char *)id, id_length, load(&segment[H_SEED0]), load(&segment[H_SEED1]));
     uint64_t probes = load_acquire(&segment[H_MAXPROBE]);
     if (probes > slot_count) probes = slot_count;
     if (probes > PROBE_CAP) probes = PROBE_CAP;
     size_t data_words = (slot_size - SLOT_HEADER) / 8;
-    uint64_t copy[2048];
     size_t slot = hash & (slot_count - 1);
     for (uint64_t probe = 0; probe < probes; probe++, slot = (slot + 1) & (slot_count - 1)) {
         const uint64_t *words = segment + (HEADER_SIZE + slot * slot_size) / 8;
         for (int attempt = 0;; attempt++) {
-            if (attempt > 4) { puts("UNUSABLE slot kept changing"); return; }
+            if (attempt > 4) return (struct result){UNUSABLE, "slot kept changing", 0, 0, 0};
             uint64_t seq = load_acquire(&words[S_SEQ]);
             if (seq & 1) continue;
             uint64_t meta = load(&words[S_META]), slot_hash = load(&words[S_HASH]);
@@ -107,21 +120,27 @@ static void lookup(const char *id, double min_validity) {
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             if (load(&words[S_SEQ]) != seq) continue;
             // The copy is whole: only the copy is used from here on.
-            if (state == 0) { puts("MISS"); return; }
+            if (state == 0) return result;
             if (!candidate) break;
-            if (!in_bounds || tokl == 0) { puts("UNUSABLE slot lengths out of bounds"); return; }
+            if (!in_bounds || tokl == 0) return (struct result){UNUSABLE, "slot lengths out of bounds", 0, 0, 0};
             if (memcmp(copy, id, id_length) != 0) break;
-            if (expiry <= now) { puts("MISS"); return; }
+            if (expiry <= now) return result;
             double remaining = (double)(expiry - now) / 1e9, life = (double)lifetime / 1e9;
             double dflt = (double)load(&segment[H_MINVALIDITY]) / 1e9, floor_s = (double)load(&segment[H_FLOOR]) / 1e9;
             double required = min_validity >= 0 ? min_validity : (dflt < life / 4 ? dflt : life / 4);
             if (required < floor_s) required = floor_s;
-            if (remaining < required) { puts("MISS"); return; }
-            printf("HIT %.*s %lld\n", (int)tokl, (const char *)copy + id_words * 8, (long long)unix_expiry);
-            return;
+            if (remaining < required) return result;
+            return (struct result){HIT, NULL, (const char *)copy + id_words * 8, tokl, (long long)unix_expiry};
         }
     }
-    puts("MISS");
+    return result;
+}
+
+static void answer(const char *id, double min_validity) {
+    struct result result = lookup(id, min_validity);
+    if (result.answer == HIT) printf("HIT %.*s %lld\n", (int)result.token_length, result.token, result.unix_expiry);
+    else if (result.answer == MISS) puts("MISS");
+    else printf("UNUSABLE %s\n", result.reason);
 }
 
 static void seal_check(int fd) {
@@ -139,23 +158,20 @@ static void seal_check(int fd) {
     close(writable);
 }
 
-int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: %s SOCKET KIND [MIN-VALIDITY-S]\n", argv[0]); return 64; }
-    double min_validity = argc > 3 ? atof(argv[3]) : -1;
-    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un address = {.sun_family = AF_UNIX};
-    strncpy(address.sun_path, argv[1], sizeof address.sun_path - 1);
-    if (connect(sock, (struct sockaddr *)&address, sizeof address) != 0) { perror("connect"); return 69; }
-    char request[64];
-    int request_length = snprintf(request, sizeof request, "SHM %s\n", argv[2]);
-    if (write(sock, request, request_length) != request_length) { perror("write"); return 69; }
+static int segment_fd = -1;
 
+// Asks for `kind`'s segment on `sock` and maps it (unmapping an earlier one). Returns 0, or prints
+// why not and returns the exit status for it.
+static int map_segment(int sock, const char *kind, int announce) {
+    char request[64];
+    int request_length = snprintf(request, sizeof request, "SHM %s\n", kind);
+    if (write(sock, request, request_length) != request_length) { perror("write"); return 69; }
     char line[256];
     size_t filled = 0;
     int fd = -1;
     while (filled == 0 || line[filled - 1] != '\n') {
         union { char buffer[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
-        struct iovec iov = {.iov_base = line + filled, .iov_len = sizeof line - 1 - filled};
+        struct iovec iov = {.iov_base = line + filled, .iov_len = 1}; /* byte by byte: never read past the line */
         struct msghdr message = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buffer,
                                  .msg_controllen = sizeof control.buffer};
         ssize_t got = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
@@ -171,33 +187,128 @@ int main(int argc, char **argv) {
     int layout = 0;
     if (sscanf(line, "OK size=%llu layout=%d generation=%llu", &size, &layout, &generation) != 3 || fd < 0) {
         printf("NOSEGMENT %s", line);
+        if (fd >= 0) close(fd);
         return 77;
     }
     struct stat status;
     if (layout != LAYOUT || fstat(fd, &status) != 0 || (unsigned long long)status.st_size != size) {
         puts("NOSEGMENT layout or size");
+        close(fd);
         return 77;
     }
-    segment = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (segment == MAP_FAILED) { perror("mmap"); return 71; }
-    segment_size = size;
-    uint64_t counts = load(&segment[H_SLOTS]);
-    slot_count = counts & 0xffffffff;
-    slot_size = counts >> 32;
-    if (load_acquire(&segment[H_MAGIC]) != MAGIC || (load(&segment[H_VERSION]) & 0xffffffff) != LAYOUT ||
-        load(&segment[H_TABLE]) != HEADER_SIZE || load(&segment[H_SIZE]) != size || slot_count == 0 ||
-        (slot_count & (slot_count - 1)) != 0 || slot_size % 8 != 0 || slot_size <= SLOT_HEADER ||
-        slot_size > 16384 || HEADER_SIZE + slot_count * slot_size != size) {
+    const uint64_t *mapped = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (mapped == MAP_FAILED) { perror("mmap"); close(fd); return 71; }
+    uint64_t counts = __atomic_load_n(&mapped[H_SLOTS], __ATOMIC_RELAXED);
+    size_t slots = counts & 0xffffffff, slot_bytes = counts >> 32;
+    if (load_acquire(&mapped[H_MAGIC]) != MAGIC || (load(&mapped[H_VERSION]) & 0xffffffff) != LAYOUT ||
+        load(&mapped[H_TABLE]) != HEADER_SIZE || load(&mapped[H_SIZE]) != size || slots == 0 ||
+        (slots & (slots - 1)) != 0 || slot_bytes % 8 != 0 || slot_bytes <= SLOT_HEADER || slot_bytes > 16384 ||
+        HEADER_SIZE + slots * slot_bytes != size) {
         puts("NOSEGMENT damaged header");
+        munmap((void *)mapped, size);
+        close(fd);
         return 77;
     }
-    printf("SEGMENT generation=%llu size=%llu\n", generation, size);
+    if (segment) munmap((void *)segment, segment_size);
+    if (segment_fd >= 0) close(segment_fd);
+    segment = mapped;
+    segment_size = size;
+    segment_fd = fd;
+    slot_count = slots;
+    slot_size = slot_bytes;
+    if (announce) printf("SEGMENT generation=%llu size=%llu\n", generation, size);
+    return 0;
+}
+
+// "STRESS <seconds> <count> <prefix>": reads ids <prefix>0 .. <prefix>(count-1) at random for that
+// long (or until a STOP line arrives on standard input), checking every hit: the token's last part must be `<id>_<n x's>_<n>` (the test provider's
+// pad- tokens) and its Unix expiry ahead. A retired segment is replaced and the read retried;
+// reads a real reader would take to the socket (a slot that kept changing) are counted apart.
+static void stress(int sock, const char *kind, const char *arguments, double min_validity) {
+    double seconds = 0;
+    long count = 0;
+    char prefix[128] = {0};
+    if (sscanf(arguments, "%lf %ld %127s", &seconds, &count, prefix) != 3 || count <= 0) {
+        puts("STRESS bad arguments");
+        return;
+    }
+    unsigned long long reads = 0, hits = 0, misses = 0, bad = 0, unusable = 0, remaps = 0, lost = 0, fallbacks = 0;
+    uint64_t end = boottime_ns() + (uint64_t)(seconds * 1e9);
+    unsigned int seed = (unsigned int)getpid();
+    char id[160], expected[200];
+    while (boottime_ns() < end) {
+        snprintf(id, sizeof id, "%s%ld", prefix, (long)(rand_r(&seed) % count));
+        // Now and then a pause, so that eight readers on two cores leave the agent room to write.
+        if (++reads % 1024 == 0) {
+            nanosleep(&(struct timespec){.tv_nsec = 200000}, NULL);
+            // A line on standard input ends the run early.
+            struct pollfd input = {.fd = 0, .events = POLLIN};
+            if (poll(&input, 1, 0) == 1) {
+                char ignored[64];
+                if (!fgets(ignored, sizeof ignored, stdin) || strncmp(ignored, "STOP", 4) == 0) break;
+            }
+        }
+        struct result result = lookup(id, min_validity);
+        for (int again = 0; result.answer == UNUSABLE && again < 3; again++) {
+            unusable++;
+            if (strcmp(result.reason, "segment retired") != 0) break;
+            if (map_segment(sock, kind, 0) != 0) break;
+            remaps++;
+            result = lookup(id, min_validity);
+        }
+        if (result.answer == MISS) { misses++; continue; }
+        if (result.answer == UNUSABLE) {
+            // A slot that kept changing (the writer was descheduled mid-write) is read through the
+            // socket by a real reader; a retired segment that could not be replaced is a lost read.
+            if (strcmp(result.reason, "segment retired") == 0) lost++;
+            else fallbacks++;
+            continue;
+        }
+        hits++;
+        const char *token = result.token;
+        size_t length = result.token_length;
+        const char *last = NULL;
+        for (size_t i = 0; i < length; i++) if (token[i] == '.') last = token + i + 1;
+        int whole = last != NULL;
+        if (whole) {
+            size_t tail = length - (size_t)(last - token);
+            int prefix_length = snprintf(expected, sizeof expected, "%s_", id);
+            whole = tail > (size_t)prefix_length && memcmp(last, expected, (size_t)prefix_length) == 0;
+            if (whole) {
+                const char *pad = last + prefix_length;
+                size_t pad_room = tail - (size_t)prefix_length;
+                size_t x = 0;
+                while (x < pad_room && pad[x] == 'x') x++;
+                char digits[16];
+                int digits_length = snprintf(digits, sizeof digits, "_%zu", x);
+                whole = pad_room == x + (size_t)digits_length && memcmp(pad + x, digits, (size_t)digits_length) == 0;
+            }
+        }
+        if (!whole || result.unix_expiry <= (long long)time(NULL)) {
+            if (bad < 3) fprintf(stderr, "bad read of %s: %.*s\n", id, (int)length, token);
+            bad++;
+        }
+    }
+    printf("STRESS reads=%llu hits=%llu misses=%llu bad=%llu unusable=%llu remaps=%llu lost=%llu fallbacks=%llu\n",
+           reads, hits, misses, bad, unusable, remaps, lost, fallbacks);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) { fprintf(stderr, "usage: %s SOCKET KIND [MIN-VALIDITY-S]\n", argv[0]); return 64; }
+    double min_validity = argc > 3 ? atof(argv[3]) : -1;
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    strncpy(address.sun_path, argv[1], sizeof address.sun_path - 1);
+    if (connect(sock, (struct sockaddr *)&address, sizeof address) != 0) { perror("connect"); return 69; }
+    int status = map_segment(sock, argv[2], 1);
     fflush(stdout);
+    if (status != 0) return status;
     char id[512];
     while (fgets(id, sizeof id, stdin)) {
         id[strcspn(id, "\r\n")] = 0;
-        if (strcmp(id, "SEALCHECK") == 0) seal_check(fd);
-        else lookup(id, min_validity);
+        if (strcmp(id, "SEALCHECK") == 0) seal_check(segment_fd);
+        else if (strncmp(id, "STRESS ", 7) == 0) stress(sock, argv[2], id + 7, min_validity);
+        else answer(id, min_validity);
         fflush(stdout);
     }
     return 0;

@@ -19,6 +19,7 @@ import Synchronization
 /// | `huge-`    | a 100 KiB body |
 /// | `status<N>-` | HTTP status N |
 /// | `hang-`    | never answers |
+/// | `pad-`     | a JWT of random length whose signature part is `<id>_<n x's>_<n>` |
 /// | `slow-`    | answers after 400 ms |
 /// | `delay<N>-` | answers an hour-long token after N ms |
 /// | `retry<N>-` | `429` with `Retry-After: N` |
@@ -136,6 +137,15 @@ final class FakeTokenProvider: Sendable {
             return token
         }
         func json(_ object: [String: Any]) -> [UInt8] { Array(try! JSONSerialization.data(withJSONObject: object)) }
+        if id.hasPrefix("pad-") {
+            // A token of random length whose signature part names the id and carries a checkable
+            // padding: `<id>_<n x's>_<n>` (what the shared-memory stress readers verify).
+            let count = Int.random(in: 0...1500)
+            let token = jwt(id: id, exp: now + lifetime)
+            let signed =
+                token[..<token.lastIndex(of: ".")!] + ".\(id)_" + String(repeating: "x", count: count) + "_\(count)"
+            return (.ok, "application/json", json(["token": String(signed), "expires_in": lifetime]), delay)
+        }
         if id.hasPrefix("hang-") { return nil }
         if id.hasPrefix("delay"), let dash = id.firstIndex(of: "-"),
             let milliseconds = Int(id[id.index(id.startIndex, offsetBy: 5)..<dash])

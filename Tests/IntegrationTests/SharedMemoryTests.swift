@@ -47,6 +47,12 @@ final class SegmentReaderProcess: @unchecked Sendable {
         greeting = try await readLine()
     }
 
+    /// Sends `line` without waiting for an answer.
+    func send(_ line: String) async throws {
+        let writer = input.fileHandleForWriting
+        try await offPool { try writer.write(contentsOf: Data((line + "\n").utf8)) }
+    }
+
     /// Sends `line` (an id, or `SEALCHECK`) and reads the answer.
     func ask(_ line: String) async throws -> String? {
         let writer = input.fileHandleForWriting
@@ -61,7 +67,7 @@ final class SegmentReaderProcess: @unchecked Sendable {
             var byte: UInt8 = 0
             while true {
                 var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-                guard poll(&poller, 1, 10_000) == 1, read(descriptor, &byte, 1) == 1 else { return nil }
+                guard poll(&poller, 1, 30_000) == 1, read(descriptor, &byte, 1) == 1 else { return nil }
                 if byte == UInt8(ascii: "\n") { return String(decoding: reply, as: UTF8.self) }
                 reply.append(byte)
             }
@@ -273,6 +279,68 @@ struct SharedMemoryTests {
             let now = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle", runAs: TestUsers.other)
             defer { now.stop() }
             #expect(try await now.ask("r-2")?.hasPrefix("HIT \(after) ") == true, "the newly allowed user reads it")
+        }
+    }
+
+    @Test func theSeqlockHoldsAcrossProcessesWhileTheAgentRewritesTenThousandKeys() async throws {
+        let keys = 10_000
+        let config = "/tmp/ftd-stress-\(UUID().uuidString.prefix(8)).json"
+        try #"{"refetch_guard": 0, "max_concurrent_fetches": 64}"#.write(
+            toFile: config,
+            atomically: true,
+            encoding: .utf8
+        )
+        try await withProviderAndAgent(["--config", config]) { agent, _ in
+            // 10,000 keys cached, then the readers start. While they read, 3,000 more are cached
+            // (past the table's load factor: the segment grows to a new generation under them)
+            // and keys are refetched at random. Tokens are of random length (pad- ids).
+            func cache(_ range: Range<Int>) async throws {
+                for start in stride(from: range.lowerBound, to: range.upperBound, by: 500) {
+                    let end = min(range.upperBound, start + 500)
+                    let batch = (start..<end).map { "GET vehicle pad-\($0)\n" }.joined()
+                    let replies = try await SocketClient.exchange(agent.socketPath, batch, lines: end - start)
+                    #expect(replies.allSatisfy { $0.hasPrefix("OK ") })
+                }
+            }
+            try await cache(0..<keys)
+            var started: [SegmentReaderProcess] = []
+            for _ in 0..<8 { started.append(try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")) }
+            let readers = started
+            defer { for reader in readers { reader.stop() } }
+            let results = Task {
+                try await withThrowingTaskGroup(of: String?.self) { group in
+                    for reader in readers { group.addTask { try await reader.ask("STRESS 120 \(keys + 3000) pad-") } }
+                    return try await group.reduce(into: [String?]()) { $0.append($1) }
+                }
+            }
+            try await cache(keys..<(keys + 3000))
+            var refreshed = 0
+            for _ in 0..<10 {
+                let batch = (0..<100).map { _ in "REFRESH vehicle pad-\(Int.random(in: 0..<keys))\n" }.joined()
+                let replies = try await SocketClient.exchange(agent.socketPath, batch, lines: 100)
+                refreshed += replies.filter { $0.hasPrefix("OK ") }.count
+            }
+            for reader in readers { try await reader.send("STOP") }
+            var totals: [String: Int] = [:]
+            for line in try await results.value {
+                let fields = try #require(line, "a reader did not answer").split(separator: " ").dropFirst()
+                for field in fields {
+                    let pair = field.split(separator: "=")
+                    totals[String(pair[0]), default: 0] += Int(pair[1]) ?? 0
+                }
+            }
+            print("seqlock stress:", totals, "refreshed:", refreshed)
+            #expect(totals["bad"] == 0, "torn or wrong tokens read: \(totals)")
+            #expect(totals["lost"] == 0, "reads with no answer: \(totals)")
+            #expect(totals["hits", default: 0] > 10_000, "\(totals)")
+            #expect(
+                totals["remaps", default: 0] >= 8,
+                "every reader followed the segment to a new generation: \(totals)"
+            )
+            #expect(refreshed == 1000, "the agent rewrote keys throughout: \(refreshed)")
+            let stats = try await agent.stats()
+            #expect(stats["shm_not_mirrored"] == 0)
+            #expect(stats["shm_tokens"] == keys + 3000)
         }
     }
 }
