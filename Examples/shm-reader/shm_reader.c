@@ -7,7 +7,8 @@
 //   UNUSABLE <reason>             retired, stale heartbeat, or damaged: ask for a new segment
 //
 // A line "SEALCHECK" instead re-opens the descriptor read-write through /proc and reports what
-// pwrite, ftruncate and a writable mmap gave (all must fail with EPERM).
+// pwrite, ftruncate and a writable mmap gave (all must fail with EPERM). "STRESS" and "FOLLOW"
+// are the test modes described at their functions.
 //
 //   cc -O2 -std=c11 -o shm-reader shm_reader.c
 //   shm-reader /run/fleet-tokend/tokens.sock vehicle [min-validity-s]
@@ -16,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,13 +161,14 @@ static void seal_check(int fd) {
 }
 
 static int segment_fd = -1;
+static const char *socket_path;
 
 // Asks for `kind`'s segment on `sock` and maps it (unmapping an earlier one). Returns 0, or prints
 // why not and returns the exit status for it.
 static int map_segment(int sock, const char *kind, int announce) {
     char request[64];
     int request_length = snprintf(request, sizeof request, "SHM %s\n", kind);
-    if (write(sock, request, request_length) != request_length) { perror("write"); return 69; }
+    if (send(sock, request, request_length, MSG_NOSIGNAL) != request_length) return 69;
     char line[256];
     size_t filled = 0;
     int fd = -1;
@@ -175,7 +178,7 @@ static int map_segment(int sock, const char *kind, int announce) {
         struct msghdr message = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buffer,
                                  .msg_controllen = sizeof control.buffer};
         ssize_t got = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
-        if (got <= 0) { fputs("agent closed the connection\n", stderr); return 69; }
+        if (got <= 0) return 69;
         struct cmsghdr *header = CMSG_FIRSTHDR(&message);
         if (header && header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS)
             memcpy(&fd, CMSG_DATA(header), sizeof fd);
@@ -186,13 +189,13 @@ static int map_segment(int sock, const char *kind, int announce) {
     unsigned long long size = 0, generation = 0;
     int layout = 0;
     if (sscanf(line, "OK size=%llu layout=%d generation=%llu", &size, &layout, &generation) != 3 || fd < 0) {
-        printf("NOSEGMENT %s", line);
+        fprintf(announce ? stdout : stderr, "NOSEGMENT %s", line);
         if (fd >= 0) close(fd);
         return 77;
     }
     struct stat status;
     if (layout != LAYOUT || fstat(fd, &status) != 0 || (unsigned long long)status.st_size != size) {
-        puts("NOSEGMENT layout or size");
+        fputs("NOSEGMENT layout or size\n", announce ? stdout : stderr);
         close(fd);
         return 77;
     }
@@ -204,7 +207,7 @@ static int map_segment(int sock, const char *kind, int announce) {
         load(&mapped[H_TABLE]) != HEADER_SIZE || load(&mapped[H_SIZE]) != size || slots == 0 ||
         (slots & (slots - 1)) != 0 || slot_bytes % 8 != 0 || slot_bytes <= SLOT_HEADER || slot_bytes > 16384 ||
         HEADER_SIZE + slots * slot_bytes != size) {
-        puts("NOSEGMENT damaged header");
+        fputs("NOSEGMENT damaged header\n", announce ? stdout : stderr);
         munmap((void *)mapped, size);
         close(fd);
         return 77;
@@ -293,14 +296,71 @@ static void stress(int sock, const char *kind, const char *arguments, double min
            reads, hits, misses, bad, unusable, remaps, lost, fallbacks);
 }
 
+// Connects to the agent's socket, retrying for up to 10 s (the agent restarting). -1 on failure.
+static int connect_agent(void) {
+    for (int attempt = 0; attempt < 200; attempt++) {
+        int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un address = {.sun_family = AF_UNIX};
+        strncpy(address.sun_path, socket_path, sizeof address.sun_path - 1);
+        if (connect(sock, (struct sockaddr *)&address, sizeof address) == 0) return sock;
+        close(sock);
+        nanosleep(&(struct timespec){.tv_nsec = 50000000}, NULL);
+    }
+    return -1;
+}
+
+// "FOLLOW <seconds> <id>": reads one id over and over for that long, as a long-lived worker
+// would, through agent restarts: a retired or stale segment makes it connect again and ask for the
+// new one. Prints the counts and the last answer.
+static void follow(int *sock, const char *kind, const char *arguments, double min_validity) {
+    double seconds = 0;
+    char id[160] = {0};
+    if (sscanf(arguments, "%lf %159s", &seconds, id) != 2) {
+        puts("FOLLOW bad arguments");
+        return;
+    }
+    unsigned long long reads = 0, hits = 0, misses = 0, reconnects = 0, lost = 0, hits_after_reconnect = 0;
+    uint64_t end = boottime_ns() + (uint64_t)(seconds * 1e9);
+    struct result result = {.answer = MISS};
+    while (boottime_ns() < end) {
+        reads++;
+        result = lookup(id, min_validity);
+        if (result.answer == UNUSABLE) {
+            // Ask again on this connection; if the agent went away, on a new one.
+            int mapped = map_segment(*sock, kind, 0) == 0;
+            if (!mapped) {
+                close(*sock);
+                *sock = connect_agent();
+                mapped = *sock >= 0 && map_segment(*sock, kind, 0) == 0;
+                if (mapped) reconnects++;
+            }
+            if (!mapped) { lost++; continue; }
+            result = lookup(id, min_validity);
+        }
+        if (result.answer == HIT) {
+            hits++;
+            if (reconnects > 0) hits_after_reconnect++;
+        } else if (result.answer == MISS) {
+            misses++;
+        } else {
+            lost++;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    printf("FOLLOW reads=%llu hits=%llu misses=%llu reconnects=%llu lost=%llu hits_after_reconnect=%llu last=%s\n",
+           reads, hits, misses, reconnects, lost, hits_after_reconnect,
+           result.answer == HIT ? "HIT" : result.answer == MISS ? "MISS" : "UNUSABLE");
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: %s SOCKET KIND [MIN-VALIDITY-S]\n", argv[0]); return 64; }
     double min_validity = argc > 3 ? atof(argv[3]) : -1;
-    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un address = {.sun_family = AF_UNIX};
-    strncpy(address.sun_path, argv[1], sizeof address.sun_path - 1);
-    if (connect(sock, (struct sockaddr *)&address, sizeof address) != 0) { perror("connect"); return 69; }
+    socket_path = argv[1];
+    int sock = connect_agent();
+    if (sock < 0) { perror("connect"); return 69; }
+    signal(SIGPIPE, SIG_IGN);
     int status = map_segment(sock, argv[2], 1);
+    if (status == 69) fputs("the agent closed the connection\n", stderr);
     fflush(stdout);
     if (status != 0) return status;
     char id[512];
@@ -308,6 +368,7 @@ int main(int argc, char **argv) {
         id[strcspn(id, "\r\n")] = 0;
         if (strcmp(id, "SEALCHECK") == 0) seal_check(segment_fd);
         else if (strncmp(id, "STRESS ", 7) == 0) stress(sock, argv[2], id + 7, min_validity);
+        else if (strncmp(id, "FOLLOW ", 7) == 0) follow(&sock, argv[2], id + 7, min_validity);
         else answer(id, min_validity);
         fflush(stdout);
     }

@@ -25,6 +25,8 @@ struct GetCommand: AsyncParsableCommand {
     func run() async throws {
         var configuration = FleetTokenClient.Configuration()
         configuration.memoization = false
+        // One request and out: mapping a segment would only cost a round trip more.
+        configuration.sharedMemory = false
         let client = FleetTokenClient(
             socketPath: socket ?? FleetTokenClient.defaultSocketPath,
             configuration: configuration

@@ -26,6 +26,8 @@ struct ReloadCommand: AsyncParsableCommand {
         var configuration = FleetTokenClient.Configuration()
         configuration.reconnectDeadline = 0.5
         configuration.callTimeout = 2
+        // One request and out: mapping a segment would only cost a round trip more.
+        configuration.sharedMemory = false
         let client = FleetTokenClient(
             socketPath: socket ?? FleetTokenClient.defaultSocketPath,
             configuration: configuration

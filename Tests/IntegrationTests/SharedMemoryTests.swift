@@ -60,7 +60,8 @@ final class SegmentReaderProcess: @unchecked Sendable {
         return try await readLine()
     }
 
-    private func readLine() async throws -> String? {
+    /// Reads one line the reader wrote (the answer to an earlier ``send(_:)``).
+    func readLine() async throws -> String? {
         let descriptor = output.fileHandleForReading.fileDescriptor
         return try await offPool {
             var reply: [UInt8] = []
@@ -342,5 +343,27 @@ struct SharedMemoryTests {
             #expect(stats["shm_not_mirrored"] == 0)
             #expect(stats["shm_tokens"] == keys + 3000)
         }
+    }
+
+    @Test func aReaderFollowsTheAgentAcrossARestart() async throws {
+        let provider = try await FakeTokenProvider.start()
+        let arguments = ["--provider", "vehicle=\(provider.url(kind: "vehicle"))"]
+        let first = try await AgentProcess(arguments)
+        let before = try #require(tokenOf(try await first.send("GET vehicle f-1").first))
+        let reader = try await SegmentReaderProcess(socket: first.socketPath, kind: "vehicle")
+        defer { reader.stop() }
+        #expect(try await reader.ask("f-1")?.hasPrefix("HIT \(before) ") == true)
+        try await reader.send("FOLLOW 4 f-1")
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(await first.stop() == 0)
+        let second = try await AgentProcess(arguments, socketPath: first.socketPath)
+        _ = try await second.send("GET vehicle f-1")
+        let report = try #require(try await reader.readLine(), "the reader did not report")
+        #expect(report.contains(" reconnects=1 "), "\(report)")
+        #expect(report.contains(" lost=0 "), "\(report)")
+        #expect(report.hasSuffix(" last=HIT"), "reads from the new agent's segment: \(report)")
+        #expect(!report.contains("hits_after_reconnect=0 "), "\(report)")
+        await second.stop()
+        await provider.stop()
     }
 }

@@ -66,6 +66,14 @@ echo '{"log_level": "debug"}' > /etc/fleet-tokend/config.json
 kept=$(get vehicle v-e2e | cut -d' ' -f2)
 if [ "$kept" = "$token" ]; then pass "token kept across reload"; else fail "token kept across reload"; fi
 
+echo "== shared memory" >> "$log"
+seal=$(printf 'SEALCHECK\n' | fleet-tokend-shm-reader "$sock" vehicle 2>>"$log" | tail -n1)
+echo "seal check: $seal" >> "$log"
+if [ "$seal" = "SEALCHECK pwrite=EPERM ftruncate=EPERM mmap=EPERM" ]; then pass "the hardened unit hands out sealed read-only segments"; else fail "segment seals" "$seal"; fi
+# A long-lived reader of the vehicle segment, reading v-e2e every millisecond through the restart below.
+( printf 'FOLLOW 15 v-e2e\n'; sleep 17 ) | fleet-tokend-shm-reader "$sock" vehicle > /tmp/shm-follow.txt 2>>"$log" &
+follower=$!
+
 echo "== restart under load" >> "$log"
 ( ok=0; bad=0
   for i in $(seq 1 300); do
@@ -86,6 +94,14 @@ if [ "$after_restart" = "$token" ]; then pass "token cached before restart serve
 misses=$(stat_field misses); fetches=$(stat_field fetches)
 echo "after restart: misses=$misses fetches=$fetches" >> "$log"
 check "handover logged" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "cache taken over from the previous process"'
+wait $follower
+follow=$(tail -n1 /tmp/shm-follow.txt)
+echo "shared-memory reader: $follow" >> "$log"
+if [[ "$follow" == FOLLOW*" lost=0 "*" last=HIT" && "$follow" != *" reconnects=0 "* && "$follow" != *"hits_after_reconnect=0 "* ]]; then
+    pass "a shared-memory reader keeps reading across systemctl restart"
+else
+    fail "shared-memory reader across restart" "$follow"
+fi
 
 echo "== peer rules" >> "$log"
 # Two workers that may open the socket (group fleet-tokens); only one is allowed vehicle tokens.
