@@ -17,12 +17,29 @@ final class SegmentReads: Sendable {
         case unavailable(until: UInt64)
     }
 
+    /// A token copied out of a slot, valid for as long as the slot's sequence counter keeps the
+    /// value it had (any change to the slot changes it): later reads of the id compare one word
+    /// instead of hashing, probing and copying again.
+    private struct CachedRead {
+        let reader: SegmentReader
+        let copy: SegmentReader.SlotCopy
+        let token: Token
+        /// The report interval in which the key was last recorded for TOUCH.
+        var reportedIn: Int
+    }
+
     private struct State {
         var mappings: [String: Mapping] = [:]
+        var cache: [TokenSubject: CachedRead] = [:]
         /// Keys read through memory since the last report, by kind.
         var touched: [String: Set<String>] = [:]
+        /// Counts reports, so a key is recorded once per interval.
+        var interval = 0
         var reporting = false
     }
+
+    /// The most reads kept in the cache; past it, the cache starts again.
+    static let cacheCapacity = 10_000
 
     private let state = Mutex(State())
     private let reads = Atomic(0)
@@ -43,39 +60,101 @@ final class SegmentReads: Sendable {
         case askForSegment
     }
 
+    private enum Step {
+        case answer(Answer)
+        case read(SegmentReader)
+        /// Cached, and the slot has not changed since: judge its validity.
+        case cached(SegmentReader, SegmentReader.SlotCopy, Token)
+    }
+
     /// The token for `subject` from the kind's segment, when it holds one with enough validity.
     func lookup(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Answer {
         let now = fsm_boottime_ns()
-        let mapping = state.withLock { state -> Mapping? in
+        let step = state.withLock { state -> Step in
             switch state.mappings[subject.kind] {
             case nil:
                 state.mappings[subject.kind] = .asking
-                return nil
+                return .answer(.askForSegment)
             case .unavailable(let until) where now >= until:
                 state.mappings[subject.kind] = .asking
-                return nil
-            case let mapping?: return mapping
-            }
-        }
-        guard let mapping else { return .askForSegment }
-        guard case .mapped(let reader) = mapping else { return .socket }
-        switch reader.lookup(id: subject.id, minimumValidity: minimumValidity, now: now) {
-        case .hit(let jwt, let unixExpiry):
-            reads.add(1, ordering: .relaxed)
-            state.withLock { _ = $0.touched[subject.kind, default: []].insert(subject.id) }
-            return .token(Token(jwt: jwt, expiresAt: Date(timeIntervalSince1970: TimeInterval(unixExpiry))))
-        case .miss:
-            return .miss
-        case .unusable:
-            // Retired (ask again: the agent has a newer one) or stale (the agent is gone; asking
-            // again finds the next one, or fails and waits).
-            state.withLock { state in
-                if case .mapped(let current) = state.mappings[subject.kind], current === reader {
-                    state.mappings[subject.kind] = nil
+                return .answer(.askForSegment)
+            case .asking, .unavailable:
+                return .answer(.socket)
+            case .mapped(let reader):
+                guard var cached = state.cache[subject], cached.reader === reader,
+                    reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence
+                else { return .read(reader) }
+                if cached.reportedIn != state.interval {
+                    state.touched[subject.kind, default: []].insert(subject.id)
+                    cached.reportedIn = state.interval
+                    state.cache[subject] = cached
                 }
+                return .cached(reader, cached.copy, cached.token)
             }
-            return .socket
         }
+        switch step {
+        case .answer(let answer):
+            return answer
+        case .cached(let reader, let copy, let token):
+            if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
+            guard
+                reader.isServable(
+                    expiry: copy.expiry,
+                    lifetime: copy.lifetime,
+                    minimumValidity: minimumValidity,
+                    now: now
+                )
+            else { return .miss }
+            reads.add(1, ordering: .relaxed)
+            return .token(token)
+        case .read(let reader):
+            if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
+            switch reader.copy(id: subject.id) {
+            case .found(let copy):
+                let token = Token(
+                    jwt: copy.token,
+                    expiresAt: Date(timeIntervalSince1970: TimeInterval(copy.unixExpiry))
+                )
+                state.withLock { state in
+                    if state.cache.count >= Self.cacheCapacity { state.cache.removeAll(keepingCapacity: true) }
+                    state.cache[subject] = CachedRead(
+                        reader: reader,
+                        copy: copy,
+                        token: token,
+                        reportedIn: state.interval
+                    )
+                    state.touched[subject.kind, default: []].insert(subject.id)
+                }
+                guard
+                    reader.isServable(
+                        expiry: copy.expiry,
+                        lifetime: copy.lifetime,
+                        minimumValidity: minimumValidity,
+                        now: now
+                    )
+                else { return .miss }
+                reads.add(1, ordering: .relaxed)
+                return .token(token)
+            case .absent:
+                return .miss
+            case .unusable(let reason):
+                return unusable(reason, subject, reader)
+            }
+        }
+    }
+
+    /// A segment that cannot answer: retired (ask again: the agent has a newer one) or stale (the
+    /// agent is gone; asking again finds the next one, or fails and waits) is dropped; a slot that
+    /// kept changing is read through the socket this once.
+    private func unusable(_ reason: String, _ subject: TokenSubject, _ reader: SegmentReader) -> Answer {
+        guard reason == "segment retired" || reason == "agent heartbeat stale" else { return .socket }
+        state.withLock { state in
+            if case .mapped(let current) = state.mappings[subject.kind], current === reader {
+                state.mappings[subject.kind] = nil
+                state.cache = state.cache.filter { $0.value.reader !== reader }
+            }
+        }
+        return .socket
     }
 
     /// Records the agent's answer to `SHM <kind>`: maps the segment (closing `descriptor`), or
@@ -133,6 +212,7 @@ final class SegmentReads: Sendable {
                 if !batch.isEmpty { requests.append(.touch(kind: kind, ids: batch)) }
             }
             state.touched = [:]
+            state.interval &+= 1
             return requests
         }
     }

@@ -16,10 +16,10 @@ public final class SegmentReader: @unchecked Sendable {
     /// The mapping's size.
     public let size: Int
 
-    private let base: UnsafeRawPointer
+    @usableFromInline let base: UnsafeRawPointer
     private let words: SharedWords
     private let slotCount: Int
-    private let slotSize: Int
+    @usableFromInline let slotSize: Int
     private let seed: (UInt64, UInt64)
 
     /// How many times a lookup retries a slot it saw change while it copied it.
@@ -100,6 +100,43 @@ public final class SegmentReader: @unchecked Sendable {
     /// The agent's idle time-out: keys read only through memory must be reported more often.
     public var idleTimeoutNanoseconds: UInt64 { words.load(SegmentLayout.Header.idleTimeout) }
 
+    /// A whole, validated copy of the slot that holds an id: its token, expiry (`CLOCK_BOOTTIME`
+    /// nanoseconds), lifetime (nanoseconds) and Unix expiry, and the slot's sequence value when
+    /// copied. While the slot's sequence keeps that value, the slot holds exactly this.
+    public struct SlotCopy: Sendable {
+        public let slot: Int
+        public let sequence: UInt64
+        public let token: String
+        public let expiry: UInt64
+        public let lifetime: UInt64
+        public let unixExpiry: Int64
+    }
+
+    /// The slot's sequence value now (acquire): equal to a ``SlotCopy``'s, the copy still holds.
+    @inlinable
+    public func sequence(ofSlot slot: Int) -> UInt64 {
+        SharedWords(base + SegmentLayout.headerSize + slot * slotSize).loadAcquiring(SegmentLayout.Slot.sequence)
+    }
+
+    /// Why the segment cannot answer at `now`: retired, or the writer's heartbeat is stale.
+    public func unusableReason(now: UInt64) -> String? {
+        if isRetired { return "segment retired" }
+        if isStale(now: now) { return "agent heartbeat stale" }
+        return nil
+    }
+
+    /// Whether a token expiring at `expiry` with `lifetime` (nanoseconds) has enough validity left
+    /// at `now` by the agent's rule for a GET asking for `minimumValidity` (seconds; `nil`: the
+    /// agent's default).
+    public func isServable(expiry: UInt64, lifetime: UInt64, minimumValidity: Double?, now: UInt64) -> Bool {
+        guard expiry > now else { return false }
+        let remaining = Double(expiry - now) / 1e9
+        let defaultValidity = Double(words.load(SegmentLayout.Header.minValidity)) / 1e9
+        let floor = Double(words.load(SegmentLayout.Header.servingFloor)) / 1e9
+        let required = max(minimumValidity ?? min(defaultValidity, Double(lifetime) / 1e9 / 4), floor)
+        return remaining >= required
+    }
+
     /// What a lookup found.
     public enum Lookup: Equatable, Sendable {
         /// The token, with enough validity left by the agent's rule, and its Unix expiry.
@@ -114,13 +151,32 @@ public final class SegmentReader: @unchecked Sendable {
     /// least `max(minimumValidity ?? min(agent's minimum validity, lifetime / 4), serving floor)`
     /// left: the agent's own rule for a GET.
     public func lookup(id: String, minimumValidity: Double?, now: UInt64) -> Lookup {
-        if isRetired { return .unusable("segment retired") }
-        if isStale(now: now) { return .unusable("agent heartbeat stale") }
-        var id = id
-        return id.withUTF8 { lookup(idBytes: UnsafeRawBufferPointer($0), minimumValidity: minimumValidity, now: now) }
+        if let reason = unusableReason(now: now) { return .unusable(reason) }
+        switch copy(id: id) {
+        case .found(let copy):
+            guard isServable(expiry: copy.expiry, lifetime: copy.lifetime, minimumValidity: minimumValidity, now: now)
+            else { return .miss }
+            return .hit(token: copy.token, unixExpiry: copy.unixExpiry)
+        case .absent: return .miss
+        case .unusable(let reason): return .unusable(reason)
+        }
     }
 
-    private func lookup(idBytes: UnsafeRawBufferPointer, minimumValidity: Double?, now: UInt64) -> Lookup {
+    /// What ``copy(id:)`` found.
+    public enum Found: Sendable {
+        case found(SlotCopy)
+        case absent
+        case unusable(String)
+    }
+
+    /// A whole copy of the slot holding `id`, read under its sequence counter and validated;
+    /// expiry is not judged here.
+    public func copy(id: String) -> Found {
+        var id = id
+        return id.withUTF8 { copy(idBytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    private func copy(idBytes: UnsafeRawBufferPointer) -> Found {
         typealias S = SegmentLayout.Slot
         let hash = SipHash24.hash(idBytes, k0: seed.0, k1: seed.1)
         let mask = slotCount - 1
@@ -128,69 +184,66 @@ public final class SegmentReader: @unchecked Sendable {
             Int(min(words.loadAcquiring(SegmentLayout.Header.maxProbe), UInt64(slotCount))),
             SegmentLayout.probeCap
         )
-        let dataCapacity = slotSize - SegmentLayout.slotHeaderSize
+        let dataWords = (slotSize - SegmentLayout.slotHeaderSize) / 8
         var slot = Int(truncatingIfNeeded: hash) & mask
-        var copy = [UInt64](repeating: 0, count: dataCapacity / 8)
-        for _ in 0..<probes {
-            let slotBase = base + SegmentLayout.headerSize + slot * slotSize
-            let slotWords = SharedWords(slotBase)
-            var attempt = 0
-            while true {
-                let sequence = slotWords.loadAcquiring(S.sequence)
-                if sequence & 1 == 1 {
-                    attempt += 1
-                    if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
-                    continue
-                }
-                let meta = slotWords.load(S.meta)
-                let slotHash = slotWords.load(S.hash)
-                let expiry = slotWords.load(S.expiry)
-                let lifetime = slotWords.load(S.lifetime)
-                let unixExpiry = Int64(bitPattern: slotWords.load(S.unixExpiry))
-                let state = meta & 0xff
-                let idLength = Int(meta >> 16 & 0xffff)
-                let tokenLength = Int(meta >> 32)
-                let idWords = SegmentLayout.padded(idLength) / 8
-                let tokenWords = SegmentLayout.padded(tokenLength) / 8
-                let candidate = state == SegmentLayout.State.live && slotHash == hash && idLength == idBytes.count
-                let inBounds = idWords + tokenWords <= copy.count
-                if candidate, inBounds {
-                    for word in 0..<(idWords + tokenWords) { copy[word] = slotWords.load(S.data + word) }
-                }
-                atomicMemoryFence(ordering: .acquiring)
-                if slotWords.load(S.sequence) != sequence {
-                    attempt += 1
-                    if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
-                    continue
-                }
-                // The copy is whole; from here on only the copy is used.
-                if state == SegmentLayout.State.empty { return .miss }
-                guard candidate else { break }
-                guard inBounds, tokenLength > 0 else { return .unusable("slot lengths out of bounds") }
-                let matches = copy.withUnsafeBytes { bytes in
-                    memcmp(bytes.baseAddress!, idBytes.baseAddress!, idBytes.count) == 0
-                }
-                guard matches else { break }
-                guard expiry > now else { return .miss }
-                let remaining = Double(expiry - now) / 1e9
-                let lifetimeSeconds = Double(lifetime) / 1e9
-                let defaultValidity = Double(words.load(SegmentLayout.Header.minValidity)) / 1e9
-                let floor = Double(words.load(SegmentLayout.Header.servingFloor)) / 1e9
-                let required = max(minimumValidity ?? min(defaultValidity, lifetimeSeconds / 4), floor)
-                guard remaining >= required else { return .miss }
-                let token = copy.withUnsafeBytes { bytes in
-                    String(
-                        validating: UnsafeRawBufferPointer(
-                            rebasing: bytes[(idWords * 8)..<(idWords * 8 + tokenLength)]
-                        ),
-                        as: UTF8.self
+        return withUnsafeTemporaryAllocation(of: UInt64.self, capacity: dataWords) { copy -> Found in
+            for _ in 0..<probes {
+                let slotWords = SharedWords(base + SegmentLayout.headerSize + slot * slotSize)
+                var attempt = 0
+                while true {
+                    let sequence = slotWords.loadAcquiring(S.sequence)
+                    if sequence & 1 == 1 {
+                        attempt += 1
+                        if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
+                        continue
+                    }
+                    let meta = slotWords.load(S.meta)
+                    let slotHash = slotWords.load(S.hash)
+                    let expiry = slotWords.load(S.expiry)
+                    let lifetime = slotWords.load(S.lifetime)
+                    let unixExpiry = Int64(bitPattern: slotWords.load(S.unixExpiry))
+                    let state = meta & 0xff
+                    let idLength = Int(meta >> 16 & 0xffff)
+                    let tokenLength = Int(meta >> 32)
+                    let idWords = SegmentLayout.padded(idLength) / 8
+                    let tokenWords = SegmentLayout.padded(tokenLength) / 8
+                    let candidate = state == SegmentLayout.State.live && slotHash == hash && idLength == idBytes.count
+                    let inBounds = idWords + tokenWords <= dataWords
+                    if candidate, inBounds {
+                        for word in 0..<(idWords + tokenWords) { copy[word] = slotWords.load(S.data + word) }
+                    }
+                    atomicMemoryFence(ordering: .acquiring)
+                    if slotWords.load(S.sequence) != sequence {
+                        attempt += 1
+                        if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
+                        continue
+                    }
+                    // The copy is whole; from here on only the copy is used.
+                    if state == SegmentLayout.State.empty { return .absent }
+                    guard candidate else { break }
+                    guard inBounds, tokenLength > 0 else { return .unusable("slot lengths out of bounds") }
+                    let bytes = UnsafeRawBufferPointer(copy)
+                    guard memcmp(bytes.baseAddress!, idBytes.baseAddress!, idBytes.count) == 0 else { break }
+                    let tokenBytes = UnsafeRawBufferPointer(
+                        rebasing: bytes[(idWords * 8)..<(idWords * 8 + tokenLength)]
+                    )
+                    guard let token = String(validating: tokenBytes, as: UTF8.self) else {
+                        return .unusable("token is not UTF-8")
+                    }
+                    return .found(
+                        SlotCopy(
+                            slot: slot,
+                            sequence: sequence,
+                            token: token,
+                            expiry: expiry,
+                            lifetime: lifetime,
+                            unixExpiry: unixExpiry
+                        )
                     )
                 }
-                guard let token else { return .unusable("token is not UTF-8") }
-                return .hit(token: token, unixExpiry: unixExpiry)
+                slot = (slot + 1) & mask
             }
-            slot = (slot + 1) & mask
+            return .absent
         }
-        return .miss
     }
 }

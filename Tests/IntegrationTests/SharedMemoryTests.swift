@@ -124,6 +124,27 @@ struct SharedMemoryTests {
         }
     }
 
+    @Test func theClientNeverHandsOutATokenAnotherWorkerHadReplaced() async throws {
+        // The incoherence: another worker is refused the token and REFRESHes it; this
+        // client's next call must return the replacement, every time (20 rounds).
+        try await withProviderAndAgent { agent, _ in
+            let client = FleetTokenClient(socketPath: agent.socketPath)
+            var current = try await client.token(.vehicle("coherent-1"))
+            var stale = 0
+            for _ in 0..<20 {
+                #expect(try await client.token(.vehicle("coherent-1")) == current, "read from memory")
+                let replaced = try #require(
+                    tokenOf(try await agent.send("REFRESH vehicle coherent-1 \(current.jwt)").first)
+                )
+                let next = try await client.token(.vehicle("coherent-1"))
+                if next.jwt != replaced { stale += 1 }
+                current = next
+            }
+            #expect(stale == 0)
+            #expect(client.sharedMemoryReads >= 40, "every call after the first was read from memory")
+        }
+    }
+
     @Test func aReceivedDescriptorCannotBeWrittenResizedOrMappedWritable() async throws {
         try await withProviderAndAgent { agent, _ in
             let reader = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")

@@ -27,6 +27,16 @@ let only = option("--only", "")
 func wanted(_ name: String) -> Bool { only.isEmpty || name.contains(only) }
 
 let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
+if let sharedRow = table["client.token, shared memory, 64 keys"]?[concurrency] {
+    print(
+        String(
+            format: "- concurrency %d, 64 keys: client reading shared memory %.0f tokens/s (%d reads from memory in all)",
+            concurrency,
+            sharedRow.opsPerSecond,
+            sharedReads
+        )
+    )
+}
 try? FileManager.default.removeItem(at: directory)
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 let socketPath = directory.appendingPathComponent("tokens.sock").path
@@ -127,8 +137,14 @@ let urlSessionGet: @Sendable () async throws -> Void = {
 }
 var noMemo = FleetTokenClient.Configuration()
 noMemo.memoization = false
+noMemo.sharedMemory = false
 let direct = FleetTokenClient(socketPath: socketPath, configuration: noMemo)
-let memoized = FleetTokenClient(socketPath: socketPath)
+var memoOnly = FleetTokenClient.Configuration()
+memoOnly.sharedMemory = false
+let memoized = FleetTokenClient(socketPath: socketPath, configuration: memoOnly)
+// The default client: tokens read from the agent's shared-memory segment.
+let shared = FleetTokenClient(socketPath: socketPath)
+let viaShared: @Sendable () async throws -> Void = { _ = try await shared.token(.vehicle("bench-client")) }
 let viaAgent: @Sendable () async throws -> Void = { _ = try await direct.token(.vehicle("bench-client")) }
 let viaMemo: @Sendable () async throws -> Void = { _ = try await memoized.token(.vehicle("bench-client")) }
 // Concurrent callers of one key share one request in the client; spread them over 64 keys to
@@ -140,6 +156,14 @@ let viaAgentSpread: @Sendable () async throws -> Void = {
         return value % 64
     }
     _ = try await direct.token(.vehicle("bench-spread-\(index)"))
+}
+let sharedSpread = Mutex(0)
+let viaSharedSpread: @Sendable () async throws -> Void = {
+    let index = sharedSpread.withLock { value -> Int in
+        value &+= 1
+        return value % 64
+    }
+    _ = try await shared.token(.vehicle("bench-spread-\(index)"))
 }
 
 // The same 64 keys on a raw socket with `concurrency` requests in flight: the most one pipelined
@@ -161,7 +185,8 @@ for level in [1, concurrency] {
     for (name, operation) in [
         ("HTTP GET, AsyncHTTPClient", httpGet), ("HTTP GET, URLSession", urlSessionGet),
         ("client.token via agent, memo off", viaAgent), ("client.token via agent, memo off, 64 keys", viaAgentSpread),
-        ("client.token, memo on", viaMemo),
+        ("client.token, memo on", viaMemo), ("client.token, shared memory", viaShared),
+        ("client.token, shared memory, 64 keys", viaSharedSpread),
     ] where wanted(name) {
         let measured = try await measure(
             name,
@@ -182,6 +207,13 @@ if wanted("client.token, memo on, main actor") {
     mainActorMemo = measured
     record(measured)
 }
+if wanted("client.token, shared memory, main actor") {
+    let measured = try await measureOnMainActor("client.token, shared memory, main actor", operations: operations) {
+        _ = try await shared.token(.vehicle("hot1"))
+    }
+    record(measured)
+}
+let sharedReads = shared.sharedMemoryReads
 try await http.shutdown().get()
 await provider.stop()
 
