@@ -27,16 +27,6 @@ let only = option("--only", "")
 func wanted(_ name: String) -> Bool { only.isEmpty || name.contains(only) }
 
 let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
-if let sharedRow = table["client.token, shared memory, 64 keys"]?[concurrency] {
-    print(
-        String(
-            format: "- concurrency %d, 64 keys: client reading shared memory %.0f tokens/s (%d reads from memory in all)",
-            concurrency,
-            sharedRow.opsPerSecond,
-            sharedReads
-        )
-    )
-}
 try? FileManager.default.removeItem(at: directory)
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 let socketPath = directory.appendingPathComponent("tokens.sock").path
@@ -265,5 +255,16 @@ for level in [1, concurrency] {
             )
         )
     }
+}
+if let sharedRow = table["client.token, shared memory, 64 keys"]?[concurrency] {
+    print(
+        String(
+            format:
+                "- concurrency %d, 64 keys: client reading shared memory %.0f tokens/s (%d reads from memory in all)",
+            concurrency,
+            sharedRow.opsPerSecond,
+            sharedReads
+        )
+    )
 }
 try? FileManager.default.removeItem(at: directory)
