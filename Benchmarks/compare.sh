@@ -139,6 +139,10 @@ for keys in $KEYSETS; do
             redis=$(<"$work/run.json")
             a_rate=$(field req_per_s "$agent")
             r_rate=$(field req_per_s "$redis")
+            # Redis's best at 64 connections: the yardstick for the shared-memory client row.
+            if [ "$connections" = 64 ] && awk -v r="$r_rate" -v b="${redis_64_best:-0}" 'BEGIN {exit !(r > b)}'; then
+                redis_64_best=$r_rate
+            fi
             ratio=$(awk -v a="$a_rate" -v r="$r_rate" 'BEGIN {printf (r > 0 ? "%.2fx" : "–"), a / r}')
             for pair in "agent:$agent" "redis:$redis"; do
                 errors=$(field errors "${pair#*:}")
@@ -199,4 +203,8 @@ if [ "$CLIENT_ROWS" != 0 ]; then
     grep -E '^\|' "$work/client.txt"
     echo
     grep -E '^- ' "$work/client.txt"
+    shared=$(awk -F'|' '$2 ~ /client.token, shared memory, 64 keys/ && $3+0 > 1 {gsub(/ /, "", $7); print $7}' "$work/client.txt")
+    if [ -n "$shared" ] && [ -n "${redis_64_best:-}" ]; then
+        echo "- shared-memory client, 32 tasks over 64 keys, one process: $shared tokens/s against Redis GET at 64 connections $redis_64_best req/s (its best row above): $(awk -v a="$shared" -v r="$redis_64_best" 'BEGIN {printf "%.1fx", a / r}')"
+    fi
 fi
