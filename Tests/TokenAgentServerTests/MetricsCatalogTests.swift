@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Testing
 import TokenAgent
 import TokenWire
@@ -20,7 +21,8 @@ struct MetricsCatalogTests {
     @Test func theExpositionHasHelpAndTypeForEveryMetricAndReadsBack() {
         let metrics = AgentMetrics()
         let engine = TokenEngine(providers: ["vehicle": LocalIssuerStub()], metrics: metrics.engineMetrics)
-        let status = AgentStatus(engine: engine, server: ServerStatistics(), metrics: metrics)
+        let segments = SharedSegments(kinds: ["vehicle"], policy: RefreshPolicy(), logger: Logger(label: "test"))
+        let status = AgentStatus(engine: engine, server: ServerStatistics(), segments: segments, metrics: metrics)
         metrics.requests.count(.get, .ok)
         metrics.requests.count(.ping, .rejected)  // a code PING never has: counted under `other`
         let text = String(decoding: status.metricsReply(), as: UTF8.self)

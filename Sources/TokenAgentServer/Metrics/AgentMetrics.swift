@@ -132,6 +132,16 @@ public final class AgentMetrics: Sendable {
                 [],
                 status.health.heartbeat.map { $0.secondsSinceLastBeat.rounded() } ?? 0
             )
+            if let segments = status.segments {
+                let shared = segments.statistics()
+                gauge("fleet_tokend_shm_segments", [], Double(shared.segments))
+                gauge("fleet_tokend_shm_bytes", [], Double(shared.bytes))
+                gauge("fleet_tokend_shm_tokens", [], Double(shared.slotsUsed))
+                counter("fleet_tokend_shm_generations_total", total: shared.generations)
+                counter("fleet_tokend_shm_descriptors_total", total: shared.descriptors)
+                counter("fleet_tokend_shm_not_mirrored_total", total: shared.notMirrored)
+                counter("fleet_tokend_touch_requests_total", total: status.server.touchRequests)
+            }
             gauge("fleet_tokend_healthy", [], health.isDegraded ? 0 : 1)
             gauge("fleet_tokend_uptime_seconds", [], Double(status.uptime))
         }

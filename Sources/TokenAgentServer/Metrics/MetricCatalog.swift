@@ -125,6 +125,48 @@ public enum MetricCatalog {
             help: "Requests refused by the access rules, by kind (admin for operator verbs)."
         ),
         Entry(
+            name: "fleet_tokend_shm_segments",
+            kind: .gauge,
+            labels: [],
+            help: "Shared-memory segments in force (one per kind; absent when shared memory is off)."
+        ),
+        Entry(
+            name: "fleet_tokend_shm_bytes",
+            kind: .gauge,
+            labels: [],
+            help: "Bytes of the shared-memory segments in force."
+        ),
+        Entry(
+            name: "fleet_tokend_shm_tokens",
+            kind: .gauge,
+            labels: [],
+            help: "Tokens held in the shared-memory segments (slots in use)."
+        ),
+        Entry(
+            name: "fleet_tokend_shm_generations_total",
+            kind: .counter,
+            labels: [],
+            help: "Shared-memory segments made: at start, growth, rotation and rule changes."
+        ),
+        Entry(
+            name: "fleet_tokend_shm_descriptors_total",
+            kind: .counter,
+            labels: [],
+            help: "Segment descriptors handed out (SHM)."
+        ),
+        Entry(
+            name: "fleet_tokend_shm_not_mirrored_total",
+            kind: .counter,
+            labels: [],
+            help: "Tokens left out of shared memory (a segment limit, or larger than the largest slot)."
+        ),
+        Entry(
+            name: "fleet_tokend_touch_requests_total",
+            kind: .counter,
+            labels: [],
+            help: "TOUCH lines counted: keys reported read through shared memory."
+        ),
+        Entry(
             name: "fleet_tokend_connections_open",
             kind: .gauge,
             labels: [],
