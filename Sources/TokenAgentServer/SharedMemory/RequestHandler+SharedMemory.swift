@@ -142,7 +142,7 @@ extension RequestHandler {
             // The descriptor went with the first byte; the rest of the line follows in order.
             var rest = context.channel.allocator.buffer(capacity: line.count - sent)
             rest.writeBytes(line.dropFirst(sent))
-            context.write(wrapOutboundOut(rest), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(rest), promise: nil)
         }
         status.metrics.requests.count(.shm, .ok)
         finishDescriptor(context: context)
