@@ -197,6 +197,14 @@ public final class FleetTokenClient: Sendable {
         return WireReply.statsFields(text).compactMapValues { Int($0) }
     }
 
+    /// The agent's metrics (`METRICS`): the Prometheus text exposition, without the closing
+    /// `# EOF` line. Needs the admin rule, like ``stats()``.
+    public nonisolated(nonsending) func metrics() async throws(FleetTokenError) -> String {
+        let reply = try await exchange(.metrics)
+        guard case .ok(let text) = reply else { throw Self.unexpected(reply) }
+        return text
+    }
+
     /// Tokens this client answered from its memo, and requests it sent to the agent.
     public var localCounters: (memoHits: Int, requests: Int) {
         (memoHits.load(ordering: .relaxed), requests.load(ordering: .relaxed))

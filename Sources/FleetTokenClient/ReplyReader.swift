@@ -24,6 +24,9 @@ struct ReplyReader {
     private var filled = 0
     /// Descriptors received and not yet given to a reply.
     private var descriptors: [Int32] = []
+    /// The lines of a `METRICS` reply read so far: it is the one reply of several lines, from a
+    /// first line starting with `#` to the line `# EOF` (docs/PROTOCOL.md).
+    private var metricsBody: [UInt8]?
 
     /// Reads what `fd` holds (waiting for something to arrive) and appends the replies of every
     /// whole line to `replies`. Returns why the connection is over (end of stream, a read error,
@@ -66,11 +69,28 @@ struct ReplyReader {
         let filled = self.filled
         var start = 0
         var descriptors = self.descriptors
-        defer { self.descriptors = descriptors }
+        var metricsBody = self.metricsBody
+        defer {
+            self.descriptors = descriptors
+            self.metricsBody = metricsBody
+        }
         let problem = buffer.withUnsafeBufferPointer { bytes -> String? in
             let base = bytes.baseAddress!
             while start < filled, let newline = memchr(base + start, 0x0A, filled - start) {
                 let end = base.distance(to: newline.assumingMemoryBound(to: UInt8.self))
+                let line = UnsafeBufferPointer(rebasing: bytes[start..<end])
+                if metricsBody != nil || line.first == UInt8(ascii: "#") {
+                    if line.elementsEqual("# EOF".utf8) {
+                        replies.append(ReceivedReply(reply: .ok(String(decoding: metricsBody ?? [], as: UTF8.self))))
+                        metricsBody = nil
+                    } else {
+                        if metricsBody == nil { metricsBody = [] }
+                        metricsBody!.append(contentsOf: line)
+                        metricsBody!.append(0x0A)
+                    }
+                    start = end + 1
+                    continue
+                }
                 guard let reply = Self.reply(UnsafeBufferPointer(rebasing: bytes[start..<end])) else {
                     return "unreadable reply from the agent"
                 }

@@ -1,3 +1,4 @@
+import FleetTokenClient
 import Foundation
 import Testing
 
@@ -130,6 +131,31 @@ struct ObservabilityTests {
             #expect(lines[ends[0] + 2] == "ERR bad-request METRICS takes no arguments")
             #expect(ends[1] == lines.count - 1, "nothing after the last reply (QUIT gets none)")
             #expect(!lines.contains { $0.hasPrefix("OK ") }, "no token in an exposition")
+        }
+    }
+
+    @Test func theClientReadsMetricsAmidPipelinedCalls() async throws {
+        try await withAgent { agent, _ in
+            var configuration = FleetTokenClient.Configuration()
+            configuration.sharedMemory = false
+            configuration.memoization = false
+            let client = FleetTokenClient(socketPath: agent.socketPath, configuration: configuration)
+            // METRICS between token calls on the one pipelined connection: every reply still
+            // reaches its own caller.
+            let results = try await withThrowingTaskGroup(of: String.self) { group in
+                for index in 0..<20 {
+                    group.addTask {
+                        if index % 5 == 0 { return try await client.metrics() }
+                        return try await client.token(.vehicle("cm-\(index)")).jwt
+                    }
+                }
+                return try await group.reduce(into: [String]()) { $0.append($1) }
+            }
+            let expositions = results.filter { $0.hasPrefix("# ") }
+            #expect(expositions.count == 4)
+            #expect(expositions.allSatisfy { $0.contains("fleet_tokend_requests_total") && !$0.contains("# EOF") })
+            #expect(results.count - expositions.count == 16)
+            try await client.ping()
         }
     }
 
