@@ -20,15 +20,27 @@ final class SegmentReads: Sendable {
     /// A token copied out of a slot, valid for as long as the slot's sequence counter keeps the
     /// value it had (any change to the slot changes it): later reads of the id compare one word
     /// instead of hashing, probing and copying again.
-    private struct CachedRead {
+    ///
+    /// A class, so a lookup takes one reference out of the cache instead of copying its fields.
+    private final class CachedRead {
         let reader: SegmentReader
         let copy: SegmentReader.SlotCopy
         let token: Token
-        /// The report interval in which the key was last recorded for TOUCH.
+        /// The report interval in which the key was last recorded for TOUCH (changed under the
+        /// lock only).
         var reportedIn: Int
+
+        init(reader: SegmentReader, copy: SegmentReader.SlotCopy, token: Token, reportedIn: Int) {
+            self.reader = reader
+            self.copy = copy
+            self.token = token
+            self.reportedIn = reportedIn
+        }
     }
 
     private struct State {
+        /// Reads from memory answered (counted under the lock every read takes anyway).
+        var hits = 0
         var mappings: [String: Mapping] = [:]
         var cache: [TokenSubject: CachedRead] = [:]
         /// Keys read through memory since the last report, by kind.
@@ -42,12 +54,11 @@ final class SegmentReads: Sendable {
     static let cacheCapacity = 10_000
 
     private let state = Mutex(State())
-    private let reads = Atomic(0)
     /// How long a kind that was not offered waits before it is asked for again.
     static let retryAfterRefusal: UInt64 = 30_000_000_000
 
     /// Tokens answered from shared memory.
-    var hits: Int { reads.load(ordering: .relaxed) }
+    var hits: Int { state.withLock { $0.hits } }
 
     /// What a lookup in shared memory decided.
     enum Answer {
@@ -71,6 +82,25 @@ final class SegmentReads: Sendable {
     func lookup(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Answer {
         let now = fsm_boottime_ns()
         let step = state.withLock { state -> Step in
+            // The fast path: a key read before whose slot has not changed since. Entries always
+            // belong to the kind's current mapping (a mapping dropped takes its entries along).
+            if let cached = state.cache[subject],
+                cached.reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence,
+                cached.reader.isUsable(now: now),
+                cached.reader.isServable(
+                    expiry: cached.copy.expiry,
+                    lifetime: cached.copy.lifetime,
+                    minimumValidity: minimumValidity,
+                    now: now
+                )
+            {
+                if cached.reportedIn != state.interval {
+                    state.touched[subject.kind, default: []].insert(subject.id)
+                    cached.reportedIn = state.interval
+                }
+                state.hits += 1
+                return .answer(.token(cached.token))
+            }
             switch state.mappings[subject.kind] {
             case nil:
                 state.mappings[subject.kind] = .asking
@@ -81,14 +111,10 @@ final class SegmentReads: Sendable {
             case .asking, .unavailable:
                 return .answer(.socket)
             case .mapped(let reader):
-                guard var cached = state.cache[subject], cached.reader === reader,
+                // Cached and unchanged, but not servable or the segment unusable: judged below.
+                guard let cached = state.cache[subject], cached.reader === reader,
                     reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence
                 else { return .read(reader) }
-                if cached.reportedIn != state.interval {
-                    state.touched[subject.kind, default: []].insert(subject.id)
-                    cached.reportedIn = state.interval
-                    state.cache[subject] = cached
-                }
                 return .cached(reader, cached.copy, cached.token)
             }
         }
@@ -105,7 +131,7 @@ final class SegmentReads: Sendable {
                     now: now
                 )
             else { return .miss }
-            reads.add(1, ordering: .relaxed)
+            state.withLock { $0.hits += 1 }
             return .token(token)
         case .read(let reader):
             if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
@@ -133,7 +159,7 @@ final class SegmentReads: Sendable {
                         now: now
                     )
                 else { return .miss }
-                reads.add(1, ordering: .relaxed)
+                state.withLock { $0.hits += 1 }
                 return .token(token)
             case .absent:
                 return .miss

@@ -118,6 +118,15 @@ public final class SegmentReader: @unchecked Sendable {
         SharedWords(base + SegmentLayout.headerSize + slot * slotSize).loadAcquiring(SegmentLayout.Slot.sequence)
     }
 
+    /// Whether the segment can answer at `now`: not retired, and the writer's heartbeat is fresh.
+    @inlinable
+    public func isUsable(now: UInt64) -> Bool {
+        let words = SharedWords(base)
+        guard words.loadAcquiring(SegmentLayout.Header.flags) & SegmentLayout.retiredFlag == 0 else { return false }
+        let beat = words.loadAcquiring(SegmentLayout.Header.heartbeat)
+        return now <= beat || now - beat <= SegmentLayout.staleHeartbeatNanoseconds
+    }
+
     /// Why the segment cannot answer at `now`: retired, or the writer's heartbeat is stale.
     public func unusableReason(now: UInt64) -> String? {
         if isRetired { return "segment retired" }

@@ -17,7 +17,8 @@ struct Measurement {
 
     var row: String {
         String(
-            format: "| %@ | %d | %d | %.1f | %.1f | %.0f |",
+            // Sub-microsecond figures with three decimals (nanoseconds), the rest with one.
+            format: median < 1e-5 ? "| %@ | %d | %d | %.3f | %.3f | %.0f |" : "| %@ | %d | %d | %.1f | %.1f | %.0f |",
             name,
             concurrency,
             operations,
