@@ -39,26 +39,45 @@ final class SegmentReads: Sendable {
     }
 
     private struct State {
-        /// Reads from memory answered (counted under the lock every read takes anyway).
-        var hits = 0
         var mappings: [String: Mapping] = [:]
-        var cache: [TokenSubject: CachedRead] = [:]
-        /// Keys read through memory since the last report, by kind.
-        var touched: [String: Set<String>] = [:]
-        /// Counts reports, so a key is recorded once per interval.
-        var interval = 0
         var reporting = false
     }
 
-    /// The most reads kept in the cache; past it, the cache starts again.
-    static let cacheCapacity = 10_000
+    /// One part of the cache of reads, by key: concurrent callers of different keys seldom take
+    /// the same lock.
+    private struct CacheShard {
+        var cache: [TokenSubject: CachedRead] = [:]
+        /// Keys read through memory since the last report, by kind.
+        var touched: [String: Set<String>] = [:]
+        /// Reads from memory answered (counted under the lock the read takes anyway).
+        var hits = 0
+    }
+
+    private final class CacheShardBox: Sendable {
+        let state = Mutex(CacheShard())
+    }
+
+    /// The most reads kept in a cache shard; past it, the shard starts again.
+    static let shardCapacity = 1024
 
     private let state = Mutex(State())
+    private let shards: [CacheShardBox] = (0..<16).map { _ in CacheShardBox() }
+    /// Counts reports, so a key is recorded once per interval.
+    private let interval = Atomic(0)
+
+    /// The cache shard of `subject`, chosen from the id's last two bytes (cheaper than hashing it
+    /// twice; ids that differ only earlier share a shard, which costs contention, not correctness).
+    private func shard(_ subject: TokenSubject) -> CacheShardBox {
+        var utf8 = subject.id.utf8.reversed().makeIterator()
+        let last = Int(utf8.next() ?? 0)
+        let before = Int(utf8.next() ?? 0)
+        return shards[(last &+ before &* 7) & 15]
+    }
     /// How long a kind that was not offered waits before it is asked for again.
     static let retryAfterRefusal: UInt64 = 30_000_000_000
 
     /// Tokens answered from shared memory.
-    var hits: Int { state.withLock { $0.hits } }
+    var hits: Int { shards.reduce(0) { total, shard in total + shard.state.withLock { $0.hits } } }
 
     /// What a lookup in shared memory decided.
     enum Answer {
@@ -81,10 +100,12 @@ final class SegmentReads: Sendable {
     /// The token for `subject` from the kind's segment, when it holds one with enough validity.
     func lookup(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Answer {
         let now = fsm_boottime_ns()
-        let step = state.withLock { state -> Step in
-            // The fast path: a key read before whose slot has not changed since. Entries always
-            // belong to the kind's current mapping (a mapping dropped takes its entries along).
-            if let cached = state.cache[subject],
+        let shard = self.shard(subject)
+        let reportInterval = interval.load(ordering: .relaxed)
+        // The fast path: a key read before whose slot has not changed since. Entries always
+        // belong to the kind's current mapping (a mapping dropped takes its entries along).
+        let fast = shard.state.withLock { shard -> Token? in
+            guard let cached = shard.cache[subject],
                 cached.reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence,
                 cached.reader.isUsable(now: now),
                 cached.reader.isServable(
@@ -93,14 +114,17 @@ final class SegmentReads: Sendable {
                     minimumValidity: minimumValidity,
                     now: now
                 )
-            {
-                if cached.reportedIn != state.interval {
-                    state.touched[subject.kind, default: []].insert(subject.id)
-                    cached.reportedIn = state.interval
-                }
-                state.hits += 1
-                return .answer(.token(cached.token))
+            else { return nil }
+            if cached.reportedIn != reportInterval {
+                shard.touched[subject.kind, default: []].insert(subject.id)
+                cached.reportedIn = reportInterval
             }
+            shard.hits += 1
+            return cached.token
+        }
+        if let fast { return .token(fast) }
+        let cachedCopy = shard.state.withLock { shard -> CachedRead? in shard.cache[subject] }
+        let step = state.withLock { state -> Step in
             switch state.mappings[subject.kind] {
             case nil:
                 state.mappings[subject.kind] = .asking
@@ -112,7 +136,7 @@ final class SegmentReads: Sendable {
                 return .answer(.socket)
             case .mapped(let reader):
                 // Cached and unchanged, but not servable or the segment unusable: judged below.
-                guard let cached = state.cache[subject], cached.reader === reader,
+                guard let cached = cachedCopy, cached.reader === reader,
                     reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence
                 else { return .read(reader) }
                 return .cached(reader, cached.copy, cached.token)
@@ -131,7 +155,7 @@ final class SegmentReads: Sendable {
                     now: now
                 )
             else { return .miss }
-            state.withLock { $0.hits += 1 }
+            shard.state.withLock { $0.hits += 1 }
             return .token(token)
         case .read(let reader):
             if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
@@ -141,15 +165,15 @@ final class SegmentReads: Sendable {
                     jwt: copy.token,
                     expiresAt: Date(timeIntervalSince1970: TimeInterval(copy.unixExpiry))
                 )
-                state.withLock { state in
-                    if state.cache.count >= Self.cacheCapacity { state.cache.removeAll(keepingCapacity: true) }
-                    state.cache[subject] = CachedRead(
+                shard.state.withLock { shard in
+                    if shard.cache.count >= Self.shardCapacity { shard.cache.removeAll(keepingCapacity: true) }
+                    shard.cache[subject] = CachedRead(
                         reader: reader,
                         copy: copy,
                         token: token,
-                        reportedIn: state.interval
+                        reportedIn: reportInterval
                     )
-                    state.touched[subject.kind, default: []].insert(subject.id)
+                    shard.touched[subject.kind, default: []].insert(subject.id)
                 }
                 guard
                     reader.isServable(
@@ -159,7 +183,7 @@ final class SegmentReads: Sendable {
                         now: now
                     )
                 else { return .miss }
-                state.withLock { $0.hits += 1 }
+                shard.state.withLock { $0.hits += 1 }
                 return .token(token)
             case .absent:
                 return .miss
@@ -174,10 +198,14 @@ final class SegmentReads: Sendable {
     /// kept changing is read through the socket this once.
     private func unusable(_ reason: String, _ subject: TokenSubject, _ reader: SegmentReader) -> Answer {
         guard reason == "segment retired" || reason == "agent heartbeat stale" else { return .socket }
-        state.withLock { state in
-            if case .mapped(let current) = state.mappings[subject.kind], current === reader {
-                state.mappings[subject.kind] = nil
-                state.cache = state.cache.filter { $0.value.reader !== reader }
+        let dropped = state.withLock { state -> Bool in
+            guard case .mapped(let current) = state.mappings[subject.kind], current === reader else { return false }
+            state.mappings[subject.kind] = nil
+            return true
+        }
+        if dropped {
+            for shard in shards {
+                shard.state.withLock { $0.cache = $0.cache.filter { $0.value.reader !== reader } }
             }
         }
         return .socket
@@ -221,26 +249,31 @@ final class SegmentReads: Sendable {
 
     /// The keys read through memory since the last call, as TOUCH requests that fit a line.
     func takeTouches() -> [WireRequest] {
-        state.withLock { state in
-            var requests: [WireRequest] = []
-            for (kind, ids) in state.touched {
-                var batch: [String] = []
-                var length = "TOUCH \(kind)".utf8.count
-                for id in ids {
-                    if length + 1 + id.utf8.count > WireLimits.maxRequestLineBytes, !batch.isEmpty {
-                        requests.append(.touch(kind: kind, ids: batch))
-                        batch = []
-                        length = "TOUCH \(kind)".utf8.count
-                    }
-                    batch.append(id)
-                    length += 1 + id.utf8.count
-                }
-                if !batch.isEmpty { requests.append(.touch(kind: kind, ids: batch)) }
+        var touched: [String: Set<String>] = [:]
+        for shard in shards {
+            let taken = shard.state.withLock { shard -> [String: Set<String>] in
+                defer { shard.touched = [:] }
+                return shard.touched
             }
-            state.touched = [:]
-            state.interval &+= 1
-            return requests
+            touched.merge(taken) { $0.union($1) }
         }
+        interval.add(1, ordering: .relaxed)
+        var requests: [WireRequest] = []
+        for (kind, ids) in touched {
+            var batch: [String] = []
+            var length = "TOUCH \(kind)".utf8.count
+            for id in ids {
+                if length + 1 + id.utf8.count > WireLimits.maxRequestLineBytes, !batch.isEmpty {
+                    requests.append(.touch(kind: kind, ids: batch))
+                    batch = []
+                    length = "TOUCH \(kind)".utf8.count
+                }
+                batch.append(id)
+                length += 1 + id.utf8.count
+            }
+            if !batch.isEmpty { requests.append(.touch(kind: kind, ids: batch)) }
+        }
+        return requests
     }
 
     /// Starts the reporter when none runs; `false` when one does.
