@@ -147,16 +147,7 @@ final class SegmentReads: Sendable {
             return answer
         case .cached(let reader, let copy, let token):
             if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
-            guard
-                reader.isServable(
-                    expiry: copy.expiry,
-                    lifetime: copy.lifetime,
-                    minimumValidity: minimumValidity,
-                    now: now
-                )
-            else { return .miss }
-            shard.state.withLock { $0.hits += 1 }
-            return .token(token)
+            return judge(token, copy, reader, minimumValidity: minimumValidity, now: now, shard: shard)
         case .read(let reader):
             if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
             switch reader.copy(id: subject.id) {
@@ -175,22 +166,30 @@ final class SegmentReads: Sendable {
                     )
                     shard.touched[subject.kind, default: []].insert(subject.id)
                 }
-                guard
-                    reader.isServable(
-                        expiry: copy.expiry,
-                        lifetime: copy.lifetime,
-                        minimumValidity: minimumValidity,
-                        now: now
-                    )
-                else { return .miss }
-                shard.state.withLock { $0.hits += 1 }
-                return .token(token)
+                return judge(token, copy, reader, minimumValidity: minimumValidity, now: now, shard: shard)
             case .absent:
                 return .miss
             case .unusable(let reason):
                 return unusable(reason, subject, reader)
             }
         }
+    }
+
+    /// The token of `copy` if it has enough validity left by the agent's rule (counted as a
+    /// read from memory), else a miss.
+    private func judge(
+        _ token: Token,
+        _ copy: SegmentReader.SlotCopy,
+        _ reader: SegmentReader,
+        minimumValidity: TimeInterval?,
+        now: UInt64,
+        shard: CacheShardBox
+    ) -> Answer {
+        guard
+            reader.isServable(expiry: copy.expiry, lifetime: copy.lifetime, minimumValidity: minimumValidity, now: now)
+        else { return .miss }
+        shard.state.withLock { $0.hits += 1 }
+        return .token(token)
     }
 
     /// A segment that cannot answer: retired (ask again: the agent has a newer one) or stale (the

@@ -63,16 +63,7 @@ final class SegmentReaderProcess: @unchecked Sendable {
     /// Reads one line the reader wrote (the answer to an earlier ``send(_:)``).
     func readLine() async throws -> String? {
         let descriptor = output.fileHandleForReading.fileDescriptor
-        return try await offPool {
-            var reply: [UInt8] = []
-            var byte: UInt8 = 0
-            while true {
-                var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-                guard poll(&poller, 1, 30_000) == 1, read(descriptor, &byte, 1) == 1 else { return nil }
-                if byte == UInt8(ascii: "\n") { return String(decoding: reply, as: UTF8.self) }
-                reply.append(byte)
-            }
-        }
+        return try await offPool { readLineBlocking(from: descriptor, timeoutMilliseconds: 30_000) }
     }
 
     func stop() {
