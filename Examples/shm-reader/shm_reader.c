@@ -103,8 +103,9 @@ static struct result lookup(const char *id, double min_validity) {
     if (probes > slot_count) probes = slot_count;
     if (probes > PROBE_CAP) probes = PROBE_CAP;
     size_t data_words = (slot_size - SLOT_HEADER) / 8;
-    size_t slot = hash & (slot_count - 1);
-    for (uint64_t probe = 0; probe < probes; probe++, slot = (slot + 1) & (slot_count - 1)) {
+    // The home slot: the high 64 bits of hash * slot count (any table size).
+    size_t slot = (size_t)(((unsigned __int128)hash * slot_count) >> 64);
+    for (uint64_t probe = 0; probe < probes; probe++, slot = slot + 1 == slot_count ? 0 : slot + 1) {
         const uint64_t *words = segment + (HEADER_SIZE + slot * slot_size) / 8;
         for (int attempt = 0;; attempt++) {
             if (attempt > 4) return (struct result){UNUSABLE, "slot kept changing", 0, 0, 0};
@@ -205,7 +206,7 @@ static int map_segment(int sock, const char *kind, int announce) {
     size_t slots = counts & 0xffffffff, slot_bytes = counts >> 32;
     if (load_acquire(&mapped[H_MAGIC]) != MAGIC || (load(&mapped[H_VERSION]) & 0xffffffff) != LAYOUT ||
         load(&mapped[H_TABLE]) != HEADER_SIZE || load(&mapped[H_SIZE]) != size || slots == 0 ||
-        (slots & (slots - 1)) != 0 || slot_bytes % 8 != 0 || slot_bytes <= SLOT_HEADER || slot_bytes > 16384 ||
+        slot_bytes % 8 != 0 || slot_bytes <= SLOT_HEADER || slot_bytes > 16384 ||
         HEADER_SIZE + slots * slot_bytes != size) {
         fputs("NOSEGMENT damaged header\n", announce ? stdout : stderr);
         munmap((void *)mapped, size);

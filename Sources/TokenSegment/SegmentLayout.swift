@@ -13,8 +13,8 @@ public enum SegmentLayout {
     public static let headerSize = 256
     /// The bytes of a slot before its data: six words.
     public static let slotHeaderSize = 48
-    /// The smallest and largest slot sizes the agent makes.
-    public static let minSlotSize = 512
+    /// The smallest and largest slot sizes the agent makes (multiples of 64 bytes).
+    public static let minSlotSize = 256
     public static let maxSlotSize = 16384
     /// The most slots a reader probes for one key, whatever the header says.
     public static let probeCap = 4096
@@ -36,7 +36,7 @@ public enum SegmentLayout {
         /// The keyed hash's two 64-bit keys (SipHash-2-4).
         public static let seed0 = 5
         public static let seed1 = 6
-        /// The slot count (low 32 bits, a power of two) and the slot size (high 32 bits).
+        /// The slot count (low 32 bits) and the slot size (high 32 bits, a multiple of 8).
         public static let slotCountAndSize = 7
         /// The table's offset from the segment's start, bytes.
         public static let tableOffset = 8
@@ -96,11 +96,25 @@ public enum SegmentLayout {
     @inlinable
     public static func padded(_ count: Int) -> Int { (count + 7) & ~7 }
 
-    /// The slot size (a power of two) that holds an id of `idLength` and a token of `tokenLength`.
-    public static func slotSize(idLength: Int, tokenLength: Int) -> Int {
-        let needed = slotHeaderSize + padded(idLength) + padded(tokenLength)
-        var size = minSlotSize
-        while size < needed { size *= 2 }
-        return size
+    /// The slot size (a multiple of 64, at least ``minSlotSize``) that holds `dataBytes` bytes of
+    /// data (the id and the token, each padded to a word).
+    public static func slotSize(dataBytes: Int) -> Int {
+        max(minSlotSize, (slotHeaderSize + dataBytes + 63) & ~63)
     }
+
+    /// The slot size that holds an id of `idLength` and a token of `tokenLength`.
+    public static func slotSize(idLength: Int, tokenLength: Int) -> Int {
+        slotSize(dataBytes: padded(idLength) + padded(tokenLength))
+    }
+
+    /// The first slot of `hash`'s probe sequence in a table of `slotCount` slots: the high 64 bits
+    /// of `hash * slotCount` (a multiply-shift, so a table may have any number of slots).
+    @inlinable
+    public static func home(of hash: UInt64, slotCount: Int) -> Int {
+        Int(truncatingIfNeeded: hash.multipliedFullWidth(by: UInt64(slotCount)).high)
+    }
+
+    /// The slot after `slot` in a table of `slotCount` slots, wrapping to 0.
+    @inlinable
+    public static func next(_ slot: Int, slotCount: Int) -> Int { slot + 1 == slotCount ? 0 : slot + 1 }
 }

@@ -57,7 +57,7 @@ public final class SegmentReader: @unchecked Sendable {
                 || words.load(H.segmentSize) != UInt64(expectedSize)
             {
                 "header sizes do not match the mapping"
-            } else if slotCount == 0 || slotCount & (slotCount - 1) != 0 || slotSize % 8 != 0
+            } else if slotCount == 0 || slotSize % 8 != 0
                 || slotSize <= SegmentLayout.slotHeaderSize || slotSize > SegmentLayout.maxSlotSize
                 || SegmentLayout.headerSize + slotCount * slotSize != expectedSize
             {
@@ -188,13 +188,12 @@ public final class SegmentReader: @unchecked Sendable {
     private func copy(idBytes: UnsafeRawBufferPointer) -> Found {
         typealias S = SegmentLayout.Slot
         let hash = SipHash24.hash(idBytes, k0: seed.0, k1: seed.1)
-        let mask = slotCount - 1
         let probes = min(
             Int(min(words.loadAcquiring(SegmentLayout.Header.maxProbe), UInt64(slotCount))),
             SegmentLayout.probeCap
         )
         let dataWords = (slotSize - SegmentLayout.slotHeaderSize) / 8
-        var slot = Int(truncatingIfNeeded: hash) & mask
+        var slot = SegmentLayout.home(of: hash, slotCount: slotCount)
         return withUnsafeTemporaryAllocation(of: UInt64.self, capacity: dataWords) { copy -> Found in
             for _ in 0..<probes {
                 let slotWords = SharedWords(base + SegmentLayout.headerSize + slot * slotSize)
@@ -250,7 +249,7 @@ public final class SegmentReader: @unchecked Sendable {
                         )
                     )
                 }
-                slot = (slot + 1) & mask
+                slot = SegmentLayout.next(slot, slotCount: slotCount)
             }
             return .absent
         }

@@ -29,7 +29,7 @@ public final class SegmentWriter {
     public let descriptor: Int32
     /// The segment's size in bytes.
     public let size: Int
-    /// The number of slots (a power of two) and each one's size.
+    /// The number of slots and each one's size.
     public let slotCount: Int
     public let slotSize: Int
 
@@ -45,6 +45,8 @@ public final class SegmentWriter {
 
     /// The tokens held.
     public var count: Int { index.count }
+    /// The most data (id and token, each padded to a word) any token stored here needed.
+    public private(set) var largestData = 0
     /// Whether another key fits under the load factor (3/4 of the slots, tombstones counted).
     public var hasRoomForAnotherKey: Bool { (index.count + tombstones + 1) * 4 <= slotCount * 3 }
     /// The largest id and token lengths a slot holds.
@@ -52,7 +54,7 @@ public final class SegmentWriter {
         SegmentLayout.slotHeaderSize + SegmentLayout.padded(idLength) + SegmentLayout.padded(tokenLength) <= slotSize
     }
 
-    /// Makes a segment of `slotCount` slots (rounded up to a power of two, at least 64) of
+    /// Makes a segment of `slotCount` slots (at least 64) of
     /// `slotSize` bytes, maps it read-write and seals it so no other descriptor or mapping can
     /// ever write, grow or shrink it.
     public init(
@@ -63,8 +65,7 @@ public final class SegmentWriter {
         policy: SegmentPolicy,
         seed: (UInt64, UInt64) = (UInt64.random(in: .min ... .max), UInt64.random(in: .min ... .max))
     ) throws(SegmentError) {
-        var slots = 64
-        while slots < requestedSlots { slots *= 2 }
+        let slots = max(64, requestedSlots)
         self.kind = kind
         self.generation = generation
         self.slotCount = slots
@@ -160,6 +161,7 @@ public final class SegmentWriter {
         let idBytes = Array(id.utf8)
         let tokenBytes = Array(token.utf8)
         guard fits(idLength: idBytes.count, tokenLength: tokenBytes.count) else { return .tooLarge }
+        largestData = max(largestData, SegmentLayout.padded(idBytes.count) + SegmentLayout.padded(tokenBytes.count))
         let slot: Int
         if let existing = index[id] {
             slot = existing
@@ -200,13 +202,12 @@ public final class SegmentWriter {
         clear(slot: slot)
         // A tombstone just before a never-used slot ends every chain there: it (and the
         // tombstones before it) can be never-used again, so chains stay short.
-        let mask = slotCount - 1
-        guard state(of: (slot + 1) & mask) == SegmentLayout.State.empty else { return }
+        guard state(of: SegmentLayout.next(slot, slotCount: slotCount)) == SegmentLayout.State.empty else { return }
         var current = slot
         while state(of: current) == SegmentLayout.State.tombstone {
             write(slot: current) { $0.store(SegmentLayout.Slot.meta, SegmentLayout.State.empty) }
             tombstones -= 1
-            current = (current - 1) & mask
+            current = current == 0 ? slotCount - 1 : current - 1
         }
     }
 
@@ -254,8 +255,7 @@ public final class SegmentWriter {
 
     /// The first never-used or tombstone slot of the probe sequence of `hash`.
     private func claimSlot(hash: UInt64) -> Int {
-        let mask = slotCount - 1
-        var slot = Int(truncatingIfNeeded: hash) & mask
+        var slot = SegmentLayout.home(of: hash, slotCount: slotCount)
         var probe = 1
         while true {
             let state = state(of: slot)
@@ -264,7 +264,7 @@ public final class SegmentWriter {
                 tombstones -= 1
                 break
             }
-            slot = (slot + 1) & mask
+            slot = SegmentLayout.next(slot, slotCount: slotCount)
             probe += 1
         }
         if probe > maxProbe {

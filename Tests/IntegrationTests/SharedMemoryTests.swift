@@ -295,8 +295,10 @@ struct SharedMemoryTests {
         }
     }
 
-    @Test func theSeqlockHoldsAcrossProcessesWhileTheAgentRewritesTenThousandKeys() async throws {
-        let keys = 10_000
+    @Test func theSeqlockHoldsAcrossProcessesWhileTheAgentRewritesThirteenThousandKeys() async throws {
+        // 8,000 keys cached before the readers start, 5,000 more while they read: 13,000 in all.
+        let keys = 8000
+        let added = 5000
         let config = "/tmp/ftd-stress-\(UUID().uuidString.prefix(8)).json"
         try #"{"refetch_guard": 0, "max_concurrent_fetches": 64}"#.write(
             toFile: config,
@@ -304,9 +306,10 @@ struct SharedMemoryTests {
             encoding: .utf8
         )
         try await withProviderAndAgent(["--config", config]) { agent, _ in
-            // 10,000 keys cached, then the readers start. While they read, 3,000 more are cached
+            // 8,000 keys cached, then the readers start. While they read, 5,000 more are cached
             // (past the table's load factor: the segment grows to a new generation under them)
-            // and keys are refetched at random. Tokens are of random length (pad- ids).
+            // and keys are refetched at random among all 13,000. Tokens are of random length
+            // (pad- ids).
             func cache(_ range: Range<Int>) async throws {
                 for start in stride(from: range.lowerBound, to: range.upperBound, by: 500) {
                     let end = min(range.upperBound, start + 500)
@@ -322,14 +325,15 @@ struct SharedMemoryTests {
             defer { for reader in readers { reader.stop() } }
             let results = Task {
                 try await withThrowingTaskGroup(of: String?.self) { group in
-                    for reader in readers { group.addTask { try await reader.ask("STRESS 120 \(keys + 3000) pad-") } }
+                    for reader in readers { group.addTask { try await reader.ask("STRESS 120 \(keys + added) pad-") } }
                     return try await group.reduce(into: [String?]()) { $0.append($1) }
                 }
             }
-            try await cache(keys..<(keys + 3000))
+            try await cache(keys..<(keys + added))
             var refreshed = 0
             for _ in 0..<10 {
-                let batch = (0..<100).map { _ in "REFRESH vehicle pad-\(Int.random(in: 0..<keys))\n" }.joined()
+                let batch = (0..<100).map { _ in "REFRESH vehicle pad-\(Int.random(in: 0..<(keys + added)))\n" }
+                    .joined()
                 let replies = try await SocketClient.exchange(agent.socketPath, batch, lines: 100)
                 refreshed += replies.filter { $0.hasPrefix("OK ") }.count
             }
@@ -353,7 +357,7 @@ struct SharedMemoryTests {
             #expect(refreshed == 1000, "the agent rewrote keys throughout: \(refreshed)")
             let stats = try await agent.stats()
             #expect(stats["shm_not_mirrored"] == 0)
-            #expect(stats["shm_tokens"] == keys + 3000)
+            #expect(stats["shm_tokens"] == keys + added)
         }
     }
 

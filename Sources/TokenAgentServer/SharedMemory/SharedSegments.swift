@@ -230,9 +230,16 @@ public final class SharedSegments: TokenMirror, Sendable {
     /// `nil` (and the current one kept) when a limit forbids it or no slot could hold the token.
     private func grow(_ kind: String, _ state: inout State, idLength: Int, tokenLength: Int) -> SegmentWriter? {
         guard let current = state.writers[kind] else { return nil }
-        let slotSize = max(current.slotSize, SegmentLayout.slotSize(idLength: idLength, tokenLength: tokenLength))
-        guard slotSize <= SegmentLayout.maxSlotSize else { return nil }
-        let slots = current.hasRoomForAnotherKey ? current.slotCount : current.slotCount * 2
+        // Slots as small as the largest token seen needs, with 64 bytes to spare (tokens of a kind
+        // differ little in length), so a table of short tokens does not keep its first, larger
+        // slots; twice as many slots as tokens when full (growth by about 1.5x a time).
+        let needed = SegmentLayout.padded(idLength) + SegmentLayout.padded(tokenLength)
+        guard SegmentLayout.slotSize(dataBytes: needed) <= SegmentLayout.maxSlotSize else { return nil }
+        let slotSize = min(
+            SegmentLayout.maxSlotSize,
+            SegmentLayout.slotSize(dataBytes: max(current.largestData, needed) + 64)
+        )
+        let slots = current.hasRoomForAnotherKey ? current.slotCount : max(64, (current.count + 1) * 2)
         return make(kind, &state, from: current, slots: slots, slotSize: slotSize, reason: "growth")
     }
 
