@@ -45,6 +45,12 @@ extension FleetTokenClient {
                 since.advanced(by: .milliseconds(Int64(configuration.reconnectDeadline * 1000)))
             )
             if now.advanced(by: pause) > giveUp {
+                // The call's own deadline ran out first: that is a time-out, whatever the last try met.
+                if giveUp == callDeadline,
+                    callDeadline < since.advanced(by: .milliseconds(Int64(configuration.reconnectDeadline * 1000)))
+                {
+                    throw .timedOut("no reply within \(configuration.callTimeout) s")
+                }
                 throw .agentUnreachable("\(problem) (socket \(socketPath))")
             }
             try? await Task.sleep(for: pause)

@@ -77,13 +77,17 @@ public final class FleetTokenClient: Sendable {
     }
 
     /// Asks for `kind`'s segment and maps it, for the calls that follow.
-    private nonisolated(nonsending) func askForSegment(_ kind: String) async {
+    /// Returns the error when the agent cannot be reached at all: a GET would wait for it again.
+    private nonisolated(nonsending) func askForSegment(_ kind: String) async -> FleetTokenError? {
         do {
             let (reply, descriptor) = try await exchangeReceiving(.shm(kind: kind))
             segments.received(kind: kind, reply: reply, descriptor: descriptor)
             if descriptor != nil, segments.claimReporter() { startReportingTouches() }
+            return nil
         } catch {
             segments.received(kind: kind, reply: nil, descriptor: nil)
+            if case .agentUnreachable = error { return error }
+            return nil
         }
     }
 
@@ -113,10 +117,11 @@ public final class FleetTokenClient: Sendable {
         minimumValidity: TimeInterval? = nil
     ) async throws(FleetTokenError) -> Token {
         var memoMayAnswer = true
+        var unreachable: FleetTokenError?
         if configuration.sharedMemory {
             var answer = segments.lookup(subject, minimumValidity: minimumValidity)
             if case .askForSegment = answer {
-                await askForSegment(subject.kind)
+                unreachable = await askForSegment(subject.kind)
                 answer = segments.lookup(subject, minimumValidity: minimumValidity)
             }
             switch answer {
@@ -126,6 +131,8 @@ public final class FleetTokenClient: Sendable {
             }
         }
         if memoMayAnswer, let token = remembered(subject, minimumValidity: minimumValidity) { return token }
+        // The agent could not be reached for the segment just now: do not wait for it a second time.
+        if let unreachable { throw unreachable }
         let key = Flights.Key(subject: subject, minimumValidity: minimumValidity.map { Int($0.rounded(.up)) })
         while !flights.lead(key) {
             if let result = await flights.join(key) { return try result.get() }
