@@ -104,9 +104,10 @@ final class SegmentReads: Sendable {
         let reportInterval = interval.load(ordering: .relaxed)
         // The fast path: a key read before whose slot has not changed since. Entries always
         // belong to the kind's current mapping (a mapping dropped takes its entries along).
-        let fast = shard.state.withLock { shard -> Token? in
-            guard let cached = shard.cache[subject],
-                cached.reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence,
+        // A hit, or what the cache holds for the key (looked at again below) when it is no hit.
+        let fast = shard.state.withLock { shard -> (token: Token?, cached: CachedRead?) in
+            let cached = shard.cache[subject]
+            guard let cached, cached.reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence,
                 cached.reader.isUsable(now: now),
                 cached.reader.isServable(
                     expiry: cached.copy.expiry,
@@ -114,16 +115,16 @@ final class SegmentReads: Sendable {
                     minimumValidity: minimumValidity,
                     now: now
                 )
-            else { return nil }
+            else { return (nil, cached) }
             if cached.reportedIn != reportInterval {
                 shard.touched[subject.kind, default: []].insert(subject.id)
                 cached.reportedIn = reportInterval
             }
             shard.hits += 1
-            return cached.token
+            return (cached.token, nil)
         }
-        if let fast { return .token(fast) }
-        let cachedCopy = shard.state.withLock { shard -> CachedRead? in shard.cache[subject] }
+        if let token = fast.token { return .token(token) }
+        let cachedCopy = fast.cached
         let step = state.withLock { state -> Step in
             switch state.mappings[subject.kind] {
             case nil:

@@ -510,6 +510,12 @@ final class RequestHandler: ChannelDuplexHandler {
         return count
     }
 
+    /// Succeeds once every reply handed to the channel so far is written: writes complete in
+    /// order, so an empty write after them completes after them.
+    func writesDrained(context: ChannelHandlerContext) -> EventLoopFuture<Void> {
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))
+    }
+
     /// Hands what is encoded to the channel and flushes.
     func flushOutput(context: ChannelHandlerContext) {
         guard !outputHandedOver, output.readableBytes > 0, !closed else { return }
@@ -535,9 +541,7 @@ final class RequestHandler: ChannelDuplexHandler {
         acceptingRequests = false
         pausePartialTimer()
         let linger = !inputClosed
-        // Writes complete in order: once this empty one is out, every reply before it is too.
-        let drained = context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))
-        drained.assumeIsolated().whenComplete { _ in
+        writesDrained(context: context).assumeIsolated().whenComplete { _ in
             guard linger else {
                 context.close(promise: nil)
                 return

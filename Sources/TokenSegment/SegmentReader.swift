@@ -17,7 +17,7 @@ public final class SegmentReader: @unchecked Sendable {
     public let size: Int
 
     @usableFromInline let base: UnsafeRawPointer
-    private let words: SharedWords
+    @usableFromInline let words: SharedWords
     private let slotCount: Int
     @usableFromInline let slotSize: Int
     private let seed: (UInt64, UInt64)
@@ -86,12 +86,14 @@ public final class SegmentReader: @unchecked Sendable {
     }
 
     /// Whether the writer retired the segment (ask the agent for a new one).
+    @inlinable
     public var isRetired: Bool {
         words.loadAcquiring(SegmentLayout.Header.flags) & SegmentLayout.retiredFlag != 0
     }
 
     /// Whether the writer's heartbeat is older than 3 s at `now` (`CLOCK_BOOTTIME` nanoseconds):
     /// the agent is gone, and the segment is no longer kept current.
+    @inlinable
     public func isStale(now: UInt64) -> Bool {
         let beat = words.loadAcquiring(SegmentLayout.Header.heartbeat)
         return now > beat && now - beat > SegmentLayout.staleHeartbeatNanoseconds
@@ -120,12 +122,7 @@ public final class SegmentReader: @unchecked Sendable {
 
     /// Whether the segment can answer at `now`: not retired, and the writer's heartbeat is fresh.
     @inlinable
-    public func isUsable(now: UInt64) -> Bool {
-        let words = SharedWords(base)
-        guard words.loadAcquiring(SegmentLayout.Header.flags) & SegmentLayout.retiredFlag == 0 else { return false }
-        let beat = words.loadAcquiring(SegmentLayout.Header.heartbeat)
-        return now <= beat || now - beat <= SegmentLayout.staleHeartbeatNanoseconds
-    }
+    public func isUsable(now: UInt64) -> Bool { !isRetired && !isStale(now: now) }
 
     /// Why the segment cannot answer at `now`: retired, or the writer's heartbeat is stale.
     public func unusableReason(now: UInt64) -> String? {

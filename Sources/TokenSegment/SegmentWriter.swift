@@ -134,12 +134,6 @@ public final class SegmentWriter {
         words.storeReleasing(SegmentLayout.Header.heartbeat, now)
     }
 
-    /// The id's keyed hash under this segment's key.
-    public func hash(_ id: String) -> UInt64 {
-        var id = id
-        return id.withUTF8 { SipHash24.hash(UnsafeRawBufferPointer($0), k0: seed.0, k1: seed.1) }
-    }
-
     /// What ``put(id:token:expiry:lifetime:unixExpiry:)`` did.
     public enum PutOutcome: Equatable, Sendable {
         /// The token is in the segment.
@@ -160,6 +154,7 @@ public final class SegmentWriter {
         guard !isRetired else { return .stored }
         let idBytes = Array(id.utf8)
         let tokenBytes = Array(token.utf8)
+        let idHash = idBytes.withUnsafeBytes { SipHash24.hash($0, k0: seed.0, k1: seed.1) }
         guard fits(idLength: idBytes.count, tokenLength: tokenBytes.count) else { return .tooLarge }
         largestData = max(largestData, SegmentLayout.padded(idBytes.count) + SegmentLayout.padded(tokenBytes.count))
         let slot: Int
@@ -167,7 +162,7 @@ public final class SegmentWriter {
             slot = existing
         } else {
             guard hasRoomForAnotherKey else { return .full }
-            slot = claimSlot(hash: hash(id))
+            slot = claimSlot(hash: idHash)
             index[id] = slot
         }
         write(slot: slot) { slotWords in
@@ -180,7 +175,7 @@ public final class SegmentWriter {
                     tokenLength: tokenBytes.count
                 )
             )
-            slotWords.store(SegmentLayout.Slot.hash, hash(id))
+            slotWords.store(SegmentLayout.Slot.hash, idHash)
             slotWords.store(SegmentLayout.Slot.expiry, expiry)
             slotWords.store(SegmentLayout.Slot.lifetime, lifetime)
             slotWords.store(SegmentLayout.Slot.unixExpiry, UInt64(bitPattern: unixExpiry))

@@ -296,13 +296,17 @@ enum RequestLinesOracle {
         guard let verbField = fields.first else { return .error(.badRequest) }
         let verb = verbField.utf8.map { (0x61...0x7A).contains($0) ? $0 - 0x20 : $0 }
         let arguments = Array(fields.dropFirst())
-        // The kind's or the id's error, if either breaks its rules (the kind is checked first).
-        func keyError() -> Outcome? {
+        // The kind's error, if it breaks the kind rules.
+        func kindError() -> Outcome? {
             let kind = arguments[0].utf8
             let kindIsWellFormed =
                 (1...WireLimits.maxKindBytes).contains(kind.count)
                 && kind.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
-            if !kindIsWellFormed { return .error(.badKind) }
+            return kindIsWellFormed ? nil : .error(.badKind)
+        }
+        // The kind's or the id's error, if either breaks its rules (the kind is checked first).
+        func keyError() -> Outcome? {
+            if let error = kindError() { return error }
             if !isValidID(arguments[1]) { return .error(.badID) }
             return nil
         }
@@ -333,22 +337,12 @@ enum RequestLinesOracle {
             return .request(.drop(kind: arguments[0], id: arguments[1]))
         case Array("SHM".utf8):
             guard arguments.count == 1 else { return .error(.badRequest) }
-            let kind = arguments[0].utf8
-            let kindIsWellFormed =
-                (1...WireLimits.maxKindBytes).contains(kind.count)
-                && kind.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
-            return kindIsWellFormed ? .request(.shm(kind: arguments[0])) : .error(.badKind)
+            return kindError() ?? .request(.shm(kind: arguments[0]))
         case Array("TOUCH".utf8):
             guard arguments.count >= 2 else { return .error(.badRequest) }
-            // Each id in turn, with the kind's rule checked before the first id's.
-            for index in 1..<arguments.count {
-                let kind = arguments[0].utf8
-                let kindIsWellFormed =
-                    (1...WireLimits.maxKindBytes).contains(kind.count)
-                    && kind.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
-                if !kindIsWellFormed { return .error(.badKind) }
-                if !isValidID(arguments[index]) { return .error(.badID) }
-            }
+            // The kind's rule first, then each id in turn.
+            if let error = kindError() { return error }
+            for id in arguments[1...] where !isValidID(id) { return .error(.badID) }
             return .request(.touch(kind: arguments[0], ids: Array(arguments[1...])))
         case Array("INFO".utf8):
             guard arguments.count == 2 else { return .error(.badRequest) }

@@ -31,23 +31,9 @@ struct ObservabilityTests {
         extraConfig: String = "",
         _ body: (AgentProcess, FakeTokenProvider) async throws -> Void
     ) async throws {
-        let provider = try await FakeTokenProvider.start()
-        let agent: AgentProcess
-        do {
-            agent = try await AgentProcess(["--config", try config(provider, extra: extraConfig)] + flags)
-        } catch {
-            await provider.stop()
-            throw error
-        }
-        do {
-            try await body(agent, provider)
-        } catch {
-            await agent.stop()
-            await provider.stop()
-            throw error
-        }
-        await agent.stop()
-        await provider.stop()
+        // The config's providers (with their time-outs) and the harness's --provider flags name
+        // the same fake provider.
+        try await withProviderAndAgent(flags, arguments: { ["--config", try config($0, extra: extraConfig)] }, body)
     }
 
     private func status(_ agent: AgentProcess, _ arguments: [String] = []) async throws -> (

@@ -201,16 +201,3 @@ final class InteractiveSocat: @unchecked Sendable {
         if process.isRunning { process.terminate() }
     }
 }
-
-/// Reads one line (without its LF) from `descriptor`, waiting at most `timeoutMilliseconds` for
-/// each byte; `nil` on a time-out or the end of input. Blocking: call it off the pool.
-func readLineBlocking(from descriptor: Int32, timeoutMilliseconds: Int32) -> String? {
-    var reply: [UInt8] = []
-    var byte: UInt8 = 0
-    while true {
-        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-        guard poll(&poller, 1, timeoutMilliseconds) == 1, read(descriptor, &byte, 1) == 1 else { return nil }
-        if byte == UInt8(ascii: "\n") { return String(decoding: reply, as: UTF8.self) }
-        reply.append(byte)
-    }
-}

@@ -43,14 +43,7 @@ final class RawSocket: @unchecked Sendable {
     private func exchangeNow(_ line: String, timeout: Int32) -> String? {
         let bytes = Array((line + "\n").utf8)
         guard bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else { return nil }
-        var reply: [UInt8] = []
-        var byte: UInt8 = 0
-        while true {
-            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&descriptor, 1, timeout) == 1, read(fd, &byte, 1) == 1 else { return nil }
-            if byte == UInt8(ascii: "\n") { return String(decoding: reply, as: UTF8.self) }
-            reply.append(byte)
-        }
+        return readLineBlocking(from: fd, timeoutMilliseconds: timeout)
     }
 
     /// Writes `bytes` without LF and reads reply lines until the agent closes the connection (or
@@ -81,4 +74,17 @@ final class RawSocket: @unchecked Sendable {
     }
 
     deinit { close() }
+}
+
+/// Reads one line (without its LF) from `descriptor`, waiting at most `timeoutMilliseconds` for
+/// each byte; `nil` on a time-out or the end of input. Blocking: call it off the pool.
+func readLineBlocking(from descriptor: Int32, timeoutMilliseconds: Int32) -> String? {
+    var reply: [UInt8] = []
+    var byte: UInt8 = 0
+    while true {
+        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        guard poll(&poller, 1, timeoutMilliseconds) == 1, read(descriptor, &byte, 1) == 1 else { return nil }
+        if byte == UInt8(ascii: "\n") { return String(decoding: reply, as: UTF8.self) }
+        reply.append(byte)
+    }
 }

@@ -83,6 +83,18 @@ private func connectedChannel(_ install: (EmbeddedChannel) throws -> Void) throw
     return channel
 }
 
+/// An active EmbeddedChannel carrying the agent's real per-connection pipeline.
+private func agentChannel(_ agent: Agent) throws -> EmbeddedChannel {
+    try connectedChannel {
+        try TokenSocketServer.addConnectionHandlers(
+            to: $0,
+            engine: agent.engine,
+            status: agent.status,
+            logger: agent.logger
+        )
+    }
+}
+
 /// Writes `request` inbound and drops every reply buffer; returns how many reply bytes came out.
 @inline(__always)
 private func roundTrip(_ channel: EmbeddedChannel, _ request: ByteBuffer) throws -> Int {
@@ -107,14 +119,7 @@ private func measure(_ benchmark: Benchmark, _ channel: EmbeddedChannel, _ reque
 /// The reply lines `request` gets from a fresh channel of the agent's pipeline (a sanity check
 /// made before measuring: every one must be a token).
 private func checkReplies(agent: Agent, request: ByteBuffer, expected: Int) throws {
-    let channel = try connectedChannel {
-        try TokenSocketServer.addConnectionHandlers(
-            to: $0,
-            engine: agent.engine,
-            status: agent.status,
-            logger: agent.logger
-        )
-    }
+    let channel = try agentChannel(agent)
     defer { _ = try? channel.finish() }
     try channel.writeInbound(request)
     var text = ""
@@ -160,14 +165,7 @@ let benchmarks: @Sendable () -> Void = {
         Benchmark(
             "agent \(name)",
             closure: { benchmark in
-                let channel = try connectedChannel {
-                    try TokenSocketServer.addConnectionHandlers(
-                        to: $0,
-                        engine: agent.engine,
-                        status: agent.status,
-                        logger: agent.logger
-                    )
-                }
+                let channel = try agentChannel(agent)
                 try measure(benchmark, channel, request)
             },
             setup: setup

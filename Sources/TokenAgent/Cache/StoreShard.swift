@@ -203,13 +203,12 @@ struct StoreShard {
         if entry.token != nil, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
     }
 
-    /// Marks the cached keys among `ids` of `kind` as read at `now` (TOUCH: keys read through
-    /// shared memory). Never creates an entry. Returns how many were cached.
-    mutating func touch(kind: String, ids: [String], now: MonotonicInstant) -> Int {
+    /// Marks the cached ones of `keys` (with their hashes) as read at `now` (TOUCH: keys read
+    /// through shared memory). Never creates an entry. Returns how many were cached.
+    mutating func touch(_ keys: [(key: EntryKey, hash: Int)], now: MonotonicInstant) -> Int {
         var touched = 0
-        for id in ids {
-            let key = EntryKey(kind: kind, id: id)
-            guard let slot = table.slot(of: key) else { continue }
+        for (key, hash) in keys {
+            guard let slot = table.slot(of: key, hashValue: hash) else { continue }
             let reactivated = table.update(slot: slot, touch: true) { entry -> Bool in
                 let idle = !runtime.policy.isActive(lastRead: entry.lastRead, now: now)
                 entry.lastRead = now

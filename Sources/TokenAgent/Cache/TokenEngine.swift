@@ -248,10 +248,11 @@ public final class TokenEngine: Sendable {
     }
 
     /// Marks the cached keys among `ids` of `kind` as read now (TOUCH: keys read through shared
-    /// memory keep earning background refreshes). Never fetches. Returns how many were cached.
+    /// memory keep earning background refreshes). Never fetches. Returns how many were cached;
+    /// `nil` when the kind is not configured.
     @discardableResult
-    public func touch(kind: String, ids: [String]) -> Int {
-        guard fetches.runtime.providers[kind] != nil else { return 0 }
+    public func touch(kind: String, ids: [String]) -> Int? {
+        guard fetches.runtime.providers[kind] != nil else { return nil }
         return store.touch(kind: kind, ids: ids, now: clock.now)
     }
 

@@ -81,14 +81,16 @@ final class TokenStore: Sendable {
 
     /// Marks the cached keys among `ids` of `kind` as read (TOUCH); returns how many were cached.
     func touch(kind: String, ids: [String], now: MonotonicInstant) -> Int {
-        var byShard: [Int: [String]] = [:]
+        // Each key hashed once: for its shard, and for its shard's table.
+        var byShard: [Int: [(key: EntryKey, hash: Int)]] = [:]
         for id in ids {
-            let hash = EntryKey(kind: kind, id: id).hashValue
-            byShard[shardIndex(hashValue: hash), default: []].append(id)
+            let key = EntryKey(kind: kind, id: id)
+            let hash = key.hashValue
+            byShard[shardIndex(hashValue: hash), default: []].append((key, hash))
         }
         var touched = 0
-        for (index, ids) in byShard {
-            touched += shards[index].state.withLock { $0.touch(kind: kind, ids: ids, now: now) }
+        for (index, keys) in byShard {
+            touched += shards[index].state.withLock { $0.touch(keys, now: now) }
         }
         return touched
     }

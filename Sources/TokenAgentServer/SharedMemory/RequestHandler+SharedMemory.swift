@@ -53,14 +53,13 @@ extension RequestHandler {
         else {
             return Slot(reply: .error(WireError(.busy, "too many segment requests on this connection")))
         }
-        guard let generation = segments.generation(of: kind) else {
-            return Slot(reply: .error(WireError(.busy, "no segment for kind \(kind) now")))
-        }
-        guard !descriptors.sent.contains("\(kind)/\(generation)") else {
+        let sent = descriptors.sent
+        let offer: SharedSegments.Offer
+        switch segments.offer(kind: kind, unlessAlreadySent: { sent.contains("\(kind)/\($0)") }) {
+        case .offered(let offered): offer = offered
+        case .none: return Slot(reply: .error(WireError(.busy, "no segment for kind \(kind) now")))
+        case .alreadySent(let generation):
             return Slot(reply: .error(WireError(.busy, "segment \(generation) of kind \(kind) already sent")))
-        }
-        guard let offer = segments.offer(kind: kind) else {
-            return Slot(reply: .error(WireError(.busy, "no segment for kind \(kind) now")))
         }
         descriptors.sent.insert("\(kind)/\(offer.generation)")
         descriptors.inMinute += 1
@@ -77,10 +76,10 @@ extension RequestHandler {
             descriptors.touchesInSecond = 0
         }
         descriptors.touchesInSecond += 1
-        guard descriptors.touchesInSecond <= DescriptorLedger.maxTouchesPerSecond, engine.kinds.contains(kind),
-            status.access.check(peer, kind: kind) == nil
+        guard descriptors.touchesInSecond <= DescriptorLedger.maxTouchesPerSecond,
+            status.access.check(peer, kind: kind) == nil,
+            engine.touch(kind: kind, ids: ids) != nil  // nil: the kind is not configured
         else { return }
-        engine.touch(kind: kind, ids: ids)
         status.server.countTouch()
     }
 
@@ -90,8 +89,7 @@ extension RequestHandler {
         descriptors.sending = true
         flushOutput(context: context)
         let line = Array("OK size=\(offer.size) layout=\(SegmentLayout.version) generation=\(offer.generation)\n".utf8)
-        // Writes complete in order: once this empty one is out, every reply before it is too.
-        let drained = context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))
+        let drained = writesDrained(context: context)
         let cookie: EventLoopFuture<UInt64> =
             (context.channel as? any SocketOptionProvider)?.unsafeGetSocketOption(
                 level: SocketOptionLevel(SOL_SOCKET),

@@ -127,20 +127,26 @@ public final class SharedSegments: TokenMirror, Sendable {
 
     // MARK: Descriptors
 
-    /// A read-only descriptor of `kind`'s current segment; `nil` when the kind has none.
-    public func offer(kind: String) -> Offer? {
-        state.withLock { state -> Offer? in
-            guard let writer = state.writers[kind], !state.withheld.contains(kind) else { return nil }
-            let descriptor = fsm_reopen_read_only(writer.descriptor)
-            guard descriptor >= 0 else { return nil }
-            state.statistics.descriptors += 1
-            return Offer(descriptor: descriptor, size: writer.size, generation: writer.generation, kind: kind)
-        }
+    /// What ``offer(kind:unlessAlreadySent:)`` gave.
+    public enum OfferOutcome: Sendable {
+        case offered(Offer)
+        /// The kind has no segment now (none could be made, or a reload withholds it).
+        case none
+        /// The current generation is one the asker already has.
+        case alreadySent(generation: UInt64)
     }
 
-    /// The generation of `kind`'s current segment.
-    public func generation(of kind: String) -> UInt64? {
-        state.withLock { $0.withheld.contains(kind) ? nil : $0.writers[kind]?.generation }
+    /// A read-only descriptor of `kind`'s current segment, unless `alreadySent` says the asker has
+    /// that generation: both decided under one lock, so the generation checked is the one offered.
+    public func offer(kind: String, unlessAlreadySent alreadySent: (UInt64) -> Bool) -> OfferOutcome {
+        state.withLock { state -> OfferOutcome in
+            guard let writer = state.writers[kind], !state.withheld.contains(kind) else { return .none }
+            if alreadySent(writer.generation) { return .alreadySent(generation: writer.generation) }
+            let descriptor = fsm_reopen_read_only(writer.descriptor)
+            guard descriptor >= 0 else { return .none }
+            state.statistics.descriptors += 1
+            return .offered(Offer(descriptor: descriptor, size: writer.size, generation: writer.generation, kind: kind))
+        }
     }
 
     // MARK: Upkeep
