@@ -160,8 +160,11 @@ struct ClientTests {
         let client = FleetTokenClient(
             socketPath: socketPath,
             configuration: {
+                // The socket path across restarts, like this suite's other tests (SharedMemoryTests
+                // covers readers across restarts).
                 var configuration = FleetTokenClient.Configuration()
                 configuration.memoization = false
+                configuration.sharedMemory = false
                 return configuration
             }()
         )
