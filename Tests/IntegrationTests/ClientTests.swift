@@ -182,19 +182,32 @@ struct ClientTests {
                 try? await Task.sleep(for: .milliseconds(5))
             }
         }
+        // Before each signal and at the end, the loop must have made 6 more calls on the agent
+        // then running (waited for, up to 20 s, rather than a fixed sleep: a loaded machine starts
+        // agents slowly), so more than 20 calls in all show it kept going across every restart.
+        let callCount: @Sendable () -> Int = { calls.withLock { $0 } }
         for signal in [SIGKILL, SIGTERM, SIGKILL] {
-            try await Task.sleep(for: .milliseconds(400))
+            try await Self.waitForProgress(of: callCount)
             kill(agent.pid, signal)
             _ = await agent.stop()
             agent = try await AgentProcess(arguments, socketPath: socketPath)
         }
-        try await Task.sleep(for: .milliseconds(400))
+        try await Self.waitForProgress(of: callCount)
         running.withLock { $0 = false }
         await loop.value
         await agent.stop()
         await provider.stop()
         #expect(failures.withLock { $0 } == [])
         #expect(calls.withLock { $0 } > 20)
+    }
+
+    /// Waits until `count` has grown by 6, for at most 20 s.
+    private static func waitForProgress(of count: @Sendable () -> Int) async throws {
+        let target = count() + 6
+        let deadline = ContinuousClock.now + .seconds(20)
+        while count() < target, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
     }
 
     @Test func missingSocketIsAgentUnreachableWithinTheDeadline() async throws {
