@@ -154,7 +154,12 @@ struct ClientFastPathTests {
         let provider = try await FakeTokenProvider.start()
         let arguments = ["--provider", "vehicle=\(provider.url(kind: "vehicle"))"]
         let first = try await AgentProcess(arguments)
-        let client = FleetTokenClient(socketPath: first.socketPath)
+        // The socket path and the memo, like the rest of this suite: through shared memory, a
+        // killed agent's segment goes stale and the client asks the new agent instead
+        // (SharedMemoryTests covers readers across restarts).
+        var configuration = FleetTokenClient.Configuration()
+        configuration.sharedMemory = false
+        let client = FleetTokenClient(socketPath: first.socketPath, configuration: configuration)
         let before = try await client.token(.vehicle("restart-1"))
         kill(first.pid, SIGKILL)
         _ = await first.stop()

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 import Testing
 import TokenAgent
@@ -152,6 +153,14 @@ final class Schedule: @unchecked Sendable {
     private let replies = Mutex<[Reply]>([])
     private var nextRequest = 0
 
+    /// Scripted failures are expected by the thousand here; logging each would bury the test
+    /// report (CI shows only its tail).
+    private static let quietLogger: Logger = {
+        var logger = Logger(label: "property.engine")
+        logger.logLevel = .critical
+        return logger
+    }()
+
     init(seed: UInt64) {
         random = SeededGenerator(seed: seed)
         let jitter = Mutex(SeededGenerator(seed: seed ^ 0x5555))
@@ -160,7 +169,8 @@ final class Schedule: @unchecked Sendable {
             providers: providers,
             policy: RefreshPolicy(refreshMargin: 600, minValidity: 300, idleTimeout: 600),
             clock: clock,
-            random: { jitter.withLock { Double.random(in: 0..<1, using: &$0) } }
+            random: { jitter.withLock { Double.random(in: 0..<1, using: &$0) } },
+            logger: Self.quietLogger
         )
     }
 
