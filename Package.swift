@@ -151,6 +151,8 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "TokenWire",
+                "TokenSegment",
+                "CSharedMemory",
                 "FleetTokenClient",
                 "Systemd",
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -17,67 +17,33 @@ final class SegmentReads: Sendable {
         case unavailable(until: UInt64)
     }
 
-    /// A token copied out of a slot, valid for as long as the slot's sequence counter keeps the
-    /// value it had (any change to the slot changes it): later reads of the id compare one word
-    /// instead of hashing, probing and copying again.
-    ///
-    /// A class, so a lookup takes one reference out of the cache instead of copying its fields.
-    private final class CachedRead {
-        let reader: SegmentReader
-        let copy: SegmentReader.SlotCopy
-        let token: Token
-        /// The report interval in which the key was last recorded for TOUCH (changed under the
-        /// lock only).
-        var reportedIn: Int
-
-        init(reader: SegmentReader, copy: SegmentReader.SlotCopy, token: Token, reportedIn: Int) {
-            self.reader = reader
-            self.copy = copy
-            self.token = token
-            self.reportedIn = reportedIn
-        }
-    }
-
     private struct State {
         var mappings: [String: Mapping] = [:]
         var reporting = false
     }
 
-    /// One part of the cache of reads, by key: concurrent callers of different keys seldom take
-    /// the same lock.
-    private struct CacheShard {
-        var cache: [TokenSubject: CachedRead] = [:]
-        /// Keys read through memory since the last report, by kind.
-        var touched: [String: Set<String>] = [:]
-        /// Reads from memory answered (counted under the lock the read takes anyway).
-        var hits = 0
-    }
-
-    private final class CacheShardBox: Sendable {
-        let state = Mutex(CacheShard())
-    }
-
-    /// The most reads kept in a cache shard; past it, the shard starts again.
-    static let shardCapacity = 1024
-
     private let state = Mutex(State())
-    private let shards: [CacheShardBox] = (0..<16).map { _ in CacheShardBox() }
+    /// The cache of reads: 16 shards of ``ReadCacheShard/capacity`` places, so concurrent callers
+    /// of different keys seldom take the same lock.
+    private let shards: [ReadCacheShard] = (0..<16).map { _ in ReadCacheShard() }
     /// Counts reports, so a key is recorded once per interval.
     private let interval = Atomic(0)
 
-    /// The cache shard of `subject`, chosen from the id's last two bytes (cheaper than hashing it
-    /// twice; ids that differ only earlier share a shard, which costs contention, not correctness).
-    private func shard(_ subject: TokenSubject) -> CacheShardBox {
-        var utf8 = subject.id.utf8.reversed().makeIterator()
-        let last = Int(utf8.next() ?? 0)
-        let before = Int(utf8.next() ?? 0)
-        return shards[(last &+ before &* 7) & 15]
+    /// Where `subject` is cached: its shard, and its place in that shard.
+    @inline(__always)
+    private func place(_ subject: TokenSubject) -> (shard: ReadCacheShard, index: Int) {
+        let hash = CacheHash.of(subject)
+        return (
+            shards[Int(truncatingIfNeeded: hash) & 15],
+            Int(truncatingIfNeeded: hash >> 4) & (ReadCacheShard.capacity - 1)
+        )
     }
+
     /// How long a kind that was not offered waits before it is asked for again.
     static let retryAfterRefusal: UInt64 = 30_000_000_000
 
     /// Tokens answered from shared memory.
-    var hits: Int { shards.reduce(0) { total, shard in total + shard.state.withLock { $0.hits } } }
+    var hits: Int { shards.reduce(0) { $0 + $1.answers } }
 
     /// What a lookup in shared memory decided.
     enum Answer {
@@ -90,42 +56,46 @@ final class SegmentReads: Sendable {
         case askForSegment
     }
 
-    private enum Step {
-        case answer(Answer)
-        case read(SegmentReader)
-        /// Cached, and the slot has not changed since: judge its validity.
-        case cached(SegmentReader, SegmentReader.SlotCopy, Token)
-    }
-
     /// The token for `subject` from the kind's segment, when it holds one with enough validity.
+    @inline(__always)
     func lookup(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Answer {
         let now = fsm_boottime_ns()
-        let shard = self.shard(subject)
+        let (shard, index) = place(subject)
         let reportInterval = interval.load(ordering: .relaxed)
-        // The fast path: a key read before whose slot has not changed since. Entries always
-        // belong to the kind's current mapping (a mapping dropped takes its entries along).
-        // A hit, or what the cache holds for the key (looked at again below) when it is no hit.
-        let fast = shard.state.withLock { shard -> (token: Token?, cached: CachedRead?) in
-            let cached = shard.cache[subject]
-            guard let cached, cached.reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence,
-                cached.reader.isUsable(now: now),
-                cached.reader.isServable(
-                    expiry: cached.copy.expiry,
-                    lifetime: cached.copy.lifetime,
-                    minimumValidity: minimumValidity,
-                    now: now
-                )
-            else { return (nil, cached) }
-            if cached.reportedIn != reportInterval {
-                shard.touched[subject.kind, default: []].insert(subject.id)
-                cached.reportedIn = reportInterval
-            }
-            shard.hits += 1
-            return (cached.token, nil)
+        // The fast path: a key read before whose slot has not changed since. Places always
+        // belong to the kind's current mapping or to one no longer usable (a mapping dropped
+        // takes its places along).
+        switch shard.probe(
+            subject,
+            at: index,
+            minimumValidity: minimumValidity,
+            now: now,
+            reportInterval: reportInterval
+        ) {
+        case .hit(let token): return .token(token)
+        case .notServable: return .miss
+        case .unknown:
+            return read(
+                subject,
+                shard: shard,
+                index: index,
+                minimumValidity: minimumValidity,
+                now: now,
+                reportInterval: reportInterval
+            )
         }
-        if let token = fast.token { return .token(token) }
-        let cachedCopy = fast.cached
-        let step = state.withLock { state -> Step in
+    }
+
+    /// The slow path of ``lookup(_:minimumValidity:)``: the kind's mapping, then the slot.
+    private func read(
+        _ subject: TokenSubject,
+        shard: ReadCacheShard,
+        index: Int,
+        minimumValidity: TimeInterval?,
+        now: UInt64,
+        reportInterval: Int
+    ) -> Answer {
+        let mapped = state.withLock { state -> MappedOrAnswer in
             switch state.mappings[subject.kind] {
             case nil:
                 state.mappings[subject.kind] = .asking
@@ -136,61 +106,39 @@ final class SegmentReads: Sendable {
             case .asking, .unavailable:
                 return .answer(.socket)
             case .mapped(let reader):
-                // Cached and unchanged, but not servable or the segment unusable: judged below.
-                guard let cached = cachedCopy, cached.reader === reader,
-                    reader.sequence(ofSlot: cached.copy.slot) == cached.copy.sequence
-                else { return .read(reader) }
-                return .cached(reader, cached.copy, cached.token)
+                return .mapped(reader)
             }
         }
-        switch step {
-        case .answer(let answer):
-            return answer
-        case .cached(let reader, let copy, let token):
-            if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
-            return judge(token, copy, reader, minimumValidity: minimumValidity, now: now, shard: shard)
-        case .read(let reader):
-            if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
-            switch reader.copy(id: subject.id) {
-            case .found(let copy):
-                let token = Token(
-                    jwt: copy.token,
-                    expiresAt: Date(timeIntervalSince1970: TimeInterval(copy.unixExpiry))
+        guard case .mapped(let reader) = mapped else {
+            if case .answer(let answer) = mapped { return answer }
+            return .socket
+        }
+        if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
+        switch reader.copy(id: subject.id) {
+        case .found(let copy):
+            let token = Token(jwt: copy.token, expiresAt: Date(timeIntervalSince1970: TimeInterval(copy.unixExpiry)))
+            shard.store(subject, at: index, reader: reader, copy: copy, token: token, reportInterval: reportInterval)
+            guard
+                reader.isServable(
+                    expiry: copy.expiry,
+                    lifetime: copy.lifetime,
+                    minimumValidity: minimumValidity,
+                    now: now
                 )
-                shard.state.withLock { shard in
-                    if shard.cache.count >= Self.shardCapacity { shard.cache.removeAll(keepingCapacity: true) }
-                    shard.cache[subject] = CachedRead(
-                        reader: reader,
-                        copy: copy,
-                        token: token,
-                        reportedIn: reportInterval
-                    )
-                    shard.touched[subject.kind, default: []].insert(subject.id)
-                }
-                return judge(token, copy, reader, minimumValidity: minimumValidity, now: now, shard: shard)
-            case .absent:
-                return .miss
-            case .unusable(let reason):
-                return unusable(reason, subject, reader)
-            }
+            else { return .miss }
+            shard.countAnswer()
+            return .token(token)
+        case .absent:
+            return .miss
+        case .unusable(let reason):
+            return unusable(reason, subject, reader)
         }
     }
 
-    /// The token of `copy` if it has enough validity left by the agent's rule (counted as a
-    /// read from memory), else a miss.
-    private func judge(
-        _ token: Token,
-        _ copy: SegmentReader.SlotCopy,
-        _ reader: SegmentReader,
-        minimumValidity: TimeInterval?,
-        now: UInt64,
-        shard: CacheShardBox
-    ) -> Answer {
-        guard
-            reader.isServable(expiry: copy.expiry, lifetime: copy.lifetime, minimumValidity: minimumValidity, now: now)
-        else { return .miss }
-        shard.state.withLock { $0.hits += 1 }
-        return .token(token)
+    /// The kind's mapping, or what to answer without one.
+    private enum MappedOrAnswer {
+        case mapped(SegmentReader)
+        case answer(Answer)
     }
 
     /// A segment that cannot answer: retired (ask again: the agent has a newer one) or stale (the
@@ -204,9 +152,7 @@ final class SegmentReads: Sendable {
             return true
         }
         if dropped {
-            for shard in shards {
-                shard.state.withLock { $0.cache = $0.cache.filter { $0.value.reader !== reader } }
-            }
+            for shard in shards { shard.forget(reader) }
         }
         return .socket
     }
@@ -250,13 +196,7 @@ final class SegmentReads: Sendable {
     /// The keys read through memory since the last call, as TOUCH requests that fit a line.
     func takeTouches() -> [WireRequest] {
         var touched: [String: Set<String>] = [:]
-        for shard in shards {
-            let taken = shard.state.withLock { shard -> [String: Set<String>] in
-                defer { shard.touched = [:] }
-                return shard.touched
-            }
-            touched.merge(taken) { $0.union($1) }
-        }
+        for shard in shards { touched.merge(shard.takeTouched()) { $0.union($1) } }
         interval.add(1, ordering: .relaxed)
         var requests: [WireRequest] = []
         for (kind, ids) in touched {

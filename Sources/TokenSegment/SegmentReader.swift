@@ -134,6 +134,7 @@ public final class SegmentReader: @unchecked Sendable {
     /// Whether a token expiring at `expiry` with `lifetime` (nanoseconds) has enough validity left
     /// at `now` by the agent's rule for a GET asking for `minimumValidity` (seconds; `nil`: the
     /// agent's default).
+    @inlinable
     public func isServable(expiry: UInt64, lifetime: UInt64, minimumValidity: Double?, now: UInt64) -> Bool {
         guard expiry > now else { return false }
         let remaining = Double(expiry - now) / 1e9

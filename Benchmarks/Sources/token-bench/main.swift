@@ -29,18 +29,26 @@ func wanted(_ name: String) -> Bool { only.isEmpty || name.contains(only) }
 let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
 try? FileManager.default.removeItem(at: directory)
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-let socketPath = directory.appendingPathComponent("tokens.sock").path
+// `--socket <path>` uses an agent that already runs there (e.g. under valgrind, which cannot
+// spawn one) instead of starting its own.
+let externalSocket = option("--socket", "")
+let socketPath = externalSocket.isEmpty ? directory.appendingPathComponent("tokens.sock").path : externalSocket
 
 let provider = try await LocalProvider.start()
-let agent = Process()
-agent.executableURL = URL(fileURLWithPath: agentBinary)
-agent.arguments = [
-    "serve", "--socket", socketPath, "--provider", "vehicle=\(provider.url(kind: "vehicle"))", "--log-level", "warning",
-]
-try agent.run()
+var agent: Process?
+if externalSocket.isEmpty {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: agentBinary)
+    process.arguments = [
+        "serve", "--socket", socketPath, "--provider", "vehicle=\(provider.url(kind: "vehicle"))", "--log-level",
+        "warning",
+    ]
+    try process.run()
+    agent = process
+}
 var redis: Process?
 defer {
-    agent.terminate()
+    agent?.terminate()
     // redis-server has nothing to save; SIGTERM was seen to leave it running after the benchmark.
     if let redis { kill(redis.processIdentifier, SIGKILL) }
 }
@@ -155,6 +163,12 @@ let viaSharedSpread: @Sendable () async throws -> Void = {
     }
     _ = try await shared.token(.vehicle("bench-spread-\(index)"))
 }
+// The same 64 keys as a worker holds them: subjects made once, each task going round them on its
+// own counter (the row above also times building the id and a counter shared by every task).
+let readySubjects = (0..<64).map { TokenSubject.vehicle("bench-spread-\($0)") }
+let viaSharedReady: @Sendable (Int) async throws -> Void = { index in
+    _ = try await shared.token(readySubjects[index & 63])
+}
 
 // The same 64 keys on a raw socket with `concurrency` requests in flight: the most one pipelined
 // connection to the agent carries, for the client's 64-key row to be compared with.
@@ -188,6 +202,19 @@ for level in [1, concurrency] {
         record(measured)
     }
 }
+if wanted("client.token, shared memory, 64 ready keys") {
+    for level in [1, concurrency] {
+        let name = "client.token, shared memory, 64 ready keys"
+        let measured = try await measure(
+            name,
+            operations: level == 1 ? operations / 4 : operations,
+            concurrency: level,
+            indexed: viaSharedReady
+        )
+        table[name, default: [:]][level] = measured
+        record(measured)
+    }
+}
 // The memo from the main actor: the loop a new user writes in an executable's top-level code.
 var mainActorMemo: Measurement?
 if wanted("client.token, memo on, main actor") {
@@ -202,6 +229,16 @@ if wanted("client.token, memo on, main actor") {
 if wanted("timer floor") {
     let nothing: @Sendable () async throws -> Void = {}
     record(try await measure("timer floor (empty call)", operations: operations, concurrency: 1, nothing))
+    // The same for the rows that take a counter (the 64 ready keys).
+    let nothingIndexed: @Sendable (Int) async throws -> Void = { _ in }
+    record(
+        try await measure(
+            "timer floor (empty indexed call)",
+            operations: operations,
+            concurrency: 1,
+            indexed: nothingIndexed
+        )
+    )
 }
 if wanted("client.token, shared memory, main actor") {
     let measured = try await measureOnMainActor("client.token, shared memory, main actor", operations: operations) {
@@ -262,7 +299,9 @@ for level in [1, concurrency] {
         )
     }
 }
-if let sharedRow = table["client.token, shared memory, 64 keys"]?[concurrency] {
+if let sharedRow = table["client.token, shared memory, 64 ready keys"]?[concurrency]
+    ?? table["client.token, shared memory, 64 keys"]?[concurrency]
+{
     print(
         String(
             format:
