@@ -382,4 +382,38 @@ struct SharedMemoryTests {
         await second.stop()
         await provider.stop()
     }
+    @Test func theClientReadsThroughAKilledAgentAndMapsTheNextOnesSegment() async throws {
+        let provider = try await FakeTokenProvider.start()
+        let arguments = ["--provider", "vehicle=\(provider.url(kind: "vehicle"))"]
+        let first = try await AgentProcess(arguments)
+        let client = FleetTokenClient(socketPath: first.socketPath)
+        let before = try await client.token(.vehicle("r-1"))
+        #expect(try await client.token(.vehicle("r-1")) == before)
+        #expect(client.sharedMemoryReads >= 1, "the second read came from memory")
+        kill(first.pid, SIGKILL)
+        _ = await first.stop()
+        let second = try await AgentProcess(arguments, socketPath: first.socketPath)
+        // Every call answers: the old token while the killed agent's segment is fresh (it is
+        // still valid), then the new agent's token, first over the socket and then from the new
+        // agent's segment, which the client maps once it has dropped the stale one.
+        let readsBefore = client.sharedMemoryReads
+        var fromNewSegment = false
+        var calls = 0
+        let started = Date()
+        while !fromNewSegment, Date().timeIntervalSince(started) < 20 {
+            let token = try await client.token(.vehicle("r-1"))
+            calls += 1
+            #expect(token.remainingValidity > 0)
+            if token != before {
+                #expect(provider.issuedTokens.contains(token.jwt))
+                let reads = client.sharedMemoryReads
+                _ = try await client.token(.vehicle("r-1"))
+                fromNewSegment = client.sharedMemoryReads > max(reads, readsBefore)
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(fromNewSegment, "after \(calls) calls the client does not read the new agent's segment")
+        await second.stop()
+        await provider.stop()
+    }
 }
