@@ -139,9 +139,15 @@ for keys in $KEYSETS; do
             redis=$(<"$work/run.json")
             a_rate=$(field req_per_s "$agent")
             r_rate=$(field req_per_s "$redis")
-            # Redis's best at 64 connections: the yardstick for the shared-memory client row.
+            # The yardsticks for the shared-memory client row: Redis at 64 connections with one GET
+            # in flight each (issue 8's "64 connections" load), and its best 64-connection row
+            # (pipelined), both the highest over the key sets.
             if [ "$connections" = 64 ] && awk -v r="$r_rate" -v b="${redis_64_best:-0}" 'BEGIN {exit !(r > b)}'; then
                 redis_64_best=$r_rate
+            fi
+            if [ "$connections" = 64 ] && [ "$depth" = 1 ] \
+                && awk -v r="$r_rate" -v b="${redis_64_single:-0}" 'BEGIN {exit !(r > b)}'; then
+                redis_64_single=$r_rate
             fi
             ratio=$(awk -v a="$a_rate" -v r="$r_rate" 'BEGIN {printf (r > 0 ? "%.2fx" : "–"), a / r}')
             for pair in "agent:$agent" "redis:$redis"; do
@@ -206,8 +212,8 @@ if [ "$CLIENT_ROWS" != 0 ]; then
     for row in "64 ready keys" "64 keys"; do
         shared=$(awk -F'|' -v row="client.token, shared memory, $row " \
             'index($2, row) && $3+0 > 1 {gsub(/ /, "", $7); print $7}' "$work/client.txt")
-        if [ -n "$shared" ] && [ -n "${redis_64_best:-}" ]; then
-            echo "- shared-memory client, 32 tasks over $row, one process: $shared tokens/s against Redis GET at 64 connections $redis_64_best req/s (its best row above): $(awk -v a="$shared" -v r="$redis_64_best" 'BEGIN {printf "%.1fx", a / r}')"
+        if [ -n "$shared" ] && [ -n "${redis_64_single:-}" ]; then
+            echo "- shared-memory client, 32 tasks over $row, one process: $shared tokens/s against Redis GET at 64 connections, one in flight each, $redis_64_single req/s: $(awk -v a="$shared" -v r="$redis_64_single" 'BEGIN {printf "%.1fx", a / r}'); against Redis's best 64-connection row (pipelined) $redis_64_best req/s: $(awk -v a="$shared" -v r="$redis_64_best" 'BEGIN {printf "%.1fx", a / r}')"
         fi
     done
 fi

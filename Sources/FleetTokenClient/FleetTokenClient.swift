@@ -112,9 +112,32 @@ public final class FleetTokenClient: Sendable {
     /// Returns a remembered token without a round trip (and without leaving the caller's
     /// executor) when it has enough validity left; otherwise asks the agent, sharing one request
     /// among concurrent callers for the same token. Throws ``FleetTokenError``.
+    @inlinable
     public nonisolated(nonsending) func token(
         _ subject: TokenSubject,
         minimumValidity: TimeInterval? = nil
+    ) async throws(FleetTokenError) -> Token {
+        // Inlined into the caller, so that a read from memory makes no async call of its own
+        // (no task frame to allocate): one plain call, and the rest only when it misses.
+        if let token = tokenFromMemory(subject, minimumValidity: minimumValidity) { return token }
+        return try await tokenAfterMemory(subject, minimumValidity: minimumValidity)
+    }
+
+    /// The token for `subject` when the kind's segment is mapped and the copy this client made of
+    /// the key's slot is current and servable; `nil` otherwise (nothing else is looked at or
+    /// changed).
+    @usableFromInline
+    func tokenFromMemory(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
+        guard configuration.sharedMemory else { return nil }
+        return segments.cachedToken(subject, minimumValidity: minimumValidity)
+    }
+
+    /// ``token(_:minimumValidity:)`` past the copies kept of slots: the segment itself, the memo,
+    /// then the agent.
+    @usableFromInline
+    nonisolated(nonsending) func tokenAfterMemory(
+        _ subject: TokenSubject,
+        minimumValidity: TimeInterval?
     ) async throws(FleetTokenError) -> Token {
         var memoMayAnswer = true
         var unreachable: FleetTokenError?

@@ -56,6 +56,21 @@ final class SegmentReads: Sendable {
         case askForSegment
     }
 
+    /// The token for `subject` when the copy kept of its slot is current and servable: the fast
+    /// path of ``lookup(_:minimumValidity:)`` alone, which changes nothing on a miss.
+    func cachedToken(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
+        let (shard, index) = place(subject)
+        let probe = shard.probe(
+            subject,
+            at: index,
+            minimumValidity: minimumValidity,
+            now: fsm_boottime_ns(),
+            reportInterval: interval.load(ordering: .relaxed)
+        )
+        guard case .hit(let token) = probe else { return nil }
+        return token
+    }
+
     /// The token for `subject` from the kind's segment, when it holds one with enough validity.
     @inline(__always)
     func lookup(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Answer {

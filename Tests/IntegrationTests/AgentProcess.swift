@@ -136,18 +136,30 @@ enum SocketClient {
             }
         let reader = Task {
             try await channel.executeThenClose { inbound, outbound in
-                try await outbound.write(ByteBuffer(bytes: request))
-                if halfClose { outbound.finish() }
+                // An agent that refuses a connection writes its one line and closes at once, so
+                // the request's write can fail on a closed channel: what it wrote is still read.
+                var writeError: (any Error)?
+                do {
+                    try await outbound.write(ByteBuffer(bytes: request))
+                    if halfClose { outbound.finish() }
+                } catch {
+                    writeError = error
+                }
                 var received: [UInt8] = []
                 var lines: [String] = []
-                for try await chunk in inbound {
-                    received += chunk.readableBytesView
-                    while let newline = received.firstIndex(of: UInt8(ascii: "\n")) {
-                        lines.append(String(decoding: received[..<newline], as: UTF8.self))
-                        received.removeSubrange(...newline)
+                do {
+                    for try await chunk in inbound {
+                        received += chunk.readableBytesView
+                        while let newline = received.firstIndex(of: UInt8(ascii: "\n")) {
+                            lines.append(String(decoding: received[..<newline], as: UTF8.self))
+                            received.removeSubrange(...newline)
+                        }
+                        if let expected, lines.count >= expected { break }
                     }
-                    if let expected, lines.count >= expected { break }
+                } catch {
+                    if lines.isEmpty { throw writeError ?? error }
                 }
+                if lines.isEmpty, let writeError { throw writeError }
                 return lines
             }
         }

@@ -80,15 +80,15 @@ struct StartupAndLoggingTests {
     }
 
     @Test func sigtermFinishesOwedRepliesAndExitsZero() async throws {
-        try await withProviderAndAgent(configure: { $0.setDelay(milliseconds: 1500) }) { agent, _ in
+        try await withProviderAndAgent(configure: { $0.setDelay(milliseconds: 4000) }) { agent, provider in
             async let slow = SocketClient.exchange(agent.socketPath, "GET vehicle term-1\n", lines: 1)
-            // Wait until the agent has read the request and is fetching (the provider takes 1.5 s).
-            var inFlight = false
-            for _ in 0..<200 where !inFlight {
-                inFlight = try await agent.stats()["inflight"] == 1
-                if !inFlight { try await Task.sleep(for: .milliseconds(10)) }
+            // Wait until the provider has the agent's fetch (it answers 4 s later), watched in this
+            // process so that a loaded machine cannot make the check miss the window.
+            for _ in 0..<1000 where provider.requests(for: "term-1") == 0 {
+                try await Task.sleep(for: .milliseconds(10))
             }
-            #expect(inFlight)
+            #expect(provider.requests(for: "term-1") == 1)
+            #expect(try await agent.stats()["inflight"] == 1, "the agent is fetching")
             kill(agent.pid, SIGTERM)
             let reply = try await slow
             #expect(tokenOf(reply.first) != nil, "the in-flight request was answered")
