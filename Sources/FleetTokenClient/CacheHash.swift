@@ -3,15 +3,15 @@
 /// Not the segment's keyed hash: the cache has no chains to flood, so ids chosen to collide only
 /// evict each other, and the lookup that follows compares the whole subject. The id's bytes are
 /// read a word at a time (the last word overlapping the one before it, as wyhash does); the kind,
-/// one of a handful, adds only its length and first byte.
+/// one of a handful, adds only its length (kinds of one length share places: an id read as two
+/// such kinds evicts itself, which costs a copy, not correctness).
 enum CacheHash {
     private static let multiplier: UInt64 = 0x9E37_79B9_7F4A_7C15
 
     /// The hash of `subject`'s kind and id.
     @inline(__always)
     static func of(_ subject: TokenSubject) -> UInt64 {
-        let kind = subject.kind.utf8
-        let seed = UInt64(truncatingIfNeeded: kind.count) << 8 | UInt64(kind.first ?? 0)
+        let seed = UInt64(truncatingIfNeeded: subject.kind.utf8.count)
         return subject.id.utf8.withContiguousStorageIfAvailable { hash(UnsafeRawBufferPointer($0), seed: seed) }
             // Strings without contiguous UTF-8 (none on Linux) take the standard library's hash.
             ?? round(seed, UInt64(bitPattern: Int64(subject.id.hashValue)))

@@ -26,15 +26,25 @@ final class SegmentReads: Sendable {
     /// The cache of reads: 16 shards of ``ReadCacheShard/capacity`` places, so concurrent callers
     /// of different keys seldom take the same lock.
     private let shards: [ReadCacheShard] = (0..<16).map { _ in ReadCacheShard() }
+    /// The same shards, unretained, for the read path: taking a shard out of the array would
+    /// retain and release it on every read (one atomic count each, shared by every thread).
+    private nonisolated(unsafe) let shardReferences: UnsafeMutablePointer<Unmanaged<ReadCacheShard>>
+
+    init() {
+        shardReferences = .allocate(capacity: shards.count)
+        shardReferences.initialize(from: shards.map { Unmanaged.passUnretained($0) }, count: shards.count)
+    }
+
+    deinit { shardReferences.deallocate() }
     /// Counts reports, so a key is recorded once per interval.
     private let interval = Atomic(0)
 
     /// Where `subject` is cached: its shard, and its place in that shard.
     @inline(__always)
-    private func place(_ subject: TokenSubject) -> (shard: ReadCacheShard, index: Int) {
+    private func place(_ subject: TokenSubject) -> (shard: Unmanaged<ReadCacheShard>, index: Int) {
         let hash = CacheHash.of(subject)
         return (
-            shards[Int(truncatingIfNeeded: hash) & 15],
+            shardReferences[Int(truncatingIfNeeded: hash) & 15],
             Int(truncatingIfNeeded: hash >> 4) & (ReadCacheShard.capacity - 1)
         )
     }
@@ -60,13 +70,15 @@ final class SegmentReads: Sendable {
     /// path of ``lookup(_:minimumValidity:)`` alone, which changes nothing on a miss.
     func cachedToken(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
         let (shard, index) = place(subject)
-        let probe = shard.probe(
-            subject,
-            at: index,
-            minimumValidity: minimumValidity,
-            now: fsm_boottime_ns(),
-            reportInterval: interval.load(ordering: .relaxed)
-        )
+        let probe = shard._withUnsafeGuaranteedRef { shard in
+            shard.probe(
+                subject,
+                at: index,
+                minimumValidity: minimumValidity,
+                now: fsm_boottime_ns(),
+                reportInterval: interval.load(ordering: .relaxed)
+            )
+        }
         guard case .hit(let token) = probe else { return nil }
         return token
     }
@@ -75,7 +87,8 @@ final class SegmentReads: Sendable {
     @inline(__always)
     func lookup(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Answer {
         let now = fsm_boottime_ns()
-        let (shard, index) = place(subject)
+        let (unmanagedShard, index) = place(subject)
+        let shard = unmanagedShard.takeUnretainedValue()
         let reportInterval = interval.load(ordering: .relaxed)
         // The fast path: a key read before whose slot has not changed since. Places always
         // belong to the kind's current mapping or to one no longer usable (a mapping dropped

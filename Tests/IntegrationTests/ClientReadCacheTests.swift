@@ -18,7 +18,7 @@ struct ClientReadCacheTests {
 
     private func place(_ subject: TokenSubject) -> Int { Int(CacheHash.of(subject) & UInt64(places - 1)) }
 
-    @Test func everyByteOfTheIdAndTheKindChangesTheHash() {
+    @Test func everyByteOfTheIdAndTheKindsLengthChangeTheHash() {
         for length in 1...40 {
             let id = String(repeating: "a", count: length)
             let base = CacheHash.of(.vehicle(id))
