@@ -93,9 +93,7 @@ final class ReadCacheShard: @unchecked Sendable {
     ) -> Probe {
         locked {
             let place = places + index
-            guard let reader = place.pointee.reader, place.pointee.subject.id == subject.id,
-                place.pointee.subject.kind == subject.kind
-            else { return .unknown }
+            guard let reader = place.pointee.reader, place.pointee.subject == subject else { return .unknown }
             return reader._withUnsafeGuaranteedRef { reader -> Probe in
                 guard reader.sequence(ofSlot: place.pointee.slot) == place.pointee.sequence,
                     reader.isUsable(now: now)

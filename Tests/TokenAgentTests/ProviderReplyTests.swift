@@ -132,6 +132,18 @@ struct TokenAcceptanceTests {
         }
     }
 
+    @Test func aCanonicallyEquivalentButDifferentIdIsAnotherId() {
+        // `e` with a combining accent against the precomposed `é`: equal as Swift Strings, not as bytes.
+        let jwt = makeJWT(["exp": now + 600, "authorization": ["vehicleid": "cafe\u{301}"]])
+        #expect(throws: ProviderError.rejected("token's vehicleid claim names another id")) {
+            try acceptance.accept(token: jwt, expiresAt: nil, for: TokenKey(kind: "vehicle", id: "caf\u{E9}"), now: now)
+        }
+        #expect(TokenKey(kind: "vehicle", id: "cafe\u{301}") != TokenKey(kind: "vehicle", id: "caf\u{E9}"))
+        #expect(
+            Set([TokenKey(kind: "vehicle", id: "cafe\u{301}"), TokenKey(kind: "vehicle", id: "caf\u{E9}")]).count == 2
+        )
+    }
+
     @Test func wildcardAndOtherKindsClaimsAreFine() throws {
         let wildcard = makeJWT(["exp": now + 600, "authorization": ["vehicleid": "*"]])
         _ = try acceptance.accept(token: wildcard, expiresAt: nil, for: key, now: now)

@@ -24,7 +24,7 @@ public struct TokenAcceptance: Sendable {
         if let claims = JWTClaims(token: token) {
             if let exp = claims.expiresAt { expiry = min(expiry ?? exp, exp) }
             if let claim = claimNames[key.kind], let named = claims.authorization[claim], named != "*",
-                named != key.id
+                !named.utf8.elementsEqual(key.id.utf8)
             {
                 throw ProviderError.rejected("token's \(claim) claim names another id")
             }
