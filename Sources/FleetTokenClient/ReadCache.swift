@@ -118,16 +118,23 @@ final class ReadCacheShard: @unchecked Sendable {
 
     /// Puts a token just copied from `reader` in `subject`'s place (`index`), replacing what
     /// was there, and records the subject for TOUCH.
+    ///
+    /// `readerIsCurrent` is asked under the shard's lock: a mapping dropped (and forgotten by
+    /// ``forget(_:)``) while the token was being copied from it is not put back into a place,
+    /// where it would stay mapped until the place is taken by another subject.
     func store(
         _ subject: TokenSubject,
         at index: Int,
         reader: SegmentReader,
         copy: SegmentReader.SlotCopy,
         token: Token,
-        reportInterval: Int
+        reportInterval: Int,
+        readerIsCurrent: () -> Bool
     ) {
         let retained = Unmanaged.passRetained(reader)
         let replaced = locked { () -> Unmanaged<SegmentReader>? in
+            touched[subject.kind, default: []].insert(subject.id)
+            guard readerIsCurrent() else { return retained }
             let replaced = places[index].reader
             places[index] = Place(
                 subject: subject,
@@ -139,10 +146,10 @@ final class ReadCacheShard: @unchecked Sendable {
                 token: token,
                 reportedIn: reportInterval
             )
-            touched[subject.kind, default: []].insert(subject.id)
             return replaced
         }
-        // A mapping's last release unmaps it: outside the lock.
+        // What the place held, or the reader itself when it was not stored. A mapping's last
+        // release unmaps it: outside the lock.
         replaced?.release()
     }
 

@@ -38,6 +38,8 @@ final class SegmentReads: Sendable {
     deinit { shardReferences.deallocate() }
     /// Counts reports, so a key is recorded once per interval.
     private let interval = Atomic(0)
+    /// Counts mappings dropped: a read that saw it change while it copied does not cache the copy.
+    private let drops = Atomic(0)
 
     /// Where `subject` is cached: its shard, and its place in that shard.
     @inline(__always)
@@ -123,6 +125,8 @@ final class SegmentReads: Sendable {
         now: UInt64,
         reportInterval: Int
     ) -> Answer {
+        // Loaded before the mapping is taken: a drop after this changes it (see `store`).
+        let dropsBefore = drops.load(ordering: .acquiring)
         let mapped = state.withLock { state -> MappedOrAnswer in
             switch state.mappings[subject.kind] {
             case nil:
@@ -145,7 +149,15 @@ final class SegmentReads: Sendable {
         switch reader.copy(id: subject.id) {
         case .found(let copy):
             let token = Token(jwt: copy.token, expiresAt: Date(timeIntervalSince1970: TimeInterval(copy.unixExpiry)))
-            shard.store(subject, at: index, reader: reader, copy: copy, token: token, reportInterval: reportInterval)
+            shard.store(
+                subject,
+                at: index,
+                reader: reader,
+                copy: copy,
+                token: token,
+                reportInterval: reportInterval,
+                readerIsCurrent: { drops.load(ordering: .acquiring) == dropsBefore }
+            )
             guard
                 reader.isServable(
                     expiry: copy.expiry,
@@ -180,6 +192,7 @@ final class SegmentReads: Sendable {
             return true
         }
         if dropped {
+            drops.add(1, ordering: .releasing)
             for shard in shards { shard.forget(reader) }
         }
         return .socket

@@ -57,7 +57,7 @@ struct ClientReadCacheTests {
     private func cache(_ id: String, _ reader: SegmentReader, in shard: ReadCacheShard, at index: Int) throws {
         guard case .found(let copy) = reader.copy(id: id) else { throw CacheTestError() }
         let token = Token(jwt: copy.token, expiresAt: Date(timeIntervalSince1970: TimeInterval(copy.unixExpiry)))
-        shard.store(.vehicle(id), at: index, reader: reader, copy: copy, token: token, reportInterval: 0)
+        shard.store(.vehicle(id), at: index, reader: reader, copy: copy, token: token, reportInterval: 0) { true }
     }
 
     private struct CacheTestError: Error {}
@@ -109,6 +109,22 @@ struct ClientReadCacheTests {
         #expect(probe(shard, "v-long", at: 2) == "hit long")
         writer.retire()
         #expect(probe(shard, "v-long", at: 2) == "unknown", "a retired segment sends the caller to the agent")
+    }
+
+    @Test func aCopyFromAMappingDroppedMeanwhileIsNotKept() throws {
+        let shard = ReadCacheShard()
+        weak var released: SegmentReader?
+        do {
+            let (writer, reader) = try segment()
+            released = reader
+            writer.put(id: "v-1", token: "token", expiry: fsm_boottime_ns() + hour, lifetime: hour, unixExpiry: 1)
+            guard case .found(let copy) = reader.copy(id: "v-1") else { throw CacheTestError() }
+            let token = Token(jwt: copy.token, expiresAt: Date(timeIntervalSince1970: 1))
+            shard.store(.vehicle("v-1"), at: 3, reader: reader, copy: copy, token: token, reportInterval: 0) { false }
+            #expect(probe(shard, "v-1", at: 3) == "unknown", "not kept")
+            #expect(shard.takeTouched() == ["vehicle": ["v-1"]], "the read is still reported")
+        }
+        #expect(released == nil, "the cache holds no reference to the dropped mapping")
     }
 
     @Test func forgettingAMappingEmptiesItsPlacesAndTouchesAreRecordedOncePerInterval() throws {
