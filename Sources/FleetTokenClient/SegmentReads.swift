@@ -30,16 +30,17 @@ final class SegmentReads: Sendable {
     /// retain and release it on every read (one atomic count each, shared by every thread).
     private nonisolated(unsafe) let shardReferences: UnsafeMutablePointer<Unmanaged<ReadCacheShard>>
 
+    /// Counts reports, so a key is recorded once per interval.
+    private let interval = Atomic(0)
+    /// Counts mappings dropped: a read that saw it change while it copied does not cache the copy.
+    private let drops = Atomic(0)
+
     init() {
         shardReferences = .allocate(capacity: shards.count)
         shardReferences.initialize(from: shards.map { Unmanaged.passUnretained($0) }, count: shards.count)
     }
 
     deinit { shardReferences.deallocate() }
-    /// Counts reports, so a key is recorded once per interval.
-    private let interval = Atomic(0)
-    /// Counts mappings dropped: a read that saw it change while it copied does not cache the copy.
-    private let drops = Atomic(0)
 
     /// Where `subject` is cached: its shard, and its place in that shard.
     @inline(__always)
@@ -68,8 +69,8 @@ final class SegmentReads: Sendable {
         case askForSegment
     }
 
-    /// The token for `subject` when the copy kept of its slot is current and servable: the fast
-    /// path of ``lookup(_:minimumValidity:)`` alone, which changes nothing on a miss.
+    /// The token for `subject` when the copy kept of its slot is current and servable; `nil`
+    /// otherwise, with nothing changed (then ``lookup(_:minimumValidity:)`` reads the segment).
     func cachedToken(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
         let (shard, index) = place(subject)
         let probe = shard._withUnsafeGuaranteedRef { shard in
@@ -85,46 +86,14 @@ final class SegmentReads: Sendable {
         return token
     }
 
-    /// The token for `subject` from the kind's segment, when it holds one with enough validity.
-    @inline(__always)
+    /// The token for `subject` from the kind's segment, when it holds one with enough validity:
+    /// for what ``cachedToken(_:minimumValidity:)`` could not answer (its caller looked there
+    /// first), from the kind's mapping and the key's slot, whose copy is kept for the next read.
     func lookup(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Answer {
         let now = fsm_boottime_ns()
         let (unmanagedShard, index) = place(subject)
         let shard = unmanagedShard.takeUnretainedValue()
         let reportInterval = interval.load(ordering: .relaxed)
-        // The fast path: a key read before whose slot has not changed since. Places always
-        // belong to the kind's current mapping or to one no longer usable (a mapping dropped
-        // takes its places along).
-        switch shard.probe(
-            subject,
-            at: index,
-            minimumValidity: minimumValidity,
-            now: now,
-            reportInterval: reportInterval
-        ) {
-        case .hit(let token): return .token(token)
-        case .notServable: return .miss
-        case .unknown:
-            return read(
-                subject,
-                shard: shard,
-                index: index,
-                minimumValidity: minimumValidity,
-                now: now,
-                reportInterval: reportInterval
-            )
-        }
-    }
-
-    /// The slow path of ``lookup(_:minimumValidity:)``: the kind's mapping, then the slot.
-    private func read(
-        _ subject: TokenSubject,
-        shard: ReadCacheShard,
-        index: Int,
-        minimumValidity: TimeInterval?,
-        now: UInt64,
-        reportInterval: Int
-    ) -> Answer {
         // Loaded before the mapping is taken: a drop after this changes it (see `store`).
         let dropsBefore = drops.load(ordering: .acquiring)
         let mapped = state.withLock { state -> MappedOrAnswer in
@@ -141,9 +110,10 @@ final class SegmentReads: Sendable {
                 return .mapped(reader)
             }
         }
-        guard case .mapped(let reader) = mapped else {
-            if case .answer(let answer) = mapped { return answer }
-            return .socket
+        let reader: SegmentReader
+        switch mapped {
+        case .mapped(let current): reader = current
+        case .answer(let answer): return answer
         }
         if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
         switch reader.copy(id: subject.id) {
