@@ -117,6 +117,8 @@ let package = Package(
             dependencies: [
                 "TokenAgentServer",
                 "TokenAgent",
+                "TokenSegment",
+                "CSharedMemory",
                 "TokenWire",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

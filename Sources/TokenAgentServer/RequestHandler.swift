@@ -166,13 +166,37 @@ final class RequestHandler: ChannelDuplexHandler {
                 return true
             }
             let id = UnsafeRawBufferPointer(rebasing: bytes[get.id])
-            let lookup = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity)
-            answer(
-                lookup,
-                verb: .get,
-                key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) },
-                context: context
-            )
+            // First in line, a cached token is written straight into the output from where the
+            // agent keeps it (shared memory, mostly): its one copy. Behind another reply, it is
+            // copied into the reply's slot.
+            let first = slots.isEmpty
+            var queued: ServedToken?
+            let lookup = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity) { token in
+                if first {
+                    prepareOutput()
+                    Self.encodeToken(token.bytes, expiresAt: token.expiresAt, into: &output)
+                } else {
+                    queued = token.served
+                }
+            }
+            if let lookup {
+                answer(
+                    lookup,
+                    verb: .get,
+                    key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) },
+                    context: context
+                )
+            } else if let queued {
+                append(
+                    Slot(
+                        reply: .token(queued),
+                        verb: .get,
+                        key: (kind, String(decoding: id, as: UTF8.self), get.minValidity)
+                    )
+                )
+            } else {
+                status.metrics.requests.count(.get, .ok)
+            }
             return true
         }
     }
@@ -444,12 +468,17 @@ final class RequestHandler: ChannelDuplexHandler {
         return .ok
     }
 
-    /// Appends the METRICS reply: the exposition and its `# EOF` line.
-    private func encodeMetrics() {
+    /// Makes the output ready for more replies: cleared once the channel has taken what it held.
+    private func prepareOutput() {
         if outputHandedOver {
             output.clear()
             outputHandedOver = false
         }
+    }
+
+    /// Appends the METRICS reply: the exposition and its `# EOF` line.
+    private func encodeMetrics() {
+        prepareOutput()
         output.writeBytes(status.metricsReply())
     }
 
@@ -459,10 +488,7 @@ final class RequestHandler: ChannelDuplexHandler {
     /// Appends `reply` to the output: a token as `OK `, its stored bytes, a space, the expiry in
     /// decimal and LF, with no intermediate string.
     private func encode(_ reply: Reply) {
-        if outputHandedOver {
-            output.clear()
-            outputHandedOver = false
-        }
+        prepareOutput()
         switch reply {
         case .token(let served): Self.encodeToken(served, into: &output)
         case .line(let line): output.writeString(line.line)
@@ -473,29 +499,31 @@ final class RequestHandler: ChannelDuplexHandler {
     /// stored bytes copied once, the expiry's digits written in place.
     static func encodeToken(_ served: ServedToken, into output: inout ByteBuffer) {
         var token = served.token
-        token.withUTF8 { tokenBytes in
-            let digits = decimalLength(served.expiresAt)
-            let length = 3 + tokenBytes.count + 1 + digits + 1
-            output.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
-                raw[0] = UInt8(ascii: "O")
-                raw[1] = UInt8(ascii: "K")
-                raw[2] = UInt8(ascii: " ")
-                UnsafeMutableRawBufferPointer(rebasing: raw[3..<(3 + tokenBytes.count)])
-                    .copyMemory(from: UnsafeRawBufferPointer(tokenBytes))
-                var index = 3 + tokenBytes.count
-                raw[index] = UInt8(ascii: " ")
-                index += 1
-                var magnitude = served.expiresAt.magnitude
-                if served.expiresAt < 0 { raw[index] = UInt8(ascii: "-") }
-                var digit = index + digits - 1
-                repeat {
-                    raw[digit] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
-                    magnitude /= 10
-                    digit -= 1
-                } while magnitude > 0
-                raw[index + digits] = UInt8(ascii: "\n")
-                return length
-            }
+        token.withUTF8 { encodeToken(UnsafeRawBufferPointer($0), expiresAt: served.expiresAt, into: &output) }
+    }
+
+    /// `OK <token> <expires-at>` and LF for a token given as its bytes.
+    static func encodeToken(_ tokenBytes: UnsafeRawBufferPointer, expiresAt: Int64, into output: inout ByteBuffer) {
+        let digits = decimalLength(expiresAt)
+        let length = 3 + tokenBytes.count + 1 + digits + 1
+        output.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
+            raw[0] = UInt8(ascii: "O")
+            raw[1] = UInt8(ascii: "K")
+            raw[2] = UInt8(ascii: " ")
+            UnsafeMutableRawBufferPointer(rebasing: raw[3..<(3 + tokenBytes.count)]).copyMemory(from: tokenBytes)
+            var index = 3 + tokenBytes.count
+            raw[index] = UInt8(ascii: " ")
+            index += 1
+            var magnitude = expiresAt.magnitude
+            if expiresAt < 0 { raw[index] = UInt8(ascii: "-") }
+            var digit = index + digits - 1
+            repeat {
+                raw[digit] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+                magnitude /= 10
+                digit -= 1
+            } while magnitude > 0
+            raw[index + digits] = UInt8(ascii: "\n")
+            return length
         }
     }
 

@@ -151,9 +151,10 @@ struct AgentRuntime {
             await engine.shutdown()
             throw ExitCode(1)
         }
-        // Readers stop using the segments and ask the next agent; no token stays in them.
-        segments?.retireAll()
+        // The segments hold the cache's tokens: they are handed over first. Then readers stop
+        // using the segments and ask the next agent; no token stays in them.
         CacheHandover.save(engine, notifier: notifier, logger: logger)
+        segments?.retireAll()
         await engine.shutdown()
         logger.info("stopped")
     }

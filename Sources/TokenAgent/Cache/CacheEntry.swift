@@ -1,8 +1,8 @@
 /// What the agent knows about one (kind, id): the token it holds, if any, the provider's recent
 /// failures, and when the scheduler looks at it next.
 struct CacheEntry {
-    /// The token text, or `nil` when the entry only remembers failures.
-    var token: String?
+    /// The token, if the entry holds one, and where it is kept.
+    var token = HeldToken.none
     /// The token's expiry as the token says it (what the wire reports).
     var unixExpiry = UnixTime(seconds: 0)
     /// The token's expiry on the monotonic clock: what every decision uses.
@@ -37,10 +37,11 @@ struct CacheEntry {
         self.lastRead = lastRead
     }
 
-    /// Holds `token`, which expires at `unixExpiry` (`remaining` seconds after `now`), as fetched
-    /// at `now`, with its background refresh planned by `policy`. Failure memory is left as it is.
+    /// Holds `token` (kept where it says), which expires at `unixExpiry` (`remaining` seconds after
+    /// `now`), as fetched at `now`, with its background refresh planned by `policy`. Failure
+    /// memory is left as it is.
     mutating func hold(
-        _ token: String,
+        _ token: HeldToken,
         unixExpiry: UnixTime,
         remaining: Double,
         now: MonotonicInstant,
@@ -56,11 +57,8 @@ struct CacheEntry {
     }
 
     /// Seconds the token has left at `now` (zero when there is none).
-    func remaining(at now: MonotonicInstant) -> Double { token == nil ? 0 : expiry - now }
+    func remaining(at now: MonotonicInstant) -> Double { token.isHeld ? expiry - now : 0 }
 
     /// The token's lifetime as fetched, seconds.
     var lifetime: Double { expiry - fetchedAt }
-
-    /// The token as served.
-    var served: ServedToken { ServedToken(token: token ?? "", expiresAt: unixExpiry.wholeSeconds) }
 }

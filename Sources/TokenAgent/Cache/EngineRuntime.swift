@@ -37,8 +37,8 @@ enum EngineRequest: Sendable {
 
 /// What the store decided for a request.
 enum StoreDecision {
-    /// Answer with this token now.
-    case serve(ServedToken)
+    /// Answer with the cached token now: it was handed to the caller's `serve` under the lock.
+    case served
     /// Answer with this failure now.
     case fail(EngineFailure)
     /// Fetch (or join the fetch in flight).

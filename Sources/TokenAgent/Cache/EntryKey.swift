@@ -40,7 +40,7 @@ struct EntryKey: Hashable, @unchecked Sendable {
         }
     }
 
-    private func withIDBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+    func withIDBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
         switch id {
         case .borrowed(let bytes): return body(bytes)
         case .owned(let text):

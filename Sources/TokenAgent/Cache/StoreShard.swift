@@ -23,40 +23,55 @@ struct StoreShard {
 
     // MARK: Requests
 
-    /// Decides a request on `key` at `now`: serve, fail, or fetch.
-    mutating func decide(_ key: EntryKey, hash: Int, _ request: EngineRequest, now: MonotonicInstant) -> StoreDecision {
+    /// Decides a request on `key` at `now`: serve (the token handed to `serve`, under the lock),
+    /// fail, or fetch.
+    mutating func decide(
+        _ key: EntryKey,
+        hash: Int,
+        _ request: EngineRequest,
+        now: MonotonicInstant,
+        serve: (TokenView) -> Void
+    ) -> StoreDecision {
         guard runtime.providers[key.kind] != nil else { return .fail(runtime.unknownKind(key.kind)) }
         let policy = runtime.policy
         guard let slot = table.slot(of: key, hashValue: hash) else {
             if request.isGet { misses += 1 }
             return .fetch
         }
+        let mirror = self.mirror
         var reactivated = false
         var refusedDropped = false
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
             reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
             entry.lastRead = now
             if request.isGet { entry.reads &+= 1 }
+            var decision: StoreDecision
             switch request {
-            case .get(let requested): return Self.decideGet(&entry, requested: requested, policy: policy, now: now)
+            case .get(let requested): decision = Self.decideGet(&entry, requested: requested, policy: policy, now: now)
             case .refresh(let refused):
-                let held = entry.token != nil
-                let decision = Self.decideRefresh(&entry, refused: refused, policy: policy, now: now)
-                refusedDropped = held && entry.token == nil
-                return decision
+                let held = entry.token.isHeld
+                if let refused, Self.holds(entry, refused, key: key, mirror: mirror) { entry.token = .none }
+                decision = Self.decideRefresh(entry, refused: refused, policy: policy, now: now)
+                refusedDropped = held && !entry.token.isHeld
             }
+            if case .served = decision, !Self.hand(entry, key: key, mirror: mirror, to: serve) {
+                // The mirror let it go (it stopped being servable at this very instant): a miss.
+                entry.token = .none
+                decision = Self.holdOff(entry, now: now).map(StoreDecision.fail) ?? .fetch
+            }
+            return decision
         }!
         // A refused token leaves shared memory before anything is answered.
         if refusedDropped, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
         // An idle entry read again earns refreshes again: look at it now.
         if reactivated { schedule(slot: slot, at: now) }
         if request.isGet {
-            if case .fetch = decision { misses += 1 } else if case .serve = decision { hits += 1 }
+            if case .fetch = decision { misses += 1 } else if case .served = decision { hits += 1 }
         }
         return decision
     }
 
-    /// A GET on an existing entry.
+    /// A GET on an existing entry: ``StoreDecision/served`` means "serve the entry's token".
     private static func decideGet(
         _ entry: inout CacheEntry,
         requested: Double?,
@@ -65,38 +80,80 @@ struct StoreShard {
     ) -> StoreDecision {
         let remaining = entry.remaining(at: now)
         let servable = policy.isServable(remaining: remaining)
-        if entry.token != nil {
+        if entry.token.isHeld {
             let needed = policy.requiredValidity(lifetime: entry.lifetime, requested: requested)
             if remaining >= needed || (servable && now - entry.fetchedAt < policy.refetchGuard) {
-                return .serve(entry.served)
+                return .served
             }
         }
         if let failure = holdOff(entry, now: now) {
-            return servable ? .serve(entry.served) : .fail(failure)
+            return servable ? .served : .fail(failure)
         }
         return .fetch
     }
 
-    /// A REFRESH on an existing entry. Without a refused token: a fetch unless the token was
-    /// fetched within the re-fetch guard. With one: a fetch only while it is the cached token
-    /// (which is never served again); otherwise the newer token.
+    /// A REFRESH on an existing entry (whose token was let go already if it is the refused one).
+    /// Without a refused token: a fetch unless the token was fetched within the re-fetch guard.
+    /// With one: a fetch only while it was the cached token (which is never served again);
+    /// otherwise the newer token.
     private static func decideRefresh(
-        _ entry: inout CacheEntry,
+        _ entry: CacheEntry,
         refused: String?,
         policy: RefreshPolicy,
         now: MonotonicInstant
     ) -> StoreDecision {
-        let servable = entry.token != nil && policy.isServable(remaining: entry.remaining(at: now))
-        if let refused {
-            if entry.token == refused {
-                entry.token = nil
-            } else if servable {
-                return .serve(entry.served)
-            }
+        let servable = entry.token.isHeld && policy.isServable(remaining: entry.remaining(at: now))
+        if refused != nil {
+            if servable { return .served }
         } else if servable, now - entry.fetchedAt < policy.refetchGuard {
-            return .serve(entry.served)
+            return .served
         }
         return holdOff(entry, now: now).map(StoreDecision.fail) ?? .fetch
+    }
+
+    /// Whether `entry` holds `token` (its bytes, wherever they are kept).
+    private static func holds(_ entry: CacheEntry, _ token: String, key: EntryKey, mirror: (any TokenMirror)?) -> Bool {
+        switch entry.token {
+        case .owned(let text): return text.utf8.elementsEqual(token.utf8)
+        case .mirrored:
+            guard let mirror else { return false }
+            return key.withIDBytes { id in
+                mirror.withToken(kind: key.kind, id: id) { $0.elementsEqual(token.utf8) }
+            } ?? false
+        case .none, .unservable: return false
+        }
+    }
+
+    /// Hands `entry`'s token to `serve`; `false` when it has none to hand (the mirror let it go).
+    private static func hand(
+        _ entry: CacheEntry,
+        key: EntryKey,
+        mirror: (any TokenMirror)?,
+        to serve: (TokenView) -> Void
+    ) -> Bool {
+        let expiresAt = entry.unixExpiry.wholeSeconds
+        switch entry.token {
+        case .owned(let text):
+            var bytes = text
+            bytes.withUTF8 { serve(TokenView(bytes: UnsafeRawBufferPointer($0), expiresAt: expiresAt, owned: text)) }
+            return true
+        case .mirrored:
+            guard let mirror else { return false }
+            return key.withIDBytes { id in
+                mirror.withToken(kind: key.kind, id: id) {
+                    serve(TokenView(bytes: $0, expiresAt: expiresAt, owned: nil))
+                }
+            } != nil
+        case .none, .unservable: return false
+        }
+    }
+
+    /// `entry`'s token as a `String` of its own (a copy when the mirror holds it); `nil` when it
+    /// has none to give.
+    func tokenText(_ entry: CacheEntry, key: EntryKey) -> String? {
+        var text: String?
+        _ = Self.hand(entry, key: key, mirror: mirror) { text = $0.owned ?? String(decoding: $0.bytes, as: UTF8.self) }
+        return text
     }
 
     /// Why no fetch may start for `entry` now: a refusal still remembered, or a back-off.
@@ -111,8 +168,10 @@ struct StoreShard {
         guard let entry = table.peek(key), runtime.policy.isServable(remaining: entry.remaining(at: now)) else {
             return nil
         }
-        servedAfterFailure += 1
-        return entry.served
+        var served: ServedToken?
+        _ = Self.hand(entry, key: key, mirror: mirror) { served = $0.served }
+        if served != nil { servedAfterFailure += 1 }
+        return served
     }
 
     // MARK: Fetch results
@@ -138,7 +197,7 @@ struct StoreShard {
         switch result {
         case .success(let fetched):
             entry.hold(
-                fetched.token,
+                .owned(fetched.token),
                 unixExpiry: fetched.expiresAt,
                 remaining: fetched.expiresAt - unixNow,
                 now: now,
@@ -149,14 +208,7 @@ struct StoreShard {
             entry.retryAfter = .origin
             entry.rejectedUntil = .origin
             recorded = .stored(fetched)
-            mirror?.tokenStored(
-                kind: key.kind,
-                id: key.tokenKey.id,
-                token: fetched.token,
-                expiry: entry.expiry,
-                lifetime: entry.lifetime,
-                unixExpiry: fetched.expiresAt
-            )
+            mirrorHeld(&entry, key: key)
         case .failure(let error):
             entry.failures += 1
             entry.lastError = "\(error)"
@@ -177,6 +229,21 @@ struct StoreShard {
         }
         store(key, entry, now: now)
         return recorded
+    }
+
+    /// Puts the token `entry` owns into the mirror; when the mirror takes it, the entry keeps no
+    /// copy of its own.
+    func mirrorHeld(_ entry: inout CacheEntry, key: EntryKey) {
+        guard case .owned(let token) = entry.token, let mirror else { return }
+        let held = mirror.tokenStored(
+            kind: key.kind,
+            id: key.tokenKey.id,
+            token: token,
+            expiry: entry.expiry,
+            lifetime: entry.lifetime,
+            unixExpiry: entry.unixExpiry
+        )
+        if held { entry.token = .mirrored }
     }
 
     /// Inserts or replaces `key`'s entry and schedules its next look. A new key past the store's
@@ -200,7 +267,7 @@ struct StoreShard {
     mutating func forget(_ key: EntryKey) {
         guard let entry = table.remove(key) else { return }
         budget.release()
-        if entry.token != nil, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
+        if entry.token.isHeld, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
     }
 
     /// Marks the cached ones of `keys` (with their hashes) as read at `now` (TOUCH: keys read
@@ -228,8 +295,8 @@ struct StoreShard {
         guard let entry = table.peek(key) else { return nil }
         func wall(_ instant: MonotonicInstant) -> UnixTime { unixNow + (instant - now) }
         var info = KeyInfo(lastReadAt: wall(entry.lastRead))
-        if let token = entry.token {
-            info.fingerprint = TokenFingerprint.of(token)
+        if entry.token.isHeld {
+            info.fingerprint = fingerprint(entry, key: key)
             info.fetchedAt = wall(entry.fetchedAt)
             info.expiresAt = entry.unixExpiry
             info.nextRefresh = wall(max(entry.refreshAt, entry.retryAfter, entry.rejectedUntil))
@@ -244,6 +311,14 @@ struct StoreShard {
         return info
     }
 
+    /// The fingerprint of `entry`'s token; `nil` when it has none (or the mirror let it go).
+    private func fingerprint(_ entry: CacheEntry, key: EntryKey) -> String? {
+        if case .unservable(let fingerprint) = entry.token { return fingerprint }
+        var fingerprint: String?
+        _ = Self.hand(entry, key: key, mirror: mirror) { fingerprint = TokenFingerprint.of(bytes: $0.bytes) }
+        return fingerprint
+    }
+
     /// Adds this shard's entries to `surveys`, by kind: one walk of the table (for metrics and
     /// health; never on a request's path).
     func survey(into surveys: inout [String: KindSurvey], now: MonotonicInstant) {
@@ -252,8 +327,8 @@ struct StoreShard {
             var survey = surveys[key.kind] ?? KindSurvey(kind: key.kind)
             survey.entries += 1
             let remaining = entry.remaining(at: now)
-            if entry.token != nil, policy.isServable(remaining: remaining) { survey.tokens += 1 }
-            if entry.token != nil, policy.isActive(lastRead: entry.lastRead, now: now) {
+            if entry.token.isHeld, policy.isServable(remaining: remaining) { survey.tokens += 1 }
+            if entry.token.isHeld, policy.isActive(lastRead: entry.lastRead, now: now) {
                 survey.activeTokens += 1
                 survey.soonestActiveExpiry = min(survey.soonestActiveExpiry ?? .infinity, remaining)
                 if remaining < policy.requiredValidity(lifetime: entry.lifetime, requested: nil) {
@@ -272,13 +347,13 @@ struct StoreShard {
         let policy = runtime.policy
         let idleAt = entry.lastRead + policy.idleTimeout + 0.001
         if now < idleAt {
-            guard entry.token != nil else { return idleAt }
+            guard entry.token.isHeld else { return idleAt }
             let next = min(idleAt, max(entry.refreshAt, entry.retryAfter, entry.rejectedUntil))
             // Also when it stops being servable: then it leaves shared memory.
             let unservableAt = entry.expiry - policy.servingFloor + 0.001
             return unservableAt > now ? min(next, unservableAt) : next
         }
-        let unservableAt = entry.token == nil ? now : entry.expiry - policy.servingFloor + 0.001
+        let unservableAt = !entry.token.isHeld ? now : entry.expiry - policy.servingFloor + 0.001
         return max(unservableAt, entry.retryAfter)
     }
 
@@ -308,12 +383,17 @@ struct StoreShard {
             table.update(slot: slot) { $0.scheduled = .origin }
             examined += 1
             let active = policy.isActive(lastRead: entry.lastRead, now: now)
-            if entry.token != nil, !policy.isServable(remaining: entry.remaining(at: now)), let mirror {
+            if entry.token.isHeld, !policy.isServable(remaining: entry.remaining(at: now)), let mirror {
+                // It leaves shared memory; the entry remembers only its fingerprint.
+                if entry.token == .mirrored {
+                    let fingerprint = fingerprint(entry, key: key) ?? "-"
+                    table.update(slot: slot) { $0.token = .unservable(fingerprint: fingerprint) }
+                }
                 mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id)
             }
             if !active, !policy.isServable(remaining: entry.remaining(at: now)), now >= entry.retryAfter {
                 forget(key)
-            } else if active, entry.token != nil, now >= entry.refreshAt, now >= entry.retryAfter,
+            } else if active, entry.token.isHeld, now >= entry.refreshAt, now >= entry.retryAfter,
                 now >= entry.rejectedUntil
             {
                 refresh.append(key.tokenKey)

@@ -88,9 +88,24 @@ public final class TokenEngine: Sendable {
     }
 
     /// Answers a GET whose id is given as its UTF-8 bytes (straight from a request buffer, valid
-    /// for the call only). A cache hit makes no copy of the id and allocates nothing.
-    public func lookup(kind: String, idBytes: UnsafeRawBufferPointer, minValidity: Int?) -> Lookup {
-        lookup(EntryKey(kind: kind, borrowing: idBytes), .get(requested: minValidity.map(Double.init)))
+    /// for the call only). A cached token is handed to `serve` (under the store's lock, so it is
+    /// the token decided on, wherever it is kept) and `nil` is returned; otherwise what to answer
+    /// or await. A cache hit makes no copy of the id or the token and allocates nothing.
+    public func lookup(
+        kind: String,
+        idBytes: UnsafeRawBufferPointer,
+        minValidity: Int?,
+        serve: (TokenView) -> Void
+    ) -> Lookup? {
+        let key = EntryKey(kind: kind, borrowing: idBytes)
+        switch decide(key, .get(requested: minValidity.map(Double.init)), serve: serve) {
+        case .served: return nil
+        case .ready(let outcome): return .ready(outcome)
+        case .wait(let flight, let tokenKey):
+            return .pending { [self] in
+                await self.outcome(of: flight, for: tokenKey, .get(requested: minValidity.map(Double.init)))
+            }
+        }
     }
 
     /// GET: a token for `kind`/`id` with at least `minValidity` seconds left (the policy's default
@@ -155,6 +170,7 @@ public final class TokenEngine: Sendable {
 
     private func lookup(_ key: EntryKey, _ request: EngineRequest) -> Lookup {
         switch decide(key, request) {
+        case .served: preconditionFailure("decide(_:_:) returns a served token as ready")
         case .ready(let outcome): return .ready(outcome)
         case .wait(let flight, let tokenKey):
             return .pending { [self] in await self.outcome(of: flight, for: tokenKey, request) }
@@ -162,13 +178,24 @@ public final class TokenEngine: Sendable {
     }
 
     private enum Decision {
+        /// The cached token was handed to the caller's `serve`.
+        case served
         case ready(Outcome)
         case wait(FetchCoordinator.Flight, TokenKey)
     }
 
+    /// Decides `request`, a cached token as a ``ServedToken`` of its own.
     private func decide(_ key: EntryKey, _ request: EngineRequest) -> Decision {
-        switch store.decide(key, request, now: clock.now) {
-        case .serve(let token): return .ready(.success(token))
+        var served: ServedToken?
+        let decision = decide(key, request) { served = $0.served }
+        if case .served = decision, let served { return .ready(.success(served)) }
+        return decision
+    }
+
+    /// Decides `request`; a cached token is handed to `serve` under the store's lock.
+    private func decide(_ key: EntryKey, _ request: EngineRequest, serve: (TokenView) -> Void) -> Decision {
+        switch store.decide(key, request, now: clock.now, serve: serve) {
+        case .served: return .served
         case .fail(let failure): return .ready(.failure(failure))
         case .fetch:
             let tokenKey = key.tokenKey
@@ -192,6 +219,7 @@ public final class TokenEngine: Sendable {
                 fetches.generation(of: key.kind) != flight.generation
             {
                 switch decide(EntryKey(kind: key.kind, id: key.id), request) {
+                case .served: preconditionFailure("decide(_:_:) returns a served token as ready")
                 case .ready(let outcome): return outcome
                 case .wait(let next, _):
                     flight = next

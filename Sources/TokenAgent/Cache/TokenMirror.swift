@@ -1,8 +1,16 @@
-/// Something that keeps a copy of the servable tokens, told of every change by the store under
-/// the shard's lock, so it is current before the request that caused the change is answered
-/// (the shared-memory segments of docs/SHM.md). Its calls must not wait or take the store's locks.
+/// Something that keeps the servable tokens where every process on the host can read them (the
+/// shared-memory segments of docs/SHM.md), told of every change by the store under the shard's
+/// lock, so it is current before the request that caused the change is answered.
+///
+/// The store keeps no copy of a token the mirror took: it reads it back through
+/// ``withToken(kind:id:_:)`` under the same shard lock, so each token is held once. A mirror that
+/// took a token gives it back until the store stores another for the key or removes it, whatever
+/// happens to its segments meanwhile (growth, rotation, a limit). Its calls must not wait or take
+/// the store's locks.
 public protocol TokenMirror: Sendable {
-    /// `token` is now the servable token of (`kind`, `id`).
+    /// `token` is now the servable token of (`kind`, `id`). Returns whether the mirror holds it
+    /// (then the store keeps no copy); `false` leaves the key out of the mirror (no segment for
+    /// the kind, or none could take the token) and the store keeps its own copy.
     /// - Parameters:
     ///   - expiry: its expiry on the agent's monotonic clock (`CLOCK_BOOTTIME`).
     ///   - lifetime: its lifetime as fetched, seconds.
@@ -14,8 +22,17 @@ public protocol TokenMirror: Sendable {
         expiry: MonotonicInstant,
         lifetime: Double,
         unixExpiry: UnixTime
-    )
+    ) -> Bool
 
     /// (`kind`, `id`) has no servable token any more: dropped, evicted, refused, expired or forgotten.
     func tokenRemoved(kind: String, id: String)
+
+    /// Calls `body` with the bytes of the token the mirror holds for `kind` and the id whose UTF-8
+    /// bytes are `id` (valid only during the call), and returns what it returns; `nil` when the
+    /// mirror holds none.
+    func withToken<Result>(
+        kind: String,
+        id: UnsafeRawBufferPointer,
+        _ body: (UnsafeRawBufferPointer) -> Result
+    ) -> Result?
 }

@@ -44,10 +44,16 @@ final class TokenStore: Sendable {
         shards.count == 1 ? 0 : Int((UInt(bitPattern: hashValue) >> 40) % UInt(shards.count))
     }
 
-    /// Decides a request on `key` at `now`, hashing the key once for the shard and its table.
-    func decide(_ key: EntryKey, _ request: EngineRequest, now: MonotonicInstant) -> StoreDecision {
+    /// Decides a request on `key` at `now`, hashing the key once for the shard and its table; a
+    /// token served is handed to `serve` under the shard's lock.
+    func decide(
+        _ key: EntryKey,
+        _ request: EngineRequest,
+        now: MonotonicInstant,
+        serve: (TokenView) -> Void
+    ) -> StoreDecision {
         let hash = key.hashValue
-        return shard(hashValue: hash).state.withLock { $0.decide(key, hash: hash, request, now: now) }
+        return shard(hashValue: hash).state.withLock { $0.decide(key, hash: hash, request, now: now, serve: serve) }
     }
 
     /// The cached token of `key` if it can still be served, counted as served after a failure.
@@ -145,7 +151,9 @@ final class TokenStore: Sendable {
                 let policy = shard.runtime.policy
                 var own: [CachedToken] = []
                 shard.table.forEachKey { key, entry in
-                    guard let token = entry.token, policy.isServable(remaining: entry.remaining(at: now)) else {
+                    guard policy.isServable(remaining: entry.remaining(at: now)),
+                        let token = shard.tokenText(entry, key: key)
+                    else {
                         return
                     }
                     let id = key.tokenKey.id
@@ -173,22 +181,15 @@ final class TokenStore: Sendable {
                 guard policy.isServable(remaining: remaining) else { return false }
                 var entry = CacheEntry(lastRead: now)
                 entry.hold(
-                    cached.token,
+                    .owned(cached.token),
                     unixExpiry: UnixTime(seconds: Double(cached.expiresAt)),
                     remaining: remaining,
                     now: now,
                     policy: policy,
                     jitterUnit: jitter
                 )
+                shard.mirrorHeld(&entry, key: key)
                 shard.store(key, entry, now: now)
-                shard.mirror?.tokenStored(
-                    kind: cached.kind,
-                    id: cached.id,
-                    token: cached.token,
-                    expiry: entry.expiry,
-                    lifetime: entry.lifetime,
-                    unixExpiry: entry.unixExpiry
-                )
                 return true
             }
             if took { taken += 1 }

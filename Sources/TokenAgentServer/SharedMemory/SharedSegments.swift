@@ -14,6 +14,11 @@ import TokenSegment
 ///
 /// A replaced segment is retired: flagged, so readers ask again (and are checked again), and
 /// wiped, so no token lingers in it. Every change happens under one lock; none waits.
+///
+/// The segments are the agent's only copy of the tokens they hold: the store reads them back
+/// through ``withToken(kind:id:_:)``. When a kind must go without a segment for a while (a limit
+/// stopped its new generation), its tokens are kept here, privately, until a segment can take
+/// them again, so no token the store counts on is lost.
 public final class SharedSegments: TokenMirror, Sendable {
     /// Limits on what the segments may cost.
     public struct Limits: Sendable {
@@ -21,6 +26,8 @@ public final class SharedSegments: TokenMirror, Sendable {
         public var maxTotalBytes = 1 << 30
         /// The most new generations of one kind in a minute (growth and rotation).
         public var maxGenerationsPerMinute = 60
+        /// The window ``maxGenerationsPerMinute`` counts over, seconds (a minute; shorter in tests).
+        public var generationWindow: Double = 60
         /// A segment older than this is replaced by a new generation, seconds.
         public var rotationInterval: Double = 900
         /// The slots of a kind's first segment.
@@ -49,6 +56,9 @@ public final class SharedSegments: TokenMirror, Sendable {
         /// Tokens left out of shared memory: a limit stopped a segment's growth, or the token is
         /// larger than the largest slot.
         public var notMirrored = 0
+        /// Tokens of kinds a limit left without a segment for now, kept privately until one can
+        /// take them.
+        public var heldOutside = 0
     }
 
     private struct State {
@@ -60,6 +70,19 @@ public final class SharedSegments: TokenMirror, Sendable {
         var statistics = Statistics()
         /// Kinds whose new segment is not offered yet (a reload is putting new rules in force).
         var withheld: Set<String> = []
+        /// The configured kinds.
+        var kinds: Set<String> = []
+        /// Tokens of kinds that lost their segment to a limit, by kind and id, until a segment
+        /// takes them again: the agent's only copy of them meanwhile.
+        var orphans: [String: [String: Orphan]] = [:]
+    }
+
+    /// A token kept outside any segment.
+    private struct Orphan {
+        var token: String
+        var expiry: UInt64
+        var lifetime: UInt64
+        var unixExpiry: Int64
     }
 
     private let state: Mutex<State>
@@ -72,7 +95,8 @@ public final class SharedSegments: TokenMirror, Sendable {
         self.logger = logger
         // Generations count from the milliseconds since boot, so a restarted agent's are higher.
         var initial = State(nextGeneration: fsm_boottime_ns() / 1_000_000, policy: Self.segmentPolicy(policy))
-        for kind in kinds { Self.open(kind, in: &initial, limits: limits, logger: logger) }
+        initial.kinds = Set(kinds)
+        for kind in initial.kinds { Self.open(kind, in: &initial, limits: limits, logger: logger) }
         state = Mutex(initial)
     }
 
@@ -93,12 +117,13 @@ public final class SharedSegments: TokenMirror, Sendable {
         expiry: MonotonicInstant,
         lifetime: Double,
         unixExpiry: UnixTime
-    ) {
+    ) -> Bool {
         let expiryNanos = UInt64(max(0, expiry.seconds) * 1e9)
         let lifetimeNanos = UInt64(max(0, lifetime) * 1e9)
         let unix = unixExpiry.wholeSeconds
-        state.withLock { state in
-            guard let writer = state.writers[kind] else { return }
+        return state.withLock { state -> Bool in
+            if state.orphans[kind] != nil { Self.removeOrphan(kind, id, &state) }
+            guard let writer = state.writers[kind] else { return false }
             let outcome = writer.put(
                 id: id,
                 token: token,
@@ -106,23 +131,57 @@ public final class SharedSegments: TokenMirror, Sendable {
                 lifetime: lifetimeNanos,
                 unixExpiry: unix
             )
-            if outcome == .stored { return }
+            if outcome == .stored { return true }
             let idLength = id.utf8.count
             let tokenLength = token.utf8.count
             if let grown = grow(kind, &state, idLength: idLength, tokenLength: tokenLength),
                 grown.put(id: id, token: token, expiry: expiryNanos, lifetime: lifetimeNanos, unixExpiry: unix)
                     == .stored
             {
-                return
+                return true
             }
             // Left out: the segment must not keep an older token of the key.
             state.writers[kind]?.remove(id: id)
             state.statistics.notMirrored += 1
+            return false
         }
     }
 
     public func tokenRemoved(kind: String, id: String) {
-        state.withLock { $0.writers[kind]?.remove(id: id) }
+        state.withLock { state in
+            state.writers[kind]?.remove(id: id)
+            if state.orphans[kind] != nil { Self.removeOrphan(kind, id, &state) }
+        }
+    }
+
+    public func withToken<Result>(
+        kind: String,
+        id: UnsafeRawBufferPointer,
+        _ body: (UnsafeRawBufferPointer) -> Result
+    ) -> Result? {
+        var result: Result?
+        state.withLock { state in
+            if let writer = state.writers[kind].map(LockedWriter.init),
+                let found = writer.writer.withToken(id: id, body)
+            {
+                result = found
+            } else if var orphan = state.orphans[kind]?[String(decoding: id, as: UTF8.self)]?.token {
+                result = orphan.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+            }
+        }
+        return result
+    }
+
+    /// A writer handed a caller's closure under the lock. Passed to a writer held in `State`, the
+    /// closure would tie the whole state to the caller's task as far as the region checker can
+    /// tell; the writer is used only for that call, under the lock.
+    private struct LockedWriter: @unchecked Sendable {
+        let writer: SegmentWriter
+    }
+
+    private static func removeOrphan(_ kind: String, _ id: String, _ state: inout State) {
+        state.orphans[kind]?.removeValue(forKey: id)
+        if state.orphans[kind]?.isEmpty == true { state.orphans[kind] = nil }
     }
 
     // MARK: Descriptors
@@ -161,6 +220,10 @@ public final class SharedSegments: TokenMirror, Sendable {
             for (kind, created) in state.createdAt where now &- created >= rotation {
                 replace(kind, &state, reason: "rotation")
             }
+            // A kind a limit left without a segment gets one again as soon as the limit allows.
+            for kind in state.kinds where state.writers[kind] == nil {
+                reopen(kind, &state)
+            }
         }
     }
 
@@ -172,14 +235,20 @@ public final class SharedSegments: TokenMirror, Sendable {
         state.withLock { state in
             state.withheld.formUnion(rulesChanged)
             state.policy = Self.segmentPolicy(policy)
+            state.kinds = kinds
             for kind in Array(state.writers.keys) where !kinds.contains(kind) {
                 state.writers.removeValue(forKey: kind)?.retire()
                 state.createdAt[kind] = nil
             }
+            for kind in Array(state.orphans.keys) where !kinds.contains(kind) { state.orphans[kind] = nil }
             for writer in state.writers.values { writer.update(state.policy) }
             for kind in rulesChanged where state.writers[kind] != nil { replace(kind, &state, reason: "rules changed") }
             for kind in kinds where state.writers[kind] == nil {
-                Self.open(kind, in: &state, limits: limits, logger: logger)
+                if state.orphans[kind] != nil {
+                    reopen(kind, &state)
+                } else {
+                    Self.open(kind, in: &state, limits: limits, logger: logger)
+                }
             }
         }
     }
@@ -195,6 +264,8 @@ public final class SharedSegments: TokenMirror, Sendable {
             for writer in state.writers.values { writer.retire() }
             state.writers = [:]
             state.createdAt = [:]
+            state.orphans = [:]
+            state.kinds = []
         }
     }
 
@@ -205,6 +276,7 @@ public final class SharedSegments: TokenMirror, Sendable {
             statistics.segments = state.writers.count
             statistics.bytes = state.writers.values.reduce(0) { $0 + $1.size }
             statistics.slotsUsed = state.writers.values.reduce(0) { $0 + $1.count }
+            statistics.heldOutside = state.orphans.values.reduce(0) { $0 + $1.count }
             return statistics
         }
     }
@@ -256,30 +328,61 @@ public final class SharedSegments: TokenMirror, Sendable {
             == nil
         {
             // No new generation allowed: the readers must still be re-checked, so the kind goes
-            // without a segment until the next beat can make one.
+            // without a segment until a beat can make one. Its tokens stay here meanwhile.
+            current.forEachToken { id, token, expiry, lifetime, unixExpiry in
+                state.orphans[kind, default: [:]][id] = Orphan(
+                    token: token,
+                    expiry: expiry,
+                    lifetime: lifetime,
+                    unixExpiry: unixExpiry
+                )
+            }
             current.retire()
             state.writers[kind] = nil
             state.createdAt[kind] = nil
         }
     }
 
+    /// A segment again for `kind`, which a limit left without one, holding the tokens kept for it
+    /// meanwhile (those it can take; the rest stay kept here), if the limits allow one now.
+    private func reopen(_ kind: String, _ state: inout State) {
+        let orphans = state.orphans[kind] ?? [:]
+        var largest = 0
+        for (id, orphan) in orphans {
+            largest = max(largest, SegmentLayout.padded(id.utf8.count) + SegmentLayout.padded(orphan.token.utf8.count))
+        }
+        let slotSize = min(SegmentLayout.maxSlotSize, SegmentLayout.slotSize(dataBytes: max(largest + 64, 1024 - 48)))
+        let slots = max(limits.initialSlots, orphans.count * 2)
+        _ = make(kind, &state, from: nil, slots: slots, slotSize: slotSize, reason: "reopen", warn: false)
+    }
+
+    /// A new generation of `kind` of `slots` slots of `slotSize` bytes, holding every token of
+    /// `current` (which is retired) or, without one, the tokens kept for the kind; `nil` (nothing
+    /// changed) when a limit forbids it or it cannot be made.
     private func make(
         _ kind: String,
         _ state: inout State,
-        from current: SegmentWriter,
+        from current: SegmentWriter?,
         slots: Int,
         slotSize: Int,
-        reason: String
+        reason: String,
+        warn: Bool = true
     ) -> SegmentWriter? {
         let now = fsm_boottime_ns()
-        var recent = state.recentGenerations[kind, default: []].filter { now &- $0 < 60_000_000_000 }
-        let otherBytes = state.writers.values.reduce(0) { $0 + $1.size } - current.size
+        var recent = state.recentGenerations[kind, default: []].filter {
+            now &- $0 < UInt64(limits.generationWindow * 1e9)
+        }
+        let otherBytes = state.writers.values.reduce(0) { $0 + $1.size } - (current?.size ?? 0)
         let newBytes = SegmentLayout.headerSize + slots * slotSize
         guard recent.count < limits.maxGenerationsPerMinute, otherBytes + newBytes <= limits.maxTotalBytes else {
-            logger.warning(
-                "shared-memory segment not replaced: limit reached",
-                metadata: ["token_kind": "\(kind)", "reason": "\(reason)", "bytes": "\(newBytes)"]
-            )
+            // A kind without a segment is tried again every beat: it is warned about once, when it
+            // lost its segment.
+            if warn {
+                logger.warning(
+                    "shared-memory segment not replaced: limit reached",
+                    metadata: ["token_kind": "\(kind)", "reason": "\(reason)", "bytes": "\(newBytes)"]
+                )
+            }
             state.recentGenerations[kind] = recent
             return nil
         }
@@ -296,10 +399,24 @@ public final class SharedSegments: TokenMirror, Sendable {
             logger.error("shared-memory segment not made", metadata: ["token_kind": "\(kind)", "error": "\(error)"])
             return nil
         }
-        current.forEachToken { id, token, expiry, lifetime, unixExpiry in
-            writer.put(id: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry)
+        if let current {
+            current.forEachToken { id, token, expiry, lifetime, unixExpiry in
+                writer.put(id: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry)
+            }
+            current.retire()
+        } else if let orphans = state.orphans[kind] {
+            for (id, orphan) in orphans
+            where writer.put(
+                id: id,
+                token: orphan.token,
+                expiry: orphan.expiry,
+                lifetime: orphan.lifetime,
+                unixExpiry: orphan.unixExpiry
+            ) == .stored {
+                state.orphans[kind]?.removeValue(forKey: id)
+            }
+            if state.orphans[kind]?.isEmpty == true { state.orphans[kind] = nil }
         }
-        current.retire()
         recent.append(now)
         state.recentGenerations[kind] = recent
         state.nextGeneration += 1

@@ -1,0 +1,149 @@
+import CSharedMemory
+import Foundation
+import Logging
+import Testing
+import TokenAgent
+import TokenSegment
+
+@testable import TokenAgentServer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The segments as the agent's only copy of the tokens they took: every token handed in comes
+/// back, through growth, rotation and a limit that leaves a kind without a segment for a while.
+@Suite("Shared segments: the agent's one copy")
+struct SharedSegmentsTests {
+    private let expiry = MonotonicInstant(seconds: Double(fsm_boottime_ns()) / 1e9 + 3600)
+    private let unixExpiry = UnixTime(seconds: Date().timeIntervalSince1970 + 3600)
+
+    private func store(_ segments: SharedSegments, _ id: String, _ token: String) -> Bool {
+        segments.tokenStored(
+            kind: "vehicle",
+            id: id,
+            token: token,
+            expiry: expiry,
+            lifetime: 3600,
+            unixExpiry: unixExpiry
+        )
+    }
+
+    private func read(_ segments: SharedSegments, _ id: String) -> String? {
+        Array(id.utf8).withUnsafeBytes { bytes in
+            segments.withToken(kind: "vehicle", id: bytes) { String(decoding: $0, as: UTF8.self) }
+        }
+    }
+
+    /// A token of `length` bytes naming `id`.
+    private func token(_ id: String, length: Int) -> String {
+        let head = "tok-\(id)-"
+        return head + String(repeating: "x", count: max(0, length - head.utf8.count))
+    }
+
+    /// What a reader mapping `segments`' current vehicle segment reads for `id`.
+    private func readerSees(_ segments: SharedSegments, _ id: String) throws -> String? {
+        guard case .offered(let offer) = segments.offer(kind: "vehicle", unlessAlreadySent: { _ in false }) else {
+            return nil
+        }
+        defer { close(offer.descriptor) }
+        let reader = try SegmentReader(descriptor: offer.descriptor, expectedSize: offer.size, kind: "vehicle")
+        if case .found(let copy) = reader.copy(id: id) { return copy.token }
+        return nil
+    }
+
+    @Test func everyTokenTakenComesBackThroughGrowth() throws {
+        var limits = SharedSegments.Limits()
+        limits.initialSlots = 64
+        let segments = SharedSegments(
+            kinds: ["vehicle"],
+            policy: RefreshPolicy(),
+            limits: limits,
+            logger: Logger(label: "test")
+        )
+        defer { segments.retireAll() }
+        var tokens: [String: String] = [:]
+        for index in 0..<600 {
+            let id = "v-\(index)"
+            // Longer tokens as it goes: the slots grow as well as the table.
+            let text = token(id, length: 200 + index * 3)
+            tokens[id] = text
+            #expect(store(segments, id, text), "\(id) taken")
+        }
+        #expect(segments.statistics().generations > 3, "grew several times")
+        for (id, text) in tokens {
+            #expect(read(segments, id) == text, "\(id)")
+        }
+        #expect(try readerSees(segments, "v-599") == tokens["v-599"], "the same bytes readers map")
+        #expect(read(segments, "v-600") == nil)
+        segments.tokenRemoved(kind: "vehicle", id: "v-7")
+        #expect(read(segments, "v-7") == nil)
+        // Replaced: the new token, not the old.
+        #expect(store(segments, "v-8", "tok-v-8-again"))
+        #expect(read(segments, "v-8") == "tok-v-8-again")
+    }
+
+    @Test func aTokenNoSlotCanHoldIsLeftToTheStore() {
+        let segments = SharedSegments(kinds: ["vehicle"], policy: RefreshPolicy(), logger: Logger(label: "test"))
+        defer { segments.retireAll() }
+        #expect(store(segments, "v-1", "tok-v-1"))
+        #expect(!store(segments, "v-1", token("v-1", length: SegmentLayout.maxSlotSize)), "too large for any slot")
+        #expect(read(segments, "v-1") == nil, "the older token is not kept either")
+        #expect(
+            !segments.tokenStored(
+                kind: "trip",
+                id: "t-1",
+                token: "tok-t-1",
+                expiry: expiry,
+                lifetime: 3600,
+                unixExpiry: unixExpiry
+            ),
+            "no segment for the kind"
+        )
+    }
+
+    @Test func aKindALimitLeftWithoutASegmentKeepsItsTokensUntilOneTakesThemAgain() async throws {
+        var limits = SharedSegments.Limits()
+        limits.maxGenerationsPerMinute = 1
+        limits.generationWindow = 0.3
+        let segments = SharedSegments(
+            kinds: ["vehicle"],
+            policy: RefreshPolicy(),
+            limits: limits,
+            logger: Logger(label: "test")
+        )
+        defer { segments.retireAll() }
+        for index in 0..<20 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
+        // A change of rules makes a new generation (the one the window allows), then another
+        // change finds the limit reached: the kind goes without a segment.
+        segments.reconfigure(kinds: ["vehicle"], policy: RefreshPolicy(), rulesChanged: ["vehicle"])
+        segments.offer(["vehicle"])
+        #expect(segments.statistics().segments == 1)
+        segments.reconfigure(kinds: ["vehicle"], policy: RefreshPolicy(), rulesChanged: ["vehicle"])
+        segments.offer(["vehicle"])
+        var statistics = segments.statistics()
+        #expect(statistics.segments == 0)
+        #expect(statistics.heldOutside == 20)
+        #expect(try readerSees(segments, "v-1") == nil, "no segment is offered")
+        // The tokens are still the agent's: read back, replaced, removed.
+        for index in 0..<20 { #expect(read(segments, "v-\(index)") == "tok-v-\(index)") }
+        segments.tokenRemoved(kind: "vehicle", id: "v-0")
+        #expect(read(segments, "v-0") == nil)
+        #expect(!store(segments, "v-1", "tok-v-1-new"), "no segment to take it: the store keeps it")
+        #expect(read(segments, "v-1") == nil, "and the kept older token is gone")
+        // Once the window allows a generation again, a beat makes one holding the rest.
+        let deadline = Date().addingTimeInterval(10)
+        while segments.statistics().segments == 0, Date() < deadline {
+            segments.beat()
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        statistics = segments.statistics()
+        #expect(statistics.segments == 1)
+        #expect(statistics.heldOutside == 0)
+        #expect(statistics.slotsUsed == 18)
+        for index in 2..<20 {
+            #expect(read(segments, "v-\(index)") == "tok-v-\(index)")
+            #expect(try readerSees(segments, "v-\(index)") == "tok-v-\(index)", "back in shared memory")
+        }
+    }
+}
