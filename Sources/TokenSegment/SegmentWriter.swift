@@ -36,8 +36,10 @@ public final class SegmentWriter {
     private let base: UnsafeMutableRawPointer
     private let words: SharedWords
     private let seed: (UInt64, UInt64)
-    /// Where each id's token is: the writer's own index, so it never probes to find a key.
-    private var index: [String: Int] = [:]
+    /// Where each id's token is, by the id's UTF-8 bytes (an id is its bytes: two ids Swift's
+    /// `String ==` calls equal, such as a precomposed `é` and `e` with a combining accent, are two
+    /// keys): the writer's own index, so it never probes to find a key.
+    private var index: [[UInt8]: Int] = [:]
     private var tombstones = 0
     private var maxProbe = 0
     /// Whether the segment was retired (wiped, flagged); it takes no more writes.
@@ -142,6 +144,8 @@ public final class SegmentWriter {
         case full
         /// The id and token do not fit a slot: the owner makes one with larger slots.
         case tooLarge
+        /// The segment is retired: it takes no more writes, and holds nothing.
+        case retired
     }
 
     /// Stores `token` for `id`, replacing (and zeroing) the one it held.
@@ -151,20 +155,43 @@ public final class SegmentWriter {
     ///   - unixExpiry: its expiry, Unix seconds.
     @discardableResult
     public func put(id: String, token: String, expiry: UInt64, lifetime: UInt64, unixExpiry: Int64) -> PutOutcome {
-        guard !isRetired else { return .stored }
-        let idBytes = Array(id.utf8)
-        let tokenBytes = Array(token.utf8)
-        let idHash = idBytes.withUnsafeBytes { SipHash24.hash($0, k0: seed.0, k1: seed.1) }
+        var token = token
+        return token.withUTF8 { tokenBytes in
+            put(
+                idBytes: Array(id.utf8),
+                token: UnsafeRawBufferPointer(tokenBytes),
+                expiry: expiry,
+                lifetime: lifetime,
+                unixExpiry: unixExpiry
+            )
+        }
+    }
+
+    /// Stores the token whose bytes are `token` for the id whose UTF-8 bytes are `idBytes`,
+    /// replacing (and zeroing) the one it held. Parameters as
+    /// ``put(id:token:expiry:lifetime:unixExpiry:)``.
+    @discardableResult
+    public func put(
+        idBytes: [UInt8],
+        token tokenBytes: UnsafeRawBufferPointer,
+        expiry: UInt64,
+        lifetime: UInt64,
+        unixExpiry: Int64
+    ) -> PutOutcome {
+        guard !isRetired else { return .retired }
         guard fits(idLength: idBytes.count, tokenLength: tokenBytes.count) else { return .tooLarge }
-        largestData = max(largestData, SegmentLayout.padded(idBytes.count) + SegmentLayout.padded(tokenBytes.count))
         let slot: Int
-        if let existing = index[id] {
+        let idHash: UInt64
+        if let existing = index[idBytes] {
             slot = existing
+            idHash = slotWords(slot).load(SegmentLayout.Slot.hash)
         } else {
             guard hasRoomForAnotherKey else { return .full }
+            idHash = idBytes.withUnsafeBytes { SipHash24.hash($0, k0: seed.0, k1: seed.1) }
             slot = claimSlot(hash: idHash)
-            index[id] = slot
+            index[idBytes] = slot
         }
+        largestData = max(largestData, SegmentLayout.padded(idBytes.count) + SegmentLayout.padded(tokenBytes.count))
         write(slot: slot) { slotWords in
             let oldWords = Self.dataWords(meta: slotWords.load(SegmentLayout.Slot.meta))
             slotWords.store(
@@ -181,7 +208,7 @@ public final class SegmentWriter {
             slotWords.store(SegmentLayout.Slot.unixExpiry, UInt64(bitPattern: unixExpiry))
             let idWords = SegmentLayout.padded(idBytes.count) / 8
             let tokenWords = SegmentLayout.padded(tokenBytes.count) / 8
-            storeBytes(idBytes, into: slotWords, atWord: SegmentLayout.Slot.data, words: idWords)
+            idBytes.withUnsafeBytes { storeBytes($0, into: slotWords, atWord: SegmentLayout.Slot.data, words: idWords) }
             storeBytes(tokenBytes, into: slotWords, atWord: SegmentLayout.Slot.data + idWords, words: tokenWords)
             // Whatever the old token held beyond the new one is zeroed.
             for word in (idWords + tokenWords)..<max(idWords + tokenWords, oldWords) {
@@ -193,7 +220,7 @@ public final class SegmentWriter {
 
     /// Removes `id`'s token, zeroing its bytes.
     public func remove(id: String) {
-        guard !isRetired, let slot = index.removeValue(forKey: id) else { return }
+        guard !isRetired, let slot = index.removeValue(forKey: Array(id.utf8)) else { return }
         clear(slot: slot)
         // A tombstone just before a never-used slot ends every chain there: it (and the
         // tombstones before it) can be never-used again, so chains stay short.
@@ -236,30 +263,38 @@ public final class SegmentWriter {
         return nil
     }
 
-    /// Every token held, for copying into a new segment: id, token bytes, expiry, lifetime and
-    /// Unix expiry.
-    public func forEachToken(_ body: (String, String, UInt64, UInt64, Int64) -> Void) {
+    /// Every token held, for copying into a new segment: the id's bytes, the token's bytes (valid
+    /// only during the call), expiry, lifetime and Unix expiry. No `String` is made.
+    public func forEachToken(_ body: ([UInt8], UnsafeRawBufferPointer, UInt64, UInt64, Int64) -> Void) {
         for (id, slot) in index {
             let slotWords = self.slotWords(slot)
             let meta = slotWords.load(SegmentLayout.Slot.meta)
             let idLength = Int(meta >> 16 & 0xffff)
             let tokenLength = Int(meta >> 32)
             let dataStart = base + SegmentLayout.headerSize + slot * slotSize + SegmentLayout.slotHeaderSize
-            let token = String(
-                decoding: UnsafeRawBufferPointer(
-                    start: dataStart + SegmentLayout.padded(idLength),
-                    count: tokenLength
-                ),
-                as: UTF8.self
-            )
             body(
                 id,
-                token,
+                UnsafeRawBufferPointer(start: dataStart + SegmentLayout.padded(idLength), count: tokenLength),
                 slotWords.load(SegmentLayout.Slot.expiry),
                 slotWords.load(SegmentLayout.Slot.lifetime),
                 Int64(bitPattern: slotWords.load(SegmentLayout.Slot.unixExpiry))
             )
         }
+    }
+
+    /// Copies every token held into `other` (a new generation); returns how many it could not
+    /// take.
+    @discardableResult
+    public func copyTokens(into other: SegmentWriter) -> Int {
+        var left = 0
+        forEachToken { id, token, expiry, lifetime, unixExpiry in
+            if other.put(idBytes: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry)
+                != .stored
+            {
+                left += 1
+            }
+        }
+        return left
     }
 
     /// Marks the segment retired, then zeroes every slot that held a token: readers ask for a
@@ -329,15 +364,26 @@ public final class SegmentWriter {
     }
 
     private func storeBytes(_ bytes: [UInt8], atWord first: Int, words count: Int) {
-        storeBytes(bytes, into: words, atWord: first, words: count)
+        bytes.withUnsafeBytes { storeBytes($0, into: words, atWord: first, words: count) }
     }
 
-    private func storeBytes(_ bytes: [UInt8], into target: SharedWords, atWord first: Int, words count: Int) {
+    /// Stores `bytes` as `count` little-endian words from word `first` of `target`, the last one
+    /// padded with zeros.
+    private func storeBytes(
+        _ bytes: UnsafeRawBufferPointer,
+        into target: SharedWords,
+        atWord first: Int,
+        words count: Int
+    ) {
         for word in 0..<count {
-            var value: UInt64 = 0
             let start = word * 8
-            for byte in 0..<8 where start + byte < bytes.count {
-                value |= UInt64(bytes[start + byte]) << (8 * UInt64(byte))
+            var value: UInt64 = 0
+            if start + 8 <= bytes.count {
+                value = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: start, as: UInt64.self))
+            } else {
+                for byte in 0..<8 where start + byte < bytes.count {
+                    value |= UInt64(bytes[start + byte]) << (8 * UInt64(byte))
+                }
             }
             target.store(first + word, value)
         }

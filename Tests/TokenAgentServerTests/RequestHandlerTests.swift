@@ -40,9 +40,10 @@ private struct Connection {
         peer: PeerCredentials? = PeerCredentials(pid: 1, uid: 1000, gid: 1000),
         admission: ServerStatistics.Admission = .admitted,
         requestTimeout: TimeAmount = .seconds(10),
-        health: AgentHealth = AgentHealth()
+        health: AgentHealth = AgentHealth(),
+        mirror: (any TokenMirror)? = nil
     ) throws {
-        let engine = TokenEngine(providers: ["vehicle": InstantProvider(), "trip": InstantProvider()])
+        let engine = TokenEngine(providers: ["vehicle": InstantProvider(), "trip": InstantProvider()], mirror: mirror)
         // Cached tokens answer at once, on the channel's own thread; only `hang-` ids fetch.
         let expiresAt = Int64(SystemAgentClock().wallSeconds) + 3600
         engine.importTokens([
@@ -124,6 +125,37 @@ struct RequestHandlerTests {
         #expect(replies[end + 3].hasPrefix("ERR bad-kind kind lorry is not configured"))
         #expect(replies[end + 4] == "PONG")
         #expect(replies.count == end + 5)
+        _ = try? connection.channel.finish()
+    }
+
+    @Test func pipelinedGETsAreAnsweredInOrderFromTheSegments() throws {
+        let segments = SharedSegments(
+            kinds: ["vehicle", "trip"],
+            policy: RefreshPolicy(),
+            logger: Logger(label: "test")
+        )
+        defer { segments.retireAll() }
+        let connection = try Connection(mirror: segments)
+        #expect(segments.statistics().slotsUsed == 2, "the cached tokens are in the segments")
+        // A GET first in line is written from the segment straight into the output; one behind
+        // another reply (STATS, or a GET of an unknown kind) is copied into its slot: both in order.
+        try connection.send(
+            "GET vehicle v-1\nGET trip t-1\nSTATS\nGET trip t-1\nGET lorry x\nGET vehicle v-1 600\nPING\n"
+        )
+        let replies = try connection.replies()
+        #expect(replies.count == 7)
+        #expect(replies[0].hasPrefix("OK tok-v-1 "))
+        #expect(replies[1].hasPrefix("OK tok-t-1 "))
+        #expect(replies[2].hasPrefix("OK "), "STATS")
+        #expect(replies[3].hasPrefix("OK tok-t-1 "))
+        #expect(replies[4].hasPrefix("ERR bad-kind"))
+        #expect(replies[5].hasPrefix("OK tok-v-1 "))
+        #expect(replies[6] == "PONG")
+        try connection.send("METRICS\n")
+        #expect(
+            try connection.replies().contains("fleet_tokend_requests_total{verb=\"GET\",code=\"ok\"} 4"),
+            "each OK counted once"
+        )
         _ = try? connection.channel.finish()
     }
 

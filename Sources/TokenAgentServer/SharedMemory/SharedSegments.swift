@@ -72,14 +72,15 @@ public final class SharedSegments: TokenMirror, Sendable {
         var withheld: Set<String> = []
         /// The configured kinds.
         var kinds: Set<String> = []
-        /// Tokens of kinds that lost their segment to a limit, by kind and id, until a segment
-        /// takes them again: the agent's only copy of them meanwhile.
-        var orphans: [String: [String: Orphan]] = [:]
+        /// Tokens of kinds that lost their segment to a limit, by kind and the id's UTF-8 bytes (an
+        /// id is its bytes), until a segment takes them again: the agent's only copy of them
+        /// meanwhile.
+        var orphans: [String: [[UInt8]: Orphan]] = [:]
     }
 
     /// A token kept outside any segment.
     private struct Orphan {
-        var token: String
+        var token: [UInt8]
         var expiry: UInt64
         var lifetime: UInt64
         var unixExpiry: Int64
@@ -122,7 +123,7 @@ public final class SharedSegments: TokenMirror, Sendable {
         let lifetimeNanos = UInt64(max(0, lifetime) * 1e9)
         let unix = unixExpiry.wholeSeconds
         return state.withLock { state -> Bool in
-            if state.orphans[kind] != nil { Self.removeOrphan(kind, id, &state) }
+            if state.orphans[kind] != nil { Self.removeOrphan(kind, Array(id.utf8), &state) }
             guard let writer = state.writers[kind] else { return false }
             let outcome = writer.put(
                 id: id,
@@ -150,7 +151,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     public func tokenRemoved(kind: String, id: String) {
         state.withLock { state in
             state.writers[kind]?.remove(id: id)
-            if state.orphans[kind] != nil { Self.removeOrphan(kind, id, &state) }
+            if state.orphans[kind] != nil { Self.removeOrphan(kind, Array(id.utf8), &state) }
         }
     }
 
@@ -165,8 +166,8 @@ public final class SharedSegments: TokenMirror, Sendable {
                 let found = writer.writer.withToken(id: id, body)
             {
                 result = found
-            } else if var orphan = state.orphans[kind]?[String(decoding: id, as: UTF8.self)]?.token {
-                result = orphan.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+            } else if let orphan = state.orphans[kind]?[Array(id)] {
+                result = orphan.token.withUnsafeBytes(body)
             }
         }
         return result
@@ -179,7 +180,7 @@ public final class SharedSegments: TokenMirror, Sendable {
         let writer: SegmentWriter
     }
 
-    private static func removeOrphan(_ kind: String, _ id: String, _ state: inout State) {
+    private static func removeOrphan(_ kind: String, _ id: [UInt8], _ state: inout State) {
         state.orphans[kind]?.removeValue(forKey: id)
         if state.orphans[kind]?.isEmpty == true { state.orphans[kind] = nil }
     }
@@ -331,7 +332,7 @@ public final class SharedSegments: TokenMirror, Sendable {
             // without a segment until a beat can make one. Its tokens stay here meanwhile.
             current.forEachToken { id, token, expiry, lifetime, unixExpiry in
                 state.orphans[kind, default: [:]][id] = Orphan(
-                    token: token,
+                    token: Array(token),
                     expiry: expiry,
                     lifetime: lifetime,
                     unixExpiry: unixExpiry
@@ -349,7 +350,7 @@ public final class SharedSegments: TokenMirror, Sendable {
         let orphans = state.orphans[kind] ?? [:]
         var largest = 0
         for (id, orphan) in orphans {
-            largest = max(largest, SegmentLayout.padded(id.utf8.count) + SegmentLayout.padded(orphan.token.utf8.count))
+            largest = max(largest, SegmentLayout.padded(id.count) + SegmentLayout.padded(orphan.token.count))
         }
         let slotSize = min(SegmentLayout.maxSlotSize, SegmentLayout.slotSize(dataBytes: max(largest + 64, 1024 - 48)))
         let slots = max(limits.initialSlots, orphans.count * 2)
@@ -400,19 +401,20 @@ public final class SharedSegments: TokenMirror, Sendable {
             return nil
         }
         if let current {
-            current.forEachToken { id, token, expiry, lifetime, unixExpiry in
-                writer.put(id: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry)
-            }
+            // Sized for every token of `current`: none is left out.
+            current.copyTokens(into: writer)
             current.retire()
         } else if let orphans = state.orphans[kind] {
             for (id, orphan) in orphans
-            where writer.put(
-                id: id,
-                token: orphan.token,
-                expiry: orphan.expiry,
-                lifetime: orphan.lifetime,
-                unixExpiry: orphan.unixExpiry
-            ) == .stored {
+            where orphan.token.withUnsafeBytes({
+                writer.put(
+                    idBytes: id,
+                    token: $0,
+                    expiry: orphan.expiry,
+                    lifetime: orphan.lifetime,
+                    unixExpiry: orphan.unixExpiry
+                )
+            }) == .stored {
                 state.orphans[kind]?.removeValue(forKey: id)
             }
             if state.orphans[kind]?.isEmpty == true { state.orphans[kind] = nil }
