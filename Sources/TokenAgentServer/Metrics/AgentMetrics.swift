@@ -140,6 +140,7 @@ public final class AgentMetrics: Sendable {
                 counter("fleet_tokend_shm_generations_total", total: shared.generations)
                 counter("fleet_tokend_shm_descriptors_total", total: shared.descriptors)
                 counter("fleet_tokend_shm_not_mirrored_total", total: shared.notMirrored)
+                gauge("fleet_tokend_shm_held_outside", [], Double(shared.heldOutside))
                 counter("fleet_tokend_touch_requests_total", total: status.server.touchRequests)
             }
             gauge("fleet_tokend_healthy", [], health.isDegraded ? 0 : 1)

@@ -161,6 +161,12 @@ public enum MetricCatalog {
             help: "Tokens left out of shared memory (a segment limit, or larger than the largest slot)."
         ),
         Entry(
+            name: "fleet_tokend_shm_held_outside",
+            kind: .gauge,
+            labels: [],
+            help: "Tokens of kinds a limit left without a segment for now, held privately until one is made."
+        ),
+        Entry(
             name: "fleet_tokend_touch_requests_total",
             kind: .counter,
             labels: [],

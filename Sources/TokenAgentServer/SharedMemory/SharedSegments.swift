@@ -123,8 +123,19 @@ public final class SharedSegments: TokenMirror, Sendable {
         let lifetimeNanos = UInt64(max(0, lifetime) * 1e9)
         let unix = unixExpiry.wholeSeconds
         return state.withLock { state -> Bool in
+            guard let writer = state.writers[kind] else {
+                // A configured kind a limit left without a segment: kept with its other tokens,
+                // for the segment a beat makes.
+                guard state.kinds.contains(kind) else { return false }
+                state.orphans[kind, default: [:]][Array(id.utf8)] = Orphan(
+                    token: Array(token.utf8),
+                    expiry: expiryNanos,
+                    lifetime: lifetimeNanos,
+                    unixExpiry: unix
+                )
+                return true
+            }
             if state.orphans[kind] != nil { Self.removeOrphan(kind, Array(id.utf8), &state) }
-            guard let writer = state.writers[kind] else { return false }
             let outcome = writer.put(
                 id: id,
                 token: token,
@@ -397,7 +408,12 @@ public final class SharedSegments: TokenMirror, Sendable {
                 policy: state.policy
             )
         } catch {
-            logger.error("shared-memory segment not made", metadata: ["token_kind": "\(kind)", "error": "\(error)"])
+            if warn {
+                logger.error(
+                    "shared-memory segment not made",
+                    metadata: ["token_kind": "\(kind)", "error": "\(error)"]
+                )
+            }
             return nil
         }
         if let current {
