@@ -234,18 +234,18 @@ public final class SegmentWriter {
     }
 
     /// Calls `body` with the bytes of the token held for the id whose UTF-8 bytes are `id` (valid
-    /// only during the call) and returns what it returns; `nil` when none is held. The agent's
+    /// only during the call); returns whether one is held (`false`: `body` was not called). The agent's
     /// own read of its segment: the owner serialises it with every write, so it needs no sequence
     /// check. It probes as a reader does (no `String` of the id is made).
-    public func withToken<Result>(id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Result) -> Result? {
-        guard !isRetired, !index.isEmpty, let idStart = id.baseAddress else { return nil }
+    public func withToken(id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        guard !isRetired, !index.isEmpty, let idStart = id.baseAddress else { return false }
         let hash = SipHash24.hash(id, k0: seed.0, k1: seed.1)
         var slot = SegmentLayout.home(of: hash, slotCount: slotCount)
         for _ in 0..<maxProbe {
             let slotWords = self.slotWords(slot)
             let meta = slotWords.load(SegmentLayout.Slot.meta)
             let state = meta & 0xff
-            if state == SegmentLayout.State.empty { return nil }
+            if state == SegmentLayout.State.empty { return false }
             if state == SegmentLayout.State.live, slotWords.load(SegmentLayout.Slot.hash) == hash,
                 Int(meta >> 16 & 0xffff) == id.count
             {
@@ -253,14 +253,13 @@ public final class SegmentWriter {
                     base + SegmentLayout.headerSize + slot * slotSize + SegmentLayout.slotHeaderSize
                 )
                 if memcmp(data, idStart, id.count) == 0 {
-                    return body(
-                        UnsafeRawBufferPointer(start: data + SegmentLayout.padded(id.count), count: Int(meta >> 32))
-                    )
+                    body(UnsafeRawBufferPointer(start: data + SegmentLayout.padded(id.count), count: Int(meta >> 32)))
+                    return true
                 }
             }
             slot = SegmentLayout.next(slot, slotCount: slotCount)
         }
-        return nil
+        return false
     }
 
     /// Every token held, for copying into a new segment: the id's bytes, the token's bytes (valid

@@ -31,9 +31,11 @@ struct SharedSegmentsTests {
     }
 
     private func read(_ segments: SharedSegments, _ id: String) -> String? {
-        Array(id.utf8).withUnsafeBytes { bytes in
-            segments.withToken(kind: "vehicle", id: bytes) { String(decoding: $0, as: UTF8.self) }
+        var text: String?
+        _ = Array(id.utf8).withUnsafeBytes { bytes in
+            segments.withToken(kind: "vehicle", id: bytes) { text = String(decoding: $0, as: UTF8.self) }
         }
+        return text
     }
 
     /// A token of `length` bytes naming `id`.

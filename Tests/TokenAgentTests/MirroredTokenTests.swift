@@ -48,13 +48,12 @@ final class RecordingMirror: TokenMirror, Sendable {
         _ = state.withLock { $0.tokens.removeValue(forKey: Self.key(kind, id)) }
     }
 
-    func withToken<Result>(
-        kind: String,
-        id: UnsafeRawBufferPointer,
-        _ body: (UnsafeRawBufferPointer) -> Result
-    ) -> Result? {
-        let bytes = state.withLock { $0.tokens[Self.key(kind, String(decoding: id, as: UTF8.self))] }
-        return bytes?.withUnsafeBytes(body)
+    func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        guard let bytes = state.withLock({ $0.tokens[Self.key(kind, String(decoding: id, as: UTF8.self))] }) else {
+            return false
+        }
+        bytes.withUnsafeBytes(body)
+        return true
     }
 }
 

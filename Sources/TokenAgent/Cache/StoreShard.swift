@@ -117,9 +117,11 @@ struct StoreShard {
         case .owned(let text): return text.utf8.elementsEqual(token.utf8)
         case .mirrored:
             guard let mirror else { return false }
-            return key.withIDBytes { id in
-                mirror.withToken(kind: key.kind, id: id) { $0.elementsEqual(token.utf8) }
-            } ?? false
+            var equal = false
+            let held = key.withIDBytes { id in
+                mirror.withToken(kind: key.kind, id: id) { equal = $0.elementsEqual(token.utf8) }
+            }
+            return held && equal
         case .none, .unservable: return false
         }
     }
@@ -143,7 +145,7 @@ struct StoreShard {
                 mirror.withToken(kind: key.kind, id: id) {
                     serve(TokenView(bytes: $0, expiresAt: expiresAt, owned: nil))
                 }
-            } != nil
+            }
         case .none, .unservable: return false
         }
     }

@@ -28,11 +28,8 @@ public protocol TokenMirror: Sendable {
     func tokenRemoved(kind: String, id: String)
 
     /// Calls `body` with the bytes of the token the mirror holds for `kind` and the id whose UTF-8
-    /// bytes are `id` (valid only during the call), and returns what it returns; `nil` when the
-    /// mirror holds none.
-    func withToken<Result>(
-        kind: String,
-        id: UnsafeRawBufferPointer,
-        _ body: (UnsafeRawBufferPointer) -> Result
-    ) -> Result?
+    /// bytes are `id` (valid only during the call); returns whether it holds one (`false`: `body`
+    /// was not called). Not generic: it is called through the protocol on every socket GET, and a
+    /// generic call through an existential looks up its type metadata at run time.
+    func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
 }

@@ -166,22 +166,15 @@ public final class SharedSegments: TokenMirror, Sendable {
         }
     }
 
-    public func withToken<Result>(
-        kind: String,
-        id: UnsafeRawBufferPointer,
-        _ body: (UnsafeRawBufferPointer) -> Result
-    ) -> Result? {
-        var result: Result?
-        state.withLock { state in
-            if let writer = state.writers[kind].map(LockedWriter.init),
-                let found = writer.writer.withToken(id: id, body)
-            {
-                result = found
-            } else if let orphan = state.orphans[kind]?[Array(id)] {
-                result = orphan.token.withUnsafeBytes(body)
+    public func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        state.withLock { state -> Bool in
+            if let writer = state.writers[kind].map(LockedWriter.init), writer.writer.withToken(id: id, body) {
+                return true
             }
+            guard let orphan = state.orphans[kind]?[Array(id)] else { return false }
+            orphan.token.withUnsafeBytes(body)
+            return true
         }
-        return result
     }
 
     /// A writer handed a caller's closure under the lock. Passed to a writer held in `State`, the
