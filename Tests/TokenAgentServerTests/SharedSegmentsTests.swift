@@ -55,15 +55,20 @@ struct SharedSegmentsTests {
         return nil
     }
 
-    @Test func everyTokenTakenComesBackThroughGrowth() throws {
+    /// Vehicle segments under the default limits as `adjust` changes them.
+    private func makeSegments(_ adjust: (inout SharedSegments.Limits) -> Void) -> SharedSegments {
         var limits = SharedSegments.Limits()
-        limits.initialSlots = 64
-        let segments = SharedSegments(
+        adjust(&limits)
+        return SharedSegments(
             kinds: ["vehicle"],
             policy: RefreshPolicy(),
             limits: limits,
             logger: Logger(label: "test")
         )
+    }
+
+    @Test func everyTokenTakenComesBackThroughGrowth() throws {
+        let segments = makeSegments { $0.initialSlots = 64 }
         defer { segments.retireAll() }
         var tokens: [String: String] = [:]
         for index in 0..<600 {
@@ -106,15 +111,12 @@ struct SharedSegmentsTests {
     }
 
     @Test func aKindALimitLeftWithoutASegmentKeepsItsTokensUntilOneTakesThemAgain() async throws {
-        var limits = SharedSegments.Limits()
-        limits.maxGenerationsPerMinute = 1
-        limits.generationWindow = 0.3
-        let segments = SharedSegments(
-            kinds: ["vehicle"],
-            policy: RefreshPolicy(),
-            limits: limits,
-            logger: Logger(label: "test")
-        )
+        // One generation a window; the window is long enough that the two changes below fall in
+        // one even on a loaded machine, and short enough to wait out.
+        let segments = makeSegments {
+            $0.maxGenerationsPerMinute = 1
+            $0.generationWindow = 1.5
+        }
         defer { segments.retireAll() }
         for index in 0..<20 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
         // A change of rules makes a new generation (the one the window allows), then another
