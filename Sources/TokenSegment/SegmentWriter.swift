@@ -281,19 +281,12 @@ public final class SegmentWriter {
         }
     }
 
-    /// Copies every token held into `other` (a new generation); returns how many it could not
-    /// take.
-    @discardableResult
-    public func copyTokens(into other: SegmentWriter) -> Int {
-        var left = 0
+    /// Copies every token held into `other` (a new generation, which its owner sized to take
+    /// them all).
+    public func copyTokens(into other: SegmentWriter) {
         forEachToken { id, token, expiry, lifetime, unixExpiry in
-            if other.put(idBytes: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry)
-                != .stored
-            {
-                left += 1
-            }
+            other.put(idBytes: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry)
         }
-        return left
     }
 
     /// Marks the segment retired, then zeroes every slot that held a token: readers ask for a

@@ -113,17 +113,8 @@ struct StoreShard {
 
     /// Whether `entry` holds `token` (its bytes, wherever they are kept).
     private static func holds(_ entry: CacheEntry, _ token: String, key: EntryKey, mirror: (any TokenMirror)?) -> Bool {
-        switch entry.token {
-        case .owned(let text): return text.utf8.elementsEqual(token.utf8)
-        case .mirrored:
-            guard let mirror else { return false }
-            var equal = false
-            let held = key.withIDBytes { id in
-                mirror.withToken(kind: key.kind, id: id) { equal = $0.elementsEqual(token.utf8) }
-            }
-            return held && equal
-        case .none, .unservable: return false
-        }
+        var equal = false
+        return hand(entry, key: key, mirror: mirror) { equal = $0.bytes.elementsEqual(token.utf8) } && equal
     }
 
     /// Hands `entry`'s token to `serve`; `false` when it has none to hand (the mirror let it go).
@@ -154,7 +145,7 @@ struct StoreShard {
     /// has none to give.
     func tokenText(_ entry: CacheEntry, key: EntryKey) -> String? {
         var text: String?
-        _ = Self.hand(entry, key: key, mirror: mirror) { text = $0.owned ?? String(decoding: $0.bytes, as: UTF8.self) }
+        _ = Self.hand(entry, key: key, mirror: mirror) { text = $0.served.token }
         return text
     }
 
