@@ -19,7 +19,7 @@ extension FleetTokenClient {
         try Self.validate(request)
         requests.add(1, ordering: .relaxed)
         let clock = ContinuousClock()
-        let callDeadline = clock.now.advanced(by: .milliseconds(Int64(configuration.callTimeout * 1000)))
+        let callDeadline = clock.now.advanced(by: .milliseconds(Int64(saturating: configuration.callTimeout * 1000)))
         var unreachableSince: ContinuousClock.Instant?
         var pause = Duration.milliseconds(10)
         var resent = false
@@ -42,12 +42,13 @@ extension FleetTokenClient {
             unreachableSince = since
             let giveUp = min(
                 callDeadline,
-                since.advanced(by: .milliseconds(Int64(configuration.reconnectDeadline * 1000)))
+                since.advanced(by: .milliseconds(Int64(saturating: configuration.reconnectDeadline * 1000)))
             )
             if now.advanced(by: pause) > giveUp {
                 // The call's own deadline ran out first: that is a time-out, whatever the last try met.
                 if giveUp == callDeadline,
-                    callDeadline < since.advanced(by: .milliseconds(Int64(configuration.reconnectDeadline * 1000)))
+                    callDeadline
+                        < since.advanced(by: .milliseconds(Int64(saturating: configuration.reconnectDeadline * 1000)))
                 {
                     throw .timedOut("no reply within \(configuration.callTimeout) s")
                 }
@@ -121,8 +122,9 @@ extension FleetTokenClient {
         return count > 0
     }
 
-    /// Whether `id` is 1 to 64 printable ASCII characters other than space and `/ : \ ? #`: a
-    /// valid id by ``TokenIdentifier/problem(withID:)`` without looking at Unicode properties.
+    /// Whether `id` is 1 to 64 printable ASCII characters other than space and `/ : \ ? #`, and
+    /// not `*`, `.` or `..`: a valid id by ``TokenIdentifier/problem(withID:)`` without looking at
+    /// Unicode properties.
     private static func isPlainID(_ id: String) -> Bool {
         var count = 0
         for byte in id.utf8 {
@@ -134,7 +136,7 @@ extension FleetTokenClient {
             default: continue
             }
         }
-        return count > 0
+        return count > 0 && !TokenIdentifier.isReserved(id.utf8)
     }
 
     private static func seconds(_ duration: Duration) -> Double {

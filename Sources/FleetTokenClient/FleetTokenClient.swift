@@ -97,7 +97,7 @@ public final class FleetTokenClient: Sendable {
         Task.detached { [weak self] in
             while true {
                 guard let interval = self?.segments.reportInterval else { return }
-                try? await Task.sleep(for: .milliseconds(Int64(interval * 1000)))
+                try? await Task.sleep(for: .milliseconds(Int64(saturating: interval * 1000)))
                 guard let self else { return }
                 for request in self.segments.takeTouches() { _ = try? await self.exchange(request) }
             }
@@ -128,7 +128,9 @@ public final class FleetTokenClient: Sendable {
     /// changed).
     @usableFromInline
     func tokenFromMemory(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
-        guard configuration.sharedMemory else { return nil }
+        // `*`, `.` and `..` are refused before anything is read (a segment written by an older
+        // agent might hold them); tokenAfterMemory says why.
+        guard configuration.sharedMemory, !TokenIdentifier.isReserved(subject.id.utf8) else { return nil }
         return segments.cachedToken(subject, minimumValidity: minimumValidity)
     }
 
@@ -139,6 +141,9 @@ public final class FleetTokenClient: Sendable {
         _ subject: TokenSubject,
         minimumValidity: TimeInterval?
     ) async throws(FleetTokenError) -> Token {
+        if let problem = TokenIdentifier.reservedProblem(subject.id.utf8) {
+            throw FleetTokenError(WireError(.badID, problem))
+        }
         var memoMayAnswer = true
         var unreachable: FleetTokenError?
         if configuration.sharedMemory {
@@ -156,6 +161,15 @@ public final class FleetTokenClient: Sendable {
         if memoMayAnswer, let token = remembered(subject, minimumValidity: minimumValidity) { return token }
         // The agent could not be reached for the segment just now: do not wait for it a second time.
         if let unreachable { throw unreachable }
+        // Out of range (NaN, negative, over a day) is the agent's `bad-request`, said here.
+        if let minimumValidity, !(0...Double(WireLimits.maxMinValiditySeconds)).contains(minimumValidity) {
+            throw FleetTokenError(
+                WireError(
+                    .badRequest,
+                    "min-validity must be whole seconds from 0 to \(WireLimits.maxMinValiditySeconds)"
+                )
+            )
+        }
         let key = Flights.Key(subject: subject, minimumValidity: minimumValidity.map { Int($0.rounded(.up)) })
         while !flights.lead(key) {
             if let result = await flights.join(key) { return try result.get() }

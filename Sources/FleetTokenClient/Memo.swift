@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TokenWire
 
 /// The tokens a client remembers, under their own lock (never the connection's).
 final class MemoTable: Sendable {
@@ -27,7 +28,7 @@ final class MemoTable: Sendable {
             guard let entry = entries[subject] else { return nil }
             let needed = minimumValidity ?? max(10, min(defaultMinimumValidity, entry.lifetimeSeconds / 4))
             let left = ContinuousClock.now.duration(to: entry.validUntil)
-            guard left > .milliseconds(Int64(needed * 1000)) else { return nil }
+            guard left > .milliseconds(Int64(saturating: needed * 1000)) else { return nil }
             return entry.token
         }
     }
@@ -37,7 +38,7 @@ final class MemoTable: Sendable {
         let left = token.expiresAt.timeIntervalSinceNow
         let entry = Entry(
             token: token,
-            validUntil: ContinuousClock.now.advanced(by: .milliseconds(Int64(left * 1000))),
+            validUntil: ContinuousClock.now.advanced(by: .milliseconds(Int64(saturating: left * 1000))),
             lifetimeSeconds: left
         )
         entries.withLock { entries in

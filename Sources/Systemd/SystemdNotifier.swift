@@ -37,7 +37,7 @@ public struct SystemdNotifier: Sendable {
     public var watchdogInterval: Duration? {
         var microseconds: UInt64 = 0
         guard sd_watchdog_enabled(0, &microseconds) > 0, microseconds > 0 else { return nil }
-        return .microseconds(Int64(microseconds))
+        return .microseconds(Int64(clamping: microseconds))
     }
 
     /// `FDSTORE=1` with `FDNAME=name`: hands `descriptor` to the service manager to keep across

@@ -45,7 +45,7 @@ public struct AgentStatus: Sendable {
     }
 
     /// Seconds since start.
-    public var uptime: Int { Int(clock.monotonicSeconds - startedAt) }
+    public var uptime: Int { Int(saturating: clock.monotonicSeconds - startedAt) }
 
     /// The `STATS` reply text: `entries=… hits=… misses=… fetches=… fetch_errors=… connections=…
     /// uptime_s=…`, then further counters.
@@ -67,7 +67,7 @@ public struct AgentStatus: Sendable {
             "reloads=\(reloads.reloads)",
             "reload_failures=\(reloads.failures)",
             "denied=\(access.denied)",
-            "provider_clock_skew_s=\(Int((stats.providerClockSkew ?? 0).rounded()))",
+            "provider_clock_skew_s=\(Int(saturating: (stats.providerClockSkew ?? 0).rounded()))",
         ].joined(separator: " ") + sharedMemoryStats()
     }
 
@@ -105,7 +105,7 @@ public struct AgentStatus: Sendable {
         text += ", \(stats.fetchErrors) provider errors"
         text += ", \(server.openConnections) clients"
         if let at = stats.lastFailureAt, let failure = stats.lastFailure {
-            text += ", last refresh failure \(Int(clock.now - at)) s ago (\(failure))"
+            text += ", last refresh failure \(Int(saturating: clock.now - at)) s ago (\(failure))"
         } else {
             text += ", no refresh failure"
         }

@@ -28,7 +28,7 @@ public struct SimpleGet: Sendable, Hashable {
         let kind = kindStart..<index
         guard !kind.isEmpty, kind.count <= WireLimits.maxKindBytes, index < end else { return nil }
         index += 1
-        // The id: 1 to 64 printable ASCII characters other than / : \ ? #.
+        // The id: 1 to 64 printable ASCII characters other than / : \ ? #, and not * . or ..
         let idStart = index
         while index < end, line[index] != 0x20 {
             let byte = line[index]
@@ -39,6 +39,8 @@ public struct SimpleGet: Sendable, Hashable {
         }
         let id = idStart..<index
         guard !id.isEmpty, id.count <= WireLimits.maxIDScalars else { return nil }
+        // `*`, `.` and `..` are refused; RequestParser says why.
+        if id.count <= 2, TokenIdentifier.isReserved(UnsafeRawBufferPointer(rebasing: line[id])) { return nil }
         guard index < end else { return SimpleGet(kind: kind, id: id, minValidity: nil) }
         // The minimum validity: 1 to 6 digits, at most a day.
         index += 1

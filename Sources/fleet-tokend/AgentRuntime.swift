@@ -33,6 +33,7 @@ struct AgentRuntime {
                 "DEMO ISSUER: no provider and no issuer key configured. Tokens are signed with a throw-away RSA key made at start-up; they are for trying the agent only and Fleet Engine will reject them."
             )
         }
+        WildcardWarning.log(configuration, logger: logger)
         for kind in providers.providers.keys.sorted() {
             logger.info(
                 "kind configured",

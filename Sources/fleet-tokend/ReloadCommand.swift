@@ -1,6 +1,7 @@
 import ArgumentParser
 import FleetTokenClient
 import Foundation
+import TokenWire
 
 /// `fleet-tokend reload --pid PID`: asks a running agent to reload (SIGHUP) and waits for the
 /// outcome, so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration is
@@ -39,7 +40,7 @@ struct ReloadCommand: AsyncParsableCommand {
         guard let before, let applied = before["reloads"], let refused = before["reload_failures"] else {
             fail("signalled process \(pid), but cannot read the outcome: STATS did not answer on the socket")
         }
-        let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
+        let deadline = ContinuousClock.now + .milliseconds(Int64(saturating: timeout * 1000))
         while ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(50))
             guard let now = try? await client.stats() else { continue }

@@ -357,8 +357,10 @@ enum RequestLinesOracle {
         }
     }
 
-    /// Fleet Engine's id rules, as the protocol's table states them.
+    /// Fleet Engine's id rules, as the protocol's table states them, and not one of the ids with
+    /// a meaning of their own (`*`, `.`, `..`).
     private static func isValidID(_ id: String) -> Bool {
+        if ["*", ".", ".."].contains(where: { $0.utf8.elementsEqual(id.utf8) }) { return false }
         let forbidden: Set<Unicode.Scalar> = ["/", ":", "\\", "?", "#"]
         let refusedCategories: Set<Unicode.GeneralCategory> = [
             .control, .format, .surrogate, .privateUse, .unassigned, .lineSeparator, .paragraphSeparator,

@@ -29,10 +29,22 @@ import Synchronization
 /// | `nonjson-` | `200` `application/json` that is not JSON |
 /// | `futureiat-` | a JWT issued 300 s in the future |
 ///
+/// ``script(_:status:headers:body:)`` gives one id an exact reply (status, headers, body), for
+/// replies no prefix describes. ``paths`` lists every request target as it arrived.
+///
 /// ``setDateSkew(seconds:)`` adds a `Date` header that far from the real time to every reply.
 /// ``failAll`` turns every reply into a 503 (the provider is "down").
 final class FakeTokenProvider: Sendable {
+    /// An exact reply for one id.
+    struct Scripted: Sendable {
+        var status: HTTPResponseStatus
+        var headers: [(String, String)]
+        var body: [UInt8]
+    }
+
     private struct State {
+        var scripts: [String: Scripted] = [:]
+        var paths: [String] = []
         var requests: [String: Int] = [:]
         var headers: [String: [String]] = [:]
         var issued: [String] = []
@@ -81,6 +93,27 @@ final class FakeTokenProvider: Sendable {
     var issuedTokens: [String] { state.withLock { $0.issued } }
     /// Values of a request header seen, in order.
     func headerValues(_ name: String) -> [String] { state.withLock { $0.headers[name.lowercased()] ?? [] } }
+
+    /// Every request target seen, raw (before any decoding), in order.
+    var paths: [String] { state.withLock { $0.paths } }
+
+    /// Answers requests for `id` (any kind) with exactly this status, these headers (plus
+    /// `Content-Length`) and this body.
+    func script(_ id: String, status: HTTPResponseStatus = .ok, headers: [(String, String)], body: [UInt8]) {
+        state.withLock { $0.scripts[id] = Scripted(status: status, headers: headers, body: body) }
+    }
+
+    /// The scripted reply to `GET path`, if its id has one; counts the request either way.
+    fileprivate func scripted(path: String) -> Scripted? {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        let id = parts.count == 3 ? parts[2].removingPercentEncoding ?? parts[2] : ""
+        return state.withLock { state in
+            state.paths.append(path)
+            guard let scripted = state.scripts[id] else { return nil }
+            state.requests[id, default: 0] += 1
+            return scripted
+        }
+    }
 
     /// Makes every reply a 503 (or back to normal).
     func setDown(_ down: Bool) { state.withLock { $0.failAll = down } }
@@ -245,6 +278,23 @@ private final class ProviderHandler: ChannelInboundHandler {
         case .end:
             guard let head else { return }
             let provider = provider()
+            if let scripted = provider.scripted(path: head.uri) {
+                var headers = HTTPHeaders([("Content-Length", "\(scripted.body.count)")])
+                for (name, value) in scripted.headers { headers.add(name: name, value: value) }
+                if !head.isKeepAlive { headers.add(name: "Connection", value: "close") }
+                context.write(
+                    wrapOutboundOut(
+                        .head(HTTPResponseHead(version: .http1_1, status: scripted.status, headers: headers))
+                    ),
+                    promise: nil
+                )
+                context.write(
+                    wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: scripted.body)))),
+                    promise: nil
+                )
+                context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+                return
+            }
             guard let (status, type, body, delay) = provider.reply(path: head.uri, headers: head.headers) else {
                 return
             }

@@ -30,6 +30,46 @@ struct ConfigurationTests {
         #expect(AgentConfiguration(environment: ["FLEET_TOKEND_SOCKET": "/tmp/x.sock"]).socketPath == "/tmp/x.sock")
     }
 
+    @Test func acceptWildcardAndMaxLifetimePerProvider() async throws {
+        let configuration = try parse(
+            #"{"providers": {"vehicle": {"url": "http://p/{id}", "accept_wildcard": true, "max_lifetime": 3600},"#
+                + #" "trip": {"url": "http://p/t/{id}"}}}"#
+        )
+        try configuration.validate()
+        #expect(configuration.wildcardKinds == ["vehicle"])
+        #expect(configuration.providers["vehicle"]?.maxLifetime == 3600)
+        #expect(configuration.providers["trip"]?.acceptWildcard == nil)
+        for bad in ["59", "2592001", "1e300", "-1"] {
+            let json = #"{"providers": {"vehicle": {"url": "http://p/{id}", "max_lifetime": \#(bad)}}}"#
+            #expect(problem(json)?.key == "providers.vehicle.max_lifetime", "\(bad)")
+        }
+        let text = #"{"providers": {"vehicle": {"url": "http://p/{id}", "accept_wildcard": "yes"}}}"#
+        #expect(problem(text)?.key == "providers.vehicle.accept_wildcard")
+        let built = try ProviderSet.build(from: configuration)
+        let relaxed = try ProviderSet.build(
+            from: try parse(
+                #"{"providers": {"vehicle": {"url": "http://p/{id}"}, "trip": {"url": "http://p/t/{id}"}}}"#
+            )
+        )
+        #expect(
+            relaxed.changedKinds(since: built) == ["vehicle"],
+            "accept_wildcard and max_lifetime change the provider"
+        )
+        for provider in built.providers.values { await provider.shutdown() }
+        for provider in relaxed.providers.values { await provider.shutdown() }
+    }
+
+    @Test func hugeNumbersAreRefusedNotTrapped() {
+        #expect(problem(#"{"shared_memory_max_bytes": 1e300}"#)?.key == "shared_memory_max_bytes")
+        #expect(problem(#"{"max_entries": 1e300}"#)?.key == "max_entries")
+        #expect(problem(#"{"min_validity": 1e300}"#)?.key == "min_validity")
+        #expect(problem(#"{"issuer_lifetime": 1e300}"#)?.key == "issuer_lifetime")
+        #expect(problem(#"{"request_timeout": 1e300}"#)?.key == "request_timeout")
+        #expect(
+            problem(#"{"providers": {"v": {"url": "http://p/{id}", "timeout": 1e300}}}"#)?.key == "providers.v.timeout"
+        )
+    }
+
     @Test func observabilityKeys() throws {
         let defaults = AgentConfiguration()
         #expect(defaults.metricsListen == nil, "the HTTP listener is off by default")

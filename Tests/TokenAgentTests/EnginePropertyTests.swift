@@ -15,8 +15,43 @@ final class ControlledProvider: TokenProvider, Sendable {
 
     enum Resolution: Sendable {
         case succeed(lifetime: Double)
+        /// A JWT of that shape, put through ``TokenAcceptance`` as the real providers do: a token
+        /// that fails it is the fetch's failure or refusal.
+        case jwt(JWTShape, lifetime: Double)
         case fail
         case reject
+    }
+
+    /// What a provider's JWT claims: fitting the key, or one of the hostile shapes that a strict
+    /// reading refuses (or, for expiries, bounds).
+    enum JWTShape: CaseIterable, Sendable {
+        case fits, wildcard, duplicate, caseDuplicate, nonString, otherID, notAnObject, noEntry
+        case hugeExpiry, millisecondExpiry, infiniteExpiry, duplicateExpiry
+
+        /// The payload for `key` (claim `claim`) expiring at Unix `exp`, tagged `number`.
+        func payload(claim: String, id: String, exp: Double, number: Int) -> String {
+            let fitting = #"{"\#(claim)":"\#(id)"}"#
+            let authorization: String
+            switch self {
+            case .wildcard: authorization = #"{"\#(claim)":"*"}"#
+            case .duplicate: authorization = #"{"\#(claim)":"\#(id)-other","\#(claim)":"\#(id)"}"#
+            case .caseDuplicate: authorization = #"{"\#(claim)":"\#(id)-other","\#(claim.uppercased())":"\#(id)"}"#
+            case .nonString: authorization = #"{"\#(claim)":["\#(id)"]}"#
+            case .otherID: authorization = #"{"\#(claim)":"\#(id)-other"}"#
+            case .notAnObject: authorization = #""\#(claim)=\#(id)""#
+            case .noEntry: authorization = #"{"unrelatedid":"\#(id)"}"#
+            default: authorization = fitting
+            }
+            let expiry: String
+            switch self {
+            case .hugeExpiry: expiry = "1e300"
+            case .millisecondExpiry: expiry = "\(Int64(exp * 1000))"
+            case .infiniteExpiry: expiry = "1e400"
+            case .duplicateExpiry: expiry = "\(Int64(exp)),\"exp\":\(Int64(exp) + 86_400)"
+            default: expiry = "\(Int64(exp))"
+            }
+            return #"{"n":\#(number),"exp":\#(expiry),"authorization":\#(authorization)}"#
+        }
     }
 
     private struct Pending {
@@ -53,6 +88,9 @@ final class ControlledProvider: TokenProvider, Sendable {
 
     func fetchToken(for key: TokenKey) async throws -> FetchedToken {
         let number = state.withLock { state -> Int in
+            if TokenIdentifier.isReserved(key.id.utf8) {
+                state.violations.append("asked for the reserved id of \(key)")
+            }
             state.running[key, default: 0] += 1
             if state.running[key]! > 1 { state.violations.append("two fetches at once for \(key) on \(name)") }
             state.nextFetch += 1
@@ -78,26 +116,49 @@ final class ControlledProvider: TokenProvider, Sendable {
     /// Answers fetch `number`; returns the token minted, if any.
     @discardableResult
     func resolve(_ number: Int, _ resolution: Resolution) -> String? {
-        let (pending, token) = state.withLock { state -> (Pending?, String?) in
+        let (pending, accepted) = state.withLock { state -> (Pending?, Result<FetchedToken, ProviderError>?) in
             guard let pending = state.pending.removeValue(forKey: number) else { return (nil, nil) }
-            guard case .succeed(let lifetime) = resolution else { return (pending, nil) }
-            let token = "\(name)-\(pending.key.kind)-\(pending.key.id)-\(number)"
-            state.issued[token] = Issued(key: pending.key, expiresAtMonotonic: clock.monotonicSeconds + lifetime)
-            return (pending, token)
+            let key = pending.key
+            let fetched: Result<FetchedToken, ProviderError>
+            switch resolution {
+            case .succeed(let lifetime):
+                let token = "\(name)-\(key.kind)-\(key.id)-\(number)"
+                fetched = .success(FetchedToken(token: token, expiresAtUnixSeconds: clock.wallSeconds + lifetime))
+            case .jwt(let shape, let lifetime):
+                let claim = FleetEngineKinds.claimNames[key.kind]!
+                let payload = shape.payload(claim: claim, id: key.id, exp: clock.wallSeconds + lifetime, number: number)
+                let token = #"{"alg":"none"}"#.base64URL + "." + payload.base64URL + ".\(name)"
+                fetched = Result {
+                    try TokenAcceptance().accept(token: token, expiresAt: nil, for: key, now: clock.wallSeconds)
+                }.mapError { $0 as! ProviderError }
+            case .fail, .reject:
+                return (pending, nil)
+            }
+            if case .success(let token) = fetched {
+                state.issued[token.token] = Issued(
+                    key: key,
+                    expiresAtMonotonic: clock.monotonicSeconds + (token.expiresAt.seconds - clock.wallSeconds)
+                )
+            }
+            return (pending, fetched)
         }
         guard let pending else { return nil }
         switch resolution {
-        case .succeed(let lifetime):
-            pending.continuation.resume(
-                returning: FetchedToken(token: token!, expiresAtUnixSeconds: clock.wallSeconds + lifetime)
-            )
+        case .succeed, .jwt:
+            pending.continuation.resume(with: accepted!.mapError { $0 as any Error })
+            return try? accepted!.get().token
         case .fail:
             pending.continuation.resume(throwing: ProviderError.failed("scripted failure"))
         case .reject:
             pending.continuation.resume(throwing: ProviderError.rejected("scripted refusal"))
         }
-        return token
+        return nil
     }
+}
+
+extension String {
+    /// The UTF-8 bytes as unpadded base64url.
+    fileprivate var base64URL: String { JWTClaims.base64URLEncode(Array(utf8)) }
 }
 
 /// Random schedules of requests, fetch outcomes, reloads and clock jumps against the real engine,
@@ -143,7 +204,8 @@ final class Schedule: @unchecked Sendable {
     private var generation = 0
     private let engine: TokenEngine
     private let kinds = ["vehicle", "trip"]
-    private let ids = ["a", "b", "c", "d"]
+    /// Four plain ids and the reserved ones, which must never reach a provider.
+    private let ids = ["a", "b", "c", "d", "*", ".."]
     /// What the engine must hold: the last token stored per key (as the engine's rules say).
     private var model: [TokenKey: String] = [:]
     private var lastServed: [TokenKey: String] = [:]
@@ -223,19 +285,28 @@ final class Schedule: @unchecked Sendable {
         }
     }
 
-    /// Answers one waiting fetch: a token with 20 s to 2 h of life, a failure, or a refusal; or
-    /// leaves it hanging.
+    /// Answers one waiting fetch: a token with 20 s to 2 h of life (opaque, or a JWT of a random
+    /// shape, hostile ones included), a failure, or a refusal; or leaves it hanging.
     private func resolveOne() {
         let waiting = everyProvider.flatMap { provider in provider.unresolved.map { (provider, $0.key, $0.value) } }
             .sorted { ($0.0.name, $0.1) < ($1.0.name, $1.1) }
         guard let (provider, number, key) = waiting.randomElement(using: &random) else { return }
-        switch Int.random(in: 0..<10, using: &random) {
-        case 0..<5:
-            let token = provider.resolve(number, .succeed(lifetime: logUniform(20, 7200)))
+        switch Int.random(in: 0..<20, using: &random) {
+        case 0..<14:
+            let resolution: ControlledProvider.Resolution
+            if Int.random(in: 0..<10, using: &random) < 6 {
+                resolution = .succeed(lifetime: logUniform(20, 7200))
+            } else {
+                resolution = .jwt(
+                    ControlledProvider.JWTShape.allCases.randomElement(using: &random)!,
+                    lifetime: logUniform(20, 7200)
+                )
+            }
+            let token = provider.resolve(number, resolution)
             // Only the current provider's tokens are stored; a replaced one's never are.
             if let token, providers[key.kind] === provider { model[key] = token }
-        case 5..<8: provider.resolve(number, .fail)
-        case 8: provider.resolve(number, .reject)
+        case 14..<17: provider.resolve(number, .fail)
+        case 17: provider.resolve(number, .reject)
         default: break  // hangs for now
         }
     }
@@ -323,6 +394,17 @@ final class Schedule: @unchecked Sendable {
         for reply in answered {
             switch reply.outcome {
             case .success(let served):
+                if TokenIdentifier.isReserved(reply.key.id.utf8) {
+                    problems.append("\(reply.key): a reserved id was served a token")
+                }
+                if Double(served.expiresAt) > clock.wallSeconds + TokenAcceptance.defaultMaxLifetime {
+                    problems.append("\(reply.key): reply expires beyond the longest lifetime")
+                }
+                if let claims = JWTClaims(token: served.token),
+                    claims.authorization != .entries([FleetEngineKinds.claimNames[reply.key.kind]!: reply.key.id])
+                {
+                    problems.append("\(reply.key): served a JWT whose claims are \(claims.authorization)")
+                }
                 guard let issued = everyProvider.lazy.compactMap({ $0.issued(served.token) }).first
                 else {
                     problems.append("\(reply.key): served a token no provider issued")

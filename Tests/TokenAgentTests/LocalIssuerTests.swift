@@ -47,7 +47,13 @@ struct LocalIssuerTests {
         for kind in FleetEngineKinds.all {
             let fetched = try await issuer.fetchToken(for: TokenKey(kind: kind, id: "id-1"))
             let claims = try #require(JWTClaims(token: fetched.token))
-            #expect(claims.authorization == [FleetEngineKinds.claimNames[kind]!: "id-1"])
+            #expect(claims.authorization == .entries([FleetEngineKinds.claimNames[kind]!: "id-1"]))
+            #expect(claims.problem == nil)
+        }
+        for id in ["*", ".", ".."] {
+            await #expect(throws: ProviderError.self, "no token is signed for \(id)") {
+                try await issuer.fetchToken(for: TokenKey(kind: "vehicle", id: id))
+            }
         }
         await #expect(throws: ProviderError.self) {
             try await issuer.fetchToken(for: TokenKey(kind: "custom", id: "x"))

@@ -123,7 +123,11 @@ struct TokenAcceptanceTests {
 
     @Test func tokenForAnotherIDIsRejected() {
         let jwt = makeJWT(["exp": now + 600, "authorization": ["vehicleid": "v-2"]])
-        #expect(throws: ProviderError.rejected("token's vehicleid claim names another id")) {
+        #expect(
+            throws: ProviderError.rejected(
+                "token's vehicleid claim names another id (token \(TokenFingerprint.of(jwt)))"
+            )
+        ) {
             try acceptance.accept(token: jwt, expiresAt: nil, for: key, now: now)
         }
         let trip = makeJWT(["exp": now + 600, "authorization": ["tripid": "other"]])
@@ -135,7 +139,11 @@ struct TokenAcceptanceTests {
     @Test func aCanonicallyEquivalentButDifferentIdIsAnotherId() {
         // `e` with a combining accent against the precomposed `é`: equal as Swift Strings, not as bytes.
         let jwt = makeJWT(["exp": now + 600, "authorization": ["vehicleid": "cafe\u{301}"]])
-        #expect(throws: ProviderError.rejected("token's vehicleid claim names another id")) {
+        #expect(
+            throws: ProviderError.rejected(
+                "token's vehicleid claim names another id (token \(TokenFingerprint.of(jwt)))"
+            )
+        ) {
             try acceptance.accept(token: jwt, expiresAt: nil, for: TokenKey(kind: "vehicle", id: "caf\u{E9}"), now: now)
         }
         #expect(TokenKey(kind: "vehicle", id: "cafe\u{301}") != TokenKey(kind: "vehicle", id: "caf\u{E9}"))
@@ -144,16 +152,24 @@ struct TokenAcceptanceTests {
         )
     }
 
-    @Test func wildcardAndOtherKindsClaimsAreFine() throws {
-        let wildcard = makeJWT(["exp": now + 600, "authorization": ["vehicleid": "*"]])
-        _ = try acceptance.accept(token: wildcard, expiresAt: nil, for: key, now: now)
-        let tripClaim = makeJWT(["exp": now + 600, "authorization": ["tripid": "t-9"]])
-        _ = try acceptance.accept(token: tripClaim, expiresAt: nil, for: key, now: now)
+    @Test func otherKindsEntriesBesideTheKindsOwnAreFine() throws {
+        let both = makeJWT(["exp": now + 600, "authorization": ["vehicleid": "v-1", "tripid": "t-9"]])
+        _ = try acceptance.accept(token: both, expiresAt: nil, for: key, now: now)
+        let caseOnly = makeJWT(["exp": now + 600, "authorization": ["VehicleId": "v-1"]])
+        _ = try acceptance.accept(token: caseOnly, expiresAt: nil, for: key, now: now)
+        // A kind with no claim name (an opaque custom kind) takes any unambiguous claims.
+        let custom = makeJWT(["exp": now + 600, "authorization": ["tripid": "t-9"]])
+        _ = try acceptance.accept(token: custom, expiresAt: nil, for: TokenKey(kind: "custom", id: "c-1"), now: now)
     }
 
     @Test func expiredOrUnboundedOrUnprintableTokensFail() {
         #expect(throws: ProviderError.failed("token is already expired")) {
-            try acceptance.accept(token: makeJWT(["exp": now - 1]), expiresAt: nil, for: key, now: now)
+            try acceptance.accept(
+                token: makeJWT(["exp": now - 1, "authorization": ["vehicleid": "v-1"]]),
+                expiresAt: nil,
+                for: key,
+                now: now
+            )
         }
         #expect(throws: ProviderError.self) {
             try acceptance.accept(token: "opaque", expiresAt: nil, for: key, now: now)

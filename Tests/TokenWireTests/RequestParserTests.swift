@@ -82,6 +82,30 @@ struct RequestParserTests {
         }
     }
 
+    @Test func idsWithAMeaningOfTheirOwnAreRefusedOnEveryVerb() {
+        let reasons = ["*": "id * is a wildcard", ".": "id . is a dot segment", "..": "id .. is a dot segment"]
+        for (id, reason) in reasons {
+            for line in [
+                "GET vehicle \(id)", "GET trip \(id) 600", "REFRESH vehicle \(id)", "REFRESH vehicle \(id) tok",
+                "DROP vehicle \(id)", "INFO vehicle \(id)", "TOUCH vehicle v-1 \(id)", "TOUCH custom-kind \(id)",
+            ] {
+                #expect(parse(line) == .failure(WireError(.badID, reason)), "\(line)")
+                let bytes = Array(line.utf8)
+                let fast = bytes.withUnsafeBytes { SimpleGet.recognise($0) }
+                #expect(fast == nil, "the fast path leaves \(line) to the parser")
+            }
+            #expect(TokenIdentifier.isReserved(id.utf8))
+        }
+        // Only the whole ids: these are ordinary.
+        for id in ["**", "a*", "*a", "...", ".a", "a.", "a..b", "v-1.", "%2E%2E", "\u{FF0A}", "\u{2024}"] {
+            #expect(
+                parse("GET vehicle \(id)") == .success(.get(kind: "vehicle", id: id, minValiditySeconds: nil)),
+                "\(id)"
+            )
+            #expect(!TokenIdentifier.isReserved(id.utf8))
+        }
+    }
+
     @Test func unicodeIDsUpToSixtyFourCharactersAreFine() {
         let id = String(repeating: "é", count: 64)
         #expect(parse("GET vehicle \(id)") == .success(.get(kind: "vehicle", id: id, minValiditySeconds: nil)))

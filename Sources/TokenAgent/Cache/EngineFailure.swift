@@ -1,3 +1,5 @@
+import TokenWire
+
 /// Why the engine could not answer a request with a token. The server maps each case to a wire
 /// error code and text (`ERR <code> <text>`); the engine knows nothing of the wire.
 public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
@@ -23,7 +25,7 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
         switch error {
         case .failed(let text): self = .fetchFailed(text)
         case .rejected(let text): self = .rejected(text)
-        case .throttled(let text, let retryAfter): self = .throttled(text, retryAfter: Int(retryAfter))
+        case .throttled(let text, let retryAfter): self = .throttled(text, retryAfter: Int(saturating: retryAfter))
         }
     }
 

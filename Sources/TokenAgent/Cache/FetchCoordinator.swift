@@ -1,5 +1,6 @@
 import Logging
 import Synchronization
+import TokenWire
 
 /// The fetches: at most one in flight per key (singleflight), at most a limited number at a
 /// provider at once (the rest queue, up to a bound), each stored in the token store when it ends,
@@ -71,7 +72,12 @@ final class FetchCoordinator: Sendable {
     /// The fetch of `key` in flight, started if there is none; `busy` when too many already wait
     /// for a place at a provider.
     func flight(for key: TokenKey) -> Result<Flight, EngineFailure> {
-        state.withLock { state in
+        // The parser refuses these ids first; this keeps any other caller of the engine from
+        // sending one to a provider or a signer.
+        if let problem = TokenIdentifier.reservedProblem(key.id.utf8) {
+            return .failure(.rejected("\(problem); never fetched"))
+        }
+        return state.withLock { state in
             if let flight = state.flights[key] {
                 metrics.recordWaiter()
                 return .success(flight)
@@ -148,7 +154,7 @@ final class FetchCoordinator: Sendable {
                 state.health[key.kind, default: ProviderHealth(kind: key.kind)].recordSuccess(at: now)
             }
             metadata["token_fingerprint"] = "\(TokenFingerprint.of(fetched.token))"
-            metadata["expires_in_s"] = "\(Int(fetched.expiresAt - unixNow))"
+            metadata["expires_in_s"] = "\(Int(saturating: fetched.expiresAt - unixNow))"
             logger.debug("fetched token", metadata: metadata)
             return fetched
         case .superseded:

@@ -1,3 +1,5 @@
+import TokenWire
+
 /// One shard of the token store: its entries in use order, its due queue, and its counters.
 /// Every method runs under the shard's lock; none waits or allocates on a cache hit.
 struct StoreShard {
@@ -152,7 +154,9 @@ struct StoreShard {
     /// Why no fetch may start for `entry` now: a refusal still remembered, or a back-off.
     private static func holdOff(_ entry: CacheEntry, now: MonotonicInstant) -> EngineFailure? {
         if now < entry.rejectedUntil { return .rejected(entry.rejection) }
-        if now < entry.retryAfter { return .backingOff(seconds: Int((entry.retryAfter - now).rounded(.up))) }
+        if now < entry.retryAfter {
+            return .backingOff(seconds: Int(saturating: (entry.retryAfter - now).rounded(.up)))
+        }
         return nil
     }
 

@@ -69,6 +69,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         return policy
     }
 
+    /// The kinds whose provider sets `accept_wildcard`, sorted: their tokens may act for every id.
+    public var wildcardKinds: [String] { providers.filter { $0.value.acceptWildcard == true }.keys.sorted() }
+
     /// Whether no provider and no key is configured, so the demo issuer runs.
     public var usesDemoIssuer: Bool { providers.isEmpty && issuerKeyPath == nil }
 
@@ -117,6 +120,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         return resolved
     }
+
+    /// The largest `max_lifetime` a provider may set: 30 days, seconds.
+    public static let longestMaxLifetime: Double = 2_592_000
 
     /// The log levels accepted.
     public static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
@@ -179,6 +185,9 @@ public struct AgentConfiguration: Sendable, Hashable {
             }
             guard provider.url.contains("{id}") else {
                 throw ConfigurationError(key: key + ".url", "must contain {id} where the id goes")
+            }
+            if let value = provider.maxLifetime, !(value >= 60 && value <= Self.longestMaxLifetime) {
+                throw ConfigurationError(key: key + ".max_lifetime", "must be seconds from 60 to 2592000")
             }
             for (name, value) in [("connect_timeout", provider.connectTimeout), ("timeout", provider.timeout)] {
                 if let value, !(value > 0 && value <= 300) {

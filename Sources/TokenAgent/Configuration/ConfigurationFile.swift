@@ -177,7 +177,9 @@ public enum ConfigurationFile {
         if let value = contents.refetchGuard { configuration.refetchGuard = value }
         if let value = contents.rejectionMemory { configuration.rejectionMemory = value }
         if let value = contents.sharedMemory { configuration.sharedMemory = value }
-        if let value = contents.sharedMemoryMaxBytes { configuration.sharedMemoryMaxBytes = Int(value) }
+        if let value = contents.sharedMemoryMaxBytes {
+            configuration.sharedMemoryMaxBytes = try whole(value, key: "shared_memory_max_bytes")
+        }
         if let value = contents.metricsListen { configuration.metricsListen = value }
         if let value = contents.degradedAfter { configuration.degradedAfter = value }
         if let value = contents.refresherStallAfter { configuration.refresherStallAfter = value }

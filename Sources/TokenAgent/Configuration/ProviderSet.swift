@@ -36,9 +36,13 @@ public enum ProviderSet {
     ) throws -> Built {
         var claimNames = FleetEngineKinds.claimNames
         for (kind, settings) in configuration.providers {
-            if let claim = settings.claim { claimNames[kind] = claim.lowercased() }
+            if let claim = settings.claim { claimNames[kind] = JWTClaims.lowercasedASCII(claim) }
         }
-        let acceptance = TokenAcceptance(claimNames: claimNames)
+        let acceptance = TokenAcceptance(
+            claimNames: claimNames,
+            wildcardKinds: Set(configuration.providers.filter { $0.value.acceptWildcard == true }.keys),
+            maxLifetimes: configuration.providers.compactMapValues(\.maxLifetime)
+        )
         // Everything that can fail is read before any HTTP client exists, so a bad configuration
         // leaves nothing to shut down.
         var headersByKind: [String: [(String, String)]] = [:]
@@ -48,6 +52,7 @@ public enum ProviderSet {
                 "http \(settings.url) token=\(settings.tokenField ?? "") expiry=\(settings.expiryField ?? "")"
             identity += " mode=\(settings.expiryMode?.rawValue ?? "") connect=\(settings.connectTimeout ?? 2)"
             identity += " timeout=\(settings.timeout ?? 10) claim=\(claimNames[kind] ?? "")"
+            identity += " wildcard=\(settings.acceptWildcard ?? false) max_lifetime=\(acceptance.maxLifetime(of: kind))"
             if let path = settings.headersFile {
                 let text = try readFile(path, key: "providers.\(kind).headers_file")
                 headersByKind[kind] = try HeadersFile.parse(text, key: "providers.\(kind).headers_file")

@@ -16,6 +16,12 @@ public struct ProviderSettings: Sendable, Hashable, Codable {
     public var timeout: Double?
     /// The `authorization` claim that names this kind's id (default: Fleet Engine's for the kind).
     public var claim: String?
+    /// Whether this kind's tokens may act for every id: `*` in their `authorization` claim, or
+    /// no entry for the kind (default false: such a token is refused for a per-id request).
+    public var acceptWildcard: Bool?
+    /// The longest a token of this kind is kept, seconds (60 to 2592000, default 86400): an
+    /// expiry further ahead, however the reply states it, is brought back to this.
+    public var maxLifetime: Double?
 
     /// Creates settings for `url`.
     public init(url: String) { self.url = url }
@@ -29,5 +35,7 @@ public struct ProviderSettings: Sendable, Hashable, Codable {
         case connectTimeout = "connect_timeout"
         case timeout
         case claim
+        case acceptWildcard = "accept_wildcard"
+        case maxLifetime = "max_lifetime"
     }
 }

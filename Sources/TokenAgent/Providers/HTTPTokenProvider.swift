@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import Synchronization
+import TokenWire
 
 /// Fetches tokens from an HTTP token provider: `GET` on a URL template where `{id}` is replaced by
 /// the percent-encoded id, with optional extra headers (the agent's own credentials).
@@ -98,6 +99,10 @@ public final class HTTPTokenProvider: TokenProvider {
     }
 
     public func fetchToken(for key: TokenKey) async throws -> FetchedToken {
+        // `.` and `..` would walk the provider's URL, `*` ask for a wildcard: never sent.
+        if let problem = TokenIdentifier.reservedProblem(key.id.utf8) {
+            throw ProviderError.rejected("\(problem); not sent to the provider")
+        }
         var request = HTTPClientRequest(url: Self.url(template: urlTemplate, id: key.id))
         request.method = .GET
         request.headers.add(name: "Accept", value: "application/json, text/plain")
@@ -167,7 +172,9 @@ public final class HTTPTokenProvider: TokenProvider {
         if warn {
             logger.warning(
                 "provider clock differs from ours",
-                metadata: ["provider": "\(summary)", "provider_clock_skew_s": "\(Int(difference.rounded()))"]
+                metadata: [
+                    "provider": "\(summary)", "provider_clock_skew_s": "\(Int(saturating: difference.rounded()))",
+                ]
             )
         }
     }
@@ -182,7 +189,7 @@ public final class HTTPTokenProvider: TokenProvider {
         if first {
             logger.warning(
                 "provider issues tokens dated in the future; using them",
-                metadata: ["provider": "\(summary)", "iat_ahead_s": "\(Int(seconds.rounded()))"]
+                metadata: ["provider": "\(summary)", "iat_ahead_s": "\(Int(saturating: seconds.rounded()))"]
             )
         }
     }

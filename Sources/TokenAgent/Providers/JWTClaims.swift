@@ -2,34 +2,108 @@ import Foundation
 
 /// The few claims of a JWT the agent reads. No signature check: the agent is not the audience,
 /// it only reads `exp` and `authorization` to bound caching and catch a token for the wrong id.
+///
+/// The payload is read strictly (``StrictJSON``): what one reader could take one way and Fleet
+/// Engine another is reported, not resolved. A duplicate claim is a ``problem``; an
+/// `authorization` claim that is not an object of distinct string entries is
+/// ``Authorization/ambiguous(_:)``.
 public struct JWTClaims: Sendable {
-    /// The `exp` claim, if present and numeric.
-    public var expiresAt: Double?
-    /// The `iat` claim, if present and numeric.
-    public var issuedAt: Double?
-    /// The string values of the `authorization` claim object (`vehicleid`, `tripid`, ...).
-    public var authorization: [String: String]
+    /// What the `authorization` claim says.
+    public enum Authorization: Sendable, Equatable {
+        /// No `authorization` claim.
+        case absent
+        /// An object of string entries, names lower-cased in ASCII (`VehicleId` is `vehicleid`),
+        /// no two alike.
+        case entries([String: String])
+        /// Present but not an object of distinct string entries: why.
+        case ambiguous(String)
+    }
 
-    /// Decodes the payload of a compact JWS; `nil` when `token` is not a JWT.
+    /// The `exp` claim, if present and numeric (possibly infinite: see ``problem``).
+    public var expiresAt: Double?
+    /// The `iat` claim, if present, numeric and finite.
+    public var issuedAt: Double?
+    /// The `authorization` claim.
+    public var authorization: Authorization
+    /// Why the payload as a whole cannot be trusted, if it cannot: a claim given twice, or an
+    /// `exp` that is not a finite number.
+    public var problem: String?
+
+    /// Decodes the payload of a compact JWS; `nil` when `token` is not a JWT (three base64url
+    /// parts, a JSON object header with `alg`, a JSON object payload).
     public init?(token: String) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
-            let header = Self.decodeObject(parts[0]), header["alg"] != nil,
+            let header = Self.decodeObject(parts[0]), header.contains(where: { $0.name == "alg" }),
             let payload = Self.decodeObject(parts[1])
         else { return nil }
-        if let exp = payload["exp"] as? NSNumber, !(exp is Bool) {
-            expiresAt = exp.doubleValue
-        }
-        if let iat = payload["iat"] as? NSNumber, !(iat is Bool) {
-            issuedAt = iat.doubleValue
-        }
-        var authorization: [String: String] = [:]
-        if let object = payload["authorization"] as? [String: Any] {
-            for (name, value) in object {
-                if let text = value as? String { authorization[name.lowercased()] = text }
+        var seen: Set<String> = []
+        var problem: String?
+        var expiresAt: Double?
+        var issuedAt: Double?
+        var authorization = Authorization.absent
+        for member in payload {
+            if !seen.insert(member.name).inserted {
+                problem = problem ?? "claim \(Self.printable(member.name)) appears twice"
+                continue
+            }
+            switch member.name {
+            case "exp":
+                guard case .number(let value) = member.value, value.isFinite else {
+                    problem = problem ?? "exp is not a finite number"
+                    continue
+                }
+                expiresAt = value
+            case "iat":
+                if case .number(let value) = member.value, value.isFinite { issuedAt = value }
+            case "authorization":
+                authorization = Self.authorization(member.value)
+            default:
+                continue
             }
         }
+        self.expiresAt = expiresAt
+        self.issuedAt = issuedAt
         self.authorization = authorization
+        self.problem = problem
+    }
+
+    /// Whether any entry of the `authorization` claim is `*` (Fleet Engine's wildcard).
+    public var holdsWildcard: Bool {
+        if case .entries(let entries) = authorization { return entries.values.contains("*") }
+        return false
+    }
+
+    private static func authorization(_ value: StrictJSON) -> Authorization {
+        guard let members = value.members else { return .ambiguous("authorization is not an object") }
+        var entries: [String: String] = [:]
+        var names: Set<String> = []
+        for member in members {
+            guard case .string(let text) = member.value else {
+                return .ambiguous("authorization entry \(printable(member.name)) is not a string")
+            }
+            guard names.insert(member.name).inserted else {
+                return .ambiguous("authorization entry \(printable(member.name)) appears twice")
+            }
+            let name = lowercasedASCII(member.name)
+            guard entries[name] == nil else {
+                return .ambiguous("authorization entries \(printable(name)) differ only in case")
+            }
+            entries[name] = text
+        }
+        return .entries(entries)
+    }
+
+    /// `text` with `A-Z` lowered and nothing else changed: claim names compare this way, so no
+    /// Unicode case mapping (the Kelvin sign lowers to `k`) can make one name of two.
+    static func lowercasedASCII(_ text: String) -> String {
+        String(decoding: text.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }, as: UTF8.self)
+    }
+
+    /// A claim name fit for an error message: printable ASCII, at most 40 bytes.
+    static func printable(_ name: String) -> String {
+        let bytes = name.utf8.prefix(40).map { $0 > 0x20 && $0 < 0x7F ? $0 : UInt8(ascii: "?") }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Decodes unpadded base64url text.
@@ -47,10 +121,8 @@ public struct JWTClaims: Sendable {
             .replacingOccurrences(of: "=", with: "")
     }
 
-    private static func decodeObject(_ part: Substring) -> [String: Any]? {
-        guard let data = base64URLDecode(part),
-            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-        else { return nil }
-        return object
+    private static func decodeObject(_ part: Substring) -> [StrictJSON.Member]? {
+        guard let data = base64URLDecode(part) else { return nil }
+        return StrictJSON(bytes: data)?.members
     }
 }

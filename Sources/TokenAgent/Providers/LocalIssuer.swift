@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Synchronization
+import TokenWire
 import _CryptoExtras
 
 /// Mints Fleet Engine JWTs itself from a Google service-account key (RS256).
@@ -104,6 +105,10 @@ public struct LocalIssuer: TokenProvider {
     public func fetchToken(for key: TokenKey) async throws -> FetchedToken {
         guard let claim = claimNames[key.kind] else {
             throw ProviderError.rejected("the local issuer has no authorization claim for kind \(key.kind)")
+        }
+        // A token for `*` would act for every id of the kind: never signed for a per-id kind.
+        if let problem = TokenIdentifier.reservedProblem(key.id.utf8) {
+            throw ProviderError.rejected("\(problem); not signed")
         }
         let ready = await signingKey.ready()
         do {

@@ -55,17 +55,30 @@ public struct ProviderReply: Sendable, Hashable {
 
     /// The expiry that HTTP caching headers state: `Cache-Control: max-age=N` (relative to `now`),
     /// else an `Expires` date. How a plain-text provider can say how long its token lives.
+    ///
+    /// `N` is whole seconds, digits only, as RFC 9111 has it (`inf`, `1e9`, `-1` and `1.5` are
+    /// not a max-age); more than 2^31 counts as 2^31, as that RFC says. ``TokenAcceptance`` then
+    /// bounds whatever comes out by the kind's longest lifetime.
     public static func expiry(cacheControl: String?, expires: String?, now: Double) -> Double? {
         if let cacheControl {
             for directive in cacheControl.split(separator: ",") {
                 let parts = directive.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
-                if parts.count == 2, parts[0].lowercased() == "max-age", let seconds = Double(parts[1]), seconds >= 0 {
+                if parts.count == 2, parts[0].lowercased() == "max-age", let seconds = deltaSeconds(parts[1]) {
                     return now + seconds
                 }
             }
         }
         if let expires, let date = httpDate(expires) { return date }
         return nil
+    }
+
+    /// RFC 9111's delta-seconds: 1 or more ASCII digits, at most 2^31.
+    static func deltaSeconds(_ text: Substring) -> Double? {
+        let digits = text.utf8
+        guard !digits.isEmpty, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        let cap = 2_147_483_648.0
+        guard digits.count <= 10, let value = Double(String(text)) else { return cap }
+        return min(value, cap)
     }
 
     /// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) as Unix seconds.

@@ -1,3 +1,5 @@
+import TokenWire
+
 /// Where tokens come from: an HTTP token provider, or the local issuer.
 public protocol TokenProvider: Sendable {
     /// A short description for logs and status (never a secret).
@@ -31,7 +33,8 @@ public enum ProviderError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .failed(let text): return "provider failed: \(text)"
-        case .throttled(let text, let retryAfter): return "provider failed: \(text), retry after \(Int(retryAfter)) s"
+        case .throttled(let text, let retryAfter):
+            return "provider failed: \(text), retry after \(Int(saturating: retryAfter)) s"
         case .rejected(let text): return "provider rejected the id: \(text)"
         }
     }

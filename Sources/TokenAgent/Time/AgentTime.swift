@@ -1,3 +1,5 @@
+import TokenWire
+
 /// An instant on the agent's monotonic clock (`CLOCK_BOOTTIME` on Linux): seconds since boot,
 /// counting through suspend. Only differences between instants mean anything; every deadline of
 /// the engine (refresh, back-off, idle, expiry as the agent judges it) is one of these.
@@ -38,8 +40,8 @@ public struct UnixTime: Comparable, Hashable, Sendable, CustomStringConvertible 
     /// The time `seconds` after the epoch.
     public init(seconds: Double) { self.seconds = seconds }
 
-    /// Whole seconds, rounded down: the wire's `<expires-at>`.
-    public var wholeSeconds: Int64 { Int64(seconds.rounded(.down)) }
+    /// Whole seconds, rounded down: the wire's `<expires-at>` (clamped to `Int64`'s range).
+    public var wholeSeconds: Int64 { Int64(saturating: seconds.rounded(.down)) }
 
     public static func < (lhs: UnixTime, rhs: UnixTime) -> Bool { lhs.seconds < rhs.seconds }
 

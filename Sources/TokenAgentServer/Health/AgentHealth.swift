@@ -1,4 +1,5 @@
 import TokenAgent
+import TokenWire
 
 /// Judges the agent's health from the engine's provider records, its cache survey and the
 /// refresher's heartbeat, with the thresholds of ``HealthSettings``.
@@ -35,12 +36,12 @@ public struct AgentHealth: Sendable {
             guard let failing = provider.failingFor(now: now, forgetAfter: forgetAfter),
                 failing >= settings.degradedAfter
             else { continue }
-            var detail = "provider failing for \(Int(failing)) s"
+            var detail = "provider failing for \(Int(saturating: failing)) s"
             if let last = provider.lastFailure { detail += " (\(last))" }
             report.problems.append(HealthReport.Problem(kind: provider.kind, reason: .providerFailing, detail: detail))
         }
         for kind in survey where kind.activeBelowMinimumValidity > 0 {
-            let soonest = Int((kind.soonestActiveExpiry ?? 0).rounded(.down))
+            let soonest = Int(saturating: (kind.soonestActiveExpiry ?? 0).rounded(.down))
             report.problems.append(
                 HealthReport.Problem(
                     kind: kind.kind,

@@ -3,6 +3,7 @@ import Logging
 import Synchronization
 import TokenAgent
 import TokenSegment
+import TokenWire
 
 #if canImport(Glibc)
     import Glibc
@@ -119,8 +120,8 @@ public final class SharedSegments: TokenMirror, Sendable {
         lifetime: Double,
         unixExpiry: UnixTime
     ) -> Bool {
-        let expiryNanos = UInt64(max(0, expiry.seconds) * 1e9)
-        let lifetimeNanos = UInt64(max(0, lifetime) * 1e9)
+        let expiryNanos = UInt64(saturatingNanoseconds: expiry.seconds)
+        let lifetimeNanos = UInt64(saturatingNanoseconds: lifetime)
         let unix = unixExpiry.wholeSeconds
         return state.withLock { state -> Bool in
             guard let writer = state.writers[kind] else {
@@ -221,7 +222,7 @@ public final class SharedSegments: TokenMirror, Sendable {
         let now = fsm_boottime_ns()
         state.withLock { state in
             for writer in state.writers.values { writer.beat(now: now) }
-            let rotation = UInt64(limits.rotationInterval * 1e9)
+            let rotation = UInt64(saturatingNanoseconds: limits.rotationInterval)
             for (kind, created) in state.createdAt where now &- created >= rotation {
                 replace(kind, &state, reason: "rotation")
             }
@@ -375,7 +376,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     ) -> SegmentWriter? {
         let now = fsm_boottime_ns()
         var recent = state.recentGenerations[kind, default: []].filter {
-            now &- $0 < UInt64(limits.generationWindow * 1e9)
+            now &- $0 < UInt64(saturatingNanoseconds: limits.generationWindow)
         }
         let otherBytes = state.writers.values.reduce(0) { $0 + $1.size } - (current?.size ?? 0)
         let newBytes = SegmentLayout.headerSize + slots * slotSize

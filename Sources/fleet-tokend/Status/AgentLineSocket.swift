@@ -23,7 +23,8 @@ struct AgentLineSocket {
             throw Unreachable(description: "connect \(path): \(String(cString: strerror(-connected)))")
         }
         descriptor = connected
-        var interval = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - timeout.rounded(.down)) * 1_000_000))
+        let bounded = timeout.isFinite ? min(max(timeout, 0.001), 86_400) : 86_400
+        var interval = timeval(tv_sec: Int(bounded), tv_usec: Int((bounded - bounded.rounded(.down)) * 1_000_000))
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &interval, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &interval, socklen_t(MemoryLayout<timeval>.size))
     }

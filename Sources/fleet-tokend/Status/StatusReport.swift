@@ -59,10 +59,10 @@ struct StatusReport {
             case "fleet_tokend_healthy": healthy = sample.value == 1
             case "fleet_tokend_last_reload_success": lastReloadApplied = sample.value == 1
             case "fleet_tokend_refresher_last_pass_age_seconds": refresherAge = sample.value
-            case "fleet_tokend_entries": update(kind) { $0.entries = Int(sample.value) }
+            case "fleet_tokend_entries": update(kind) { $0.entries = Int(saturating: sample.value) }
             case "fleet_tokend_provider_failing_seconds": update(kind) { $0.failingSeconds = sample.value }
             case "fleet_tokend_soonest_expiry_seconds": update(kind) { $0.soonestExpiry = sample.value }
-            case "fleet_tokend_fetch_errors_total": update(kind) { $0.fetchErrors += Int(sample.value) }
+            case "fleet_tokend_fetch_errors_total": update(kind) { $0.fetchErrors += Int(saturating: sample.value) }
             case "fleet_tokend_provider_last_failure_timestamp_seconds":
                 update(kind) { entry in
                     if sample.value > (entry.lastFailureAt ?? -1) {
@@ -90,16 +90,16 @@ struct StatusReport {
     /// Why the agent is degraded, one phrase per problem.
     var problems: [String] {
         var problems: [String] = []
-        if refresherStalled { problems.append("refresher stalled (last pass \(Int(refresherAge)) s ago)") }
+        if refresherStalled { problems.append("refresher stalled (last pass \(Int(saturating: refresherAge)) s ago)") }
         for kind in kinds {
             for reason in kind.degradedReasons {
                 switch reason {
                 case "provider_failing":
-                    var text = "\(kind.name): provider failing for \(Int(kind.failingSeconds)) s"
+                    var text = "\(kind.name): provider failing for \(Int(saturating: kind.failingSeconds)) s"
                     if let last = kind.lastFailureReason { text += " (last error: \(last))" }
                     problems.append(text)
                 case "expiry_soon":
-                    let soon = kind.soonestExpiry.map { " (soonest in \(Int($0)) s)" } ?? ""
+                    let soon = kind.soonestExpiry.map { " (soonest in \(Int(saturating: $0)) s)" } ?? ""
                     problems.append("\(kind.name): tokens in use close to expiry\(soon)")
                 default: problems.append("\(kind.name): \(reason)")
                 }
@@ -120,7 +120,7 @@ struct StatusReport {
         lines.append("cache:     \(entries) entries, hit ratio \(ratio) (\(hits) hits, \(misses) misses)")
         if let soonest {
             lines.append(
-                "expiry:    soonest token in use expires in \(Self.duration(Int(soonest.seconds))) (\(soonest.kind))"
+                "expiry:    soonest token in use expires in \(Self.duration(Int(saturating: soonest.seconds))) (\(soonest.kind))"
             )
         } else {
             lines.append("expiry:    no token read within the idle time-out")
@@ -128,10 +128,12 @@ struct StatusReport {
         lines.append("providers:")
         for kind in kinds {
             var text = "  \(kind.name.padding(toLength: 18, withPad: " ", startingAt: 0))"
-            text += kind.failingSeconds > 0 ? paint("failing \(Int(kind.failingSeconds)) s", "31") : paint("ok", "32")
+            text +=
+                kind.failingSeconds > 0
+                ? paint("failing \(Int(saturating: kind.failingSeconds)) s", "31") : paint("ok", "32")
             text += ", \(kind.entries) entries, \(kind.fetchErrors) fetch errors"
             if let at = kind.lastFailureAt, let reason = kind.lastFailureReason {
-                text += ", last error \(reason) \(Self.duration(Int(max(0, now - at)))) ago"
+                text += ", last error \(reason) \(Self.duration(Int(saturating: max(0, now - at)))) ago"
             }
             lines.append(text)
         }
@@ -149,13 +151,13 @@ struct StatusReport {
         var kindObjects: [[String: Any]] = []
         for kind in kinds {
             var object: [String: Any] = [
-                "kind": kind.name, "entries": kind.entries, "provider_failing_s": Int(kind.failingSeconds),
+                "kind": kind.name, "entries": kind.entries, "provider_failing_s": Int(saturating: kind.failingSeconds),
                 "fetch_errors": kind.fetchErrors, "degraded_reasons": kind.degradedReasons,
             ]
-            if let soonest = kind.soonestExpiry { object["soonest_expiry_s"] = Int(soonest) }
+            if let soonest = kind.soonestExpiry { object["soonest_expiry_s"] = Int(saturating: soonest) }
             if let at = kind.lastFailureAt, let reason = kind.lastFailureReason {
                 object["last_error"] = reason
-                object["last_error_at"] = Int(at)
+                object["last_error_at"] = Int(saturating: at)
             }
             kindObjects.append(object)
         }
@@ -177,7 +179,7 @@ struct StatusReport {
         ]
         if let ratio = hitRatio { object["hit_ratio"] = (ratio * 10).rounded() / 1000 }
         if let soonest {
-            object["soonest_expiry_s"] = Int(soonest.seconds)
+            object["soonest_expiry_s"] = Int(saturating: soonest.seconds)
             object["soonest_expiry_kind"] = soonest.kind
         }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)

@@ -81,6 +81,7 @@ final class ReloadService: Service, Sendable {
             if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             current.withLock { $0 = built }
             statistics.recordApplied()
+            WildcardWarning.log(configuration, logger: logger)
             logger.notice(
                 "configuration reloaded",
                 metadata: [

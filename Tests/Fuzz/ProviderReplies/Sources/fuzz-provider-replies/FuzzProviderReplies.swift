@@ -1,0 +1,1 @@
+../../../FuzzProviderReplies.swift

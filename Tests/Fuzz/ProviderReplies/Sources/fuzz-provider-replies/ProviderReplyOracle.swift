@@ -1,0 +1,1 @@
+../../../ProviderReplyOracle.swift

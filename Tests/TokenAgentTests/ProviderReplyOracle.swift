@@ -1,0 +1,1 @@
+../Fuzz/ProviderReplyOracle.swift
