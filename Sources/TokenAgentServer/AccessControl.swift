@@ -13,6 +13,7 @@ public final class AccessControl: Sendable {
     }
 
     private let rules: Mutex<AccessRules>
+    private let updates = Atomic<Int>(0)
     private let deniedRequests = Atomic<Int>(0)
     private let deniedByKind = Mutex<[String: Int]>([:])
     private let logged = Mutex<Set<Denial>>([])
@@ -27,8 +28,16 @@ public final class AccessControl: Sendable {
         self.logger = logger
     }
 
-    /// Puts `rules` in force; open connections meet them at their next request.
-    public func update(_ rules: AccessRules) { self.rules.withLock { $0 = rules } }
+    /// Puts `rules` in force; open connections meet them at their next request, and at the
+    /// writing of every token reply still owed (see ``version``).
+    public func update(_ rules: AccessRules) {
+        self.rules.withLock { $0 = rules }
+        updates.add(1, ordering: .releasing)
+    }
+
+    /// Raised by every ``update(_:)``: a reply checked under one version is checked again before
+    /// it is written under another.
+    public var version: Int { updates.load(ordering: .acquiring) }
 
     /// The rules in force.
     public var current: AccessRules { rules.withLock { $0 } }
@@ -39,10 +48,22 @@ public final class AccessControl: Sendable {
     /// Requests denied since start, by kind (`admin` for the operator verbs).
     public var deniedPerKind: [String: Int] { deniedByKind.withLock { $0 } }
 
-    /// `nil` when `peer` may ask for `kind`, else the `denied` error (counted and logged).
+    /// `nil` when `peer` may ask for `kind`, else the `denied` error (counted and logged), or
+    /// `bad-kind` when the rules in force are for a configuration without `kind`.
     func check(_ peer: PeerCredentials?, kind: String) -> WireError? {
-        if rules.withLock({ $0.allows(peer, kind: kind) }) { return nil }
-        return deny(peer, kind: kind, WireError(.denied, "not allowed to ask for kind \(kind)"))
+        var configured: [String]?
+        let verdict = rules.withLock { rules -> AccessRules.Verdict in
+            let verdict = rules.verdict(peer, kind: kind)
+            if verdict == .notConfigured { configured = rules.kinds }
+            return verdict
+        }
+        switch verdict {
+        case .allowed: return nil
+        case .denied: return deny(peer, kind: kind, WireError(.denied, "not allowed to ask for kind \(kind)"))
+        case .notConfigured:
+            let list = (configured ?? []).joined(separator: ",")
+            return WireError(.badKind, "kind \(kind) is not configured; configured: \(list)")
+        }
     }
 
     /// `nil` when `peer` may use the operator verb `verb`, else the `denied` error.

@@ -41,6 +41,10 @@ final class RequestHandler: ChannelDuplexHandler {
         /// The key a token reply answers, so a token that aged past the serving floor while its
         /// reply waited behind slower ones can be looked up again (set only on a slot queued behind another).
         var key: (kind: String, id: String, minValidity: Int?)?
+        /// The kind a token reply is for (GET, REFRESH), and the version of the access rules it
+        /// was checked under: a token is written only if the rules in force then allow it.
+        var kind: String?
+        var rulesVersion = 0
 
         var isReady: Bool {
             reply != nil || closeAfter || statsWhenDue || metricsWhenDue || infoWhenDue || offer != nil
@@ -161,6 +165,8 @@ final class RequestHandler: ChannelDuplexHandler {
             else {
                 return false
             }
+            // Read before the check: a reload after it makes the reply be checked again.
+            let rulesVersion = status.access.version
             if let denied = status.access.check(peer, kind: kind) {
                 append(Slot(reply: .error(denied), verb: .get))
                 return true
@@ -183,6 +189,8 @@ final class RequestHandler: ChannelDuplexHandler {
                 answer(
                     lookup,
                     verb: .get,
+                    kind: kind,
+                    rulesVersion: rulesVersion,
                     key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) },
                     context: context
                 )
@@ -191,7 +199,9 @@ final class RequestHandler: ChannelDuplexHandler {
                     Slot(
                         reply: .token(queued),
                         verb: .get,
-                        key: (kind, String(decoding: id, as: UTF8.self), get.minValidity)
+                        key: (kind, String(decoding: id, as: UTF8.self), get.minValidity),
+                        kind: kind,
+                        rulesVersion: rulesVersion
                     )
                 )
             } else {
@@ -216,6 +226,8 @@ final class RequestHandler: ChannelDuplexHandler {
 
     private func handle(_ request: WireRequest, context: ChannelHandlerContext) {
         let verb = RequestVerb(request)
+        // Read before the check: a reload after it makes a token reply be checked again.
+        let rulesVersion = status.access.version
         if let denied = denial(of: request) {
             append(Slot(reply: .error(denied), verb: verb))
             return
@@ -248,6 +260,8 @@ final class RequestHandler: ChannelDuplexHandler {
             answer(
                 engine.lookup(kind: kind, id: id, minValidity: minValidity),
                 verb: verb,
+                kind: kind,
+                rulesVersion: rulesVersion,
                 key: { (kind, id, minValidity) },
                 context: context
             )
@@ -255,6 +269,8 @@ final class RequestHandler: ChannelDuplexHandler {
             answer(
                 engine.lookupRefresh(kind: kind, id: id, refusedToken: refused),
                 verb: verb,
+                kind: kind,
+                rulesVersion: rulesVersion,
                 key: { (kind, id, nil) },
                 context: context
             )
@@ -307,6 +323,8 @@ final class RequestHandler: ChannelDuplexHandler {
     private func answer(
         _ lookup: TokenEngine.Lookup,
         verb: RequestVerb,
+        kind: String,
+        rulesVersion: Int,
         key: () -> (kind: String, id: String, minValidity: Int?),
         context: ChannelHandlerContext
     ) {
@@ -315,9 +333,9 @@ final class RequestHandler: ChannelDuplexHandler {
         let key = slots.isEmpty ? nil : key()
         switch lookup {
         case .ready(let outcome):
-            append(Slot(reply: Self.reply(outcome), verb: verb, key: key))
+            append(Slot(reply: Self.reply(outcome), verb: verb, key: key, kind: kind, rulesVersion: rulesVersion))
         case .pending(let wait):
-            append(Slot(verb: verb, key: key))
+            append(Slot(verb: verb, key: key, kind: kind, rulesVersion: rulesVersion))
             deliver(wait, sequence: firstSequence + slots.count - 1, context: context)
         }
     }
@@ -429,6 +447,12 @@ final class RequestHandler: ChannelDuplexHandler {
                     deliver(wait, sequence: firstSequence, context: context)
                 }
                 if head.reply == nil || slots.first?.reply == nil { break }
+            }
+            if case .token = head.reply, let kind = head.kind, head.rulesVersion != status.access.version {
+                // The rules changed while the reply waited (a fetch, or replies before it): the
+                // token goes out only if they still allow this peer the kind.
+                head.rulesVersion = status.access.version
+                if let denied = status.access.check(peer, kind: kind) { head.reply = .error(denied) }
             }
             slots.removeFirst()
             firstSequence += 1

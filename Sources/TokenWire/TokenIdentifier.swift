@@ -25,7 +25,9 @@ public enum TokenIdentifier {
     /// Whether `id` is one of the ids that mean something beyond one subject: `*`, Fleet Engine's
     /// wildcard (a token for it acts for every vehicle or trip), and `.` and `..`, which a server
     /// or proxy normalising dot segments (RFC 3986) reads as "this" or "the parent" resource of
-    /// the provider's URL. Refused for every kind, by every verb, before any fetch.
+    /// the provider's URL; and the ids that become one of these under Unicode compatibility
+    /// normalisation (NFKC), such as `＊` or `‥`, which a provider's stack may apply. Refused for
+    /// every kind, by every verb, before any fetch.
     @inlinable
     public static func isReserved(_ id: some Collection<UInt8>) -> Bool {
         reservedProblem(id) != nil
@@ -34,11 +36,38 @@ public enum TokenIdentifier {
     /// Why a reserved id is refused (``isReserved(_:)``), or `nil`.
     @inlinable
     public static func reservedProblem(_ id: some Collection<UInt8>) -> String? {
-        guard id.count <= 2, let first = id.first else { return nil }
-        switch (first, id.count) {
-        case (0x2A, 1): return "id * is a wildcard"
-        case (0x2E, 1): return "id . is a dot segment"
-        case (0x2E, 2) where id.dropFirst().first == 0x2E: return "id .. is a dot segment"
+        guard let first = id.first else { return nil }
+        let count = id.count
+        if count <= 2 {
+            switch (first, count) {
+            case (0x2A, 1): return "id * is a wildcard"
+            case (0x2E, 1): return "id . is a dot segment"
+            case (0x2E, 2) where id.dropFirst().first == 0x2E: return "id .. is a dot segment"
+            default: return nil
+            }
+        }
+        // Every look-alike is 3-byte UTF-8 starting E2 or EF, or mixes those with `.`/`*`.
+        guard count <= 6, first == 0x2E || first == 0x2A || first == 0xE2 || first == 0xEF else { return nil }
+        return lookAlikeProblem(Array(id))
+    }
+
+    /// Why `bytes` is refused when they normalise (NFKC) to `*`, `.` or `..`, or `nil`. The
+    /// scalars that do: U+2024, U+FE52, U+FF0E (`.`), U+2025 (`..`), U+FE61, U+FF0A (`*`).
+    @usableFromInline
+    static func lookAlikeProblem(_ bytes: [UInt8]) -> String? {
+        guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
+        var folded = ""
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x2E, 0x2024, 0xFE52, 0xFF0E: folded += "."
+            case 0x2025: folded += ".."
+            case 0x2A, 0xFE61, 0xFF0A: folded += "*"
+            default: return nil
+            }
+        }
+        switch folded {
+        case "*": return "id \(text) is the wildcard * once normalised"
+        case ".", "..": return "id \(text) is the dot segment \(folded) once normalised"
         default: return nil
         }
     }

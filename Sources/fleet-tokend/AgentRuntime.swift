@@ -64,6 +64,7 @@ struct AgentRuntime {
         CacheHandover.restore(
             from: passed.filter { $0.name == CacheHandover.name },
             into: engine,
+            providers: providers.digests,
             notifier: notifier,
             logger: logger
         )
@@ -154,7 +155,7 @@ struct AgentRuntime {
         }
         // The segments hold the cache's tokens: they are handed over first. Then readers stop
         // using the segments and ask the next agent; no token stays in them.
-        CacheHandover.save(engine, notifier: notifier, logger: logger)
+        CacheHandover.save(engine, providers: reload.providerDigests, notifier: notifier, logger: logger)
         segments?.retireAll()
         await engine.shutdown()
         logger.info("stopped")

@@ -99,7 +99,11 @@ struct ServeCommand: AsyncParsableCommand {
             try configuration.checkAccessKinds()
             providers = try ProviderSet.build(from: configuration)
             // NSS or LDAP may come up after the agent: a name that does not resolve yet is a warning.
-            let resolved = try AccessRules.resolve(configuration.access, strict: false)
+            let resolved = try AccessRules.resolve(
+                configuration.access,
+                kinds: configuration.configuredKinds,
+                strict: false
+            )
             for warning in resolved.warnings {
                 logger.warning("access rule matches nobody", metadata: ["problem": "\(warning)"])
             }

@@ -361,6 +361,12 @@ enum RequestLinesOracle {
     /// a meaning of their own (`*`, `.`, `..`).
     private static func isValidID(_ id: String) -> Bool {
         if ["*", ".", ".."].contains(where: { $0.utf8.elementsEqual(id.utf8) }) { return false }
+        // Nor one that NFKC turns into one of them (the compatibility forms of `.` and `*`).
+        let compatibility: [UInt32: String] = [
+            0x2E: ".", 0x2024: ".", 0xFE52: ".", 0xFF0E: ".", 0x2025: "..", 0x2A: "*", 0xFE61: "*", 0xFF0A: "*",
+        ]
+        let folded = id.unicodeScalars.map { compatibility[$0.value] ?? "?" }.joined()
+        if ["*", ".", ".."].contains(folded) { return false }
         let forbidden: Set<Unicode.Scalar> = ["/", ":", "\\", "?", "#"]
         let refusedCategories: Set<Unicode.GeneralCategory> = [
             .control, .format, .surrogate, .privateUse, .unassigned, .lineSeparator, .paragraphSeparator,

@@ -83,7 +83,7 @@ struct SystemdIntegrationTests {
         let cacheFD = try #require(stored.descriptors.first)
         #expect(SealedMemoryFile.isSealed(cacheFD))
         let snapshot = String(decoding: try SealedMemoryFile.read(cacheFD), as: UTF8.self)
-        #expect(snapshot.hasPrefix("fleet-tokend-cache v1\n"))
+        #expect(snapshot.hasPrefix("fleet-tokend-cache v2\n#provider\tvehicle\t"))
         #expect(snapshot.contains("vehicle\tfd-1\t"))
         #expect(snapshot.contains(token))
         #expect(await agent.stop() == 0)
@@ -107,7 +107,34 @@ struct SystemdIntegrationTests {
         #expect(try await notify.waitFor(timeout: 5) { $0.fields["FDSTOREREMOVE"] == "1" }?.fields["FDNAME"] == "cache")
         #expect(next.log.contains("cache taken over from the previous process"))
         #expect(!next.log.contains(token))
-        await next.stop()
+
+        // A process whose vehicle provider is another (here: another max_lifetime) takes none of
+        // its tokens: they came from the old one, under its rules.
+        kill(next.pid, SIGTERM)
+        let second = try #require(try await notify.waitFor(timeout: 10) { $0.fields["FDSTORE"] == "1" })
+        let secondFD = try #require(second.descriptors.first)
+        #expect(await next.stop() == 0)
+        let config = directory.appendingPathComponent("other.json").path
+        try #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))", "max_lifetime": 600}}}"#.write(
+            toFile: config,
+            atomically: true,
+            encoding: .utf8
+        )
+        let changed = try await AgentProcess(
+            ["--config", config],
+            socketPath: socketPath,
+            environment: environment,
+            launcher: [
+                "/bin/sh", "-c",
+                "exec 3</proc/\(getpid())/fd/\(secondFD); LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=cache exec \"$0\" \"$@\"",
+            ]
+        )
+        let refetched = try #require(tokenOf(try await changed.send("GET vehicle fd-1").first))
+        #expect(refetched != token, "fetched again from the provider now configured")
+        #expect(provider.requests(for: "fd-1") == 2)
+        #expect(changed.log.contains("tokens_of_changed_providers=1"), "\(changed.log)")
+        await changed.stop()
+        close(secondFD)
         close(cacheFD)
     }
 

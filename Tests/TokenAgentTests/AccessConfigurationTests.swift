@@ -143,6 +143,16 @@ struct AccessConfigurationTests {
         #expect(rules.allowsAdmin(PeerCredentials(pid: 1, uid: 1503, gid: 1503, groups: [2002])))
         #expect(rules.allowsAdmin(PeerCredentials(pid: 1, uid: 0, gid: 0)))
         #expect(AccessRules.open(agentUID: 999).allowsAdmin(stranger), "no admin list: open")
+
+        // Rules made for a configuration know its kinds: any other kind is not served under them.
+        let scoped = AccessRules(allow: rules.allow, admin: nil, agentUID: 4_000_000, kinds: ["vehicle", "trip"])
+        #expect(scoped.verdict(stranger, kind: "trip") == .allowed, "a configured kind without rules is open")
+        #expect(scoped.verdict(stranger, kind: "vehicle") == .denied)
+        #expect(scoped.verdict(dispatcher, kind: "vehicle") == .allowed)
+        #expect(scoped.verdict(stranger, kind: "newk") == .notConfigured, "not open: not of this configuration")
+        #expect(scoped.verdict(PeerCredentials(pid: 1, uid: 0, gid: 0), kind: "newk") == .notConfigured)
+        #expect(scoped.kinds == ["trip", "vehicle"])
+        #expect(rules.verdict(stranger, kind: "newk") == .allowed, "rules made without kinds judge any kind")
     }
 
     @Test func retryAfterReadsSecondsAndDates() {

@@ -17,6 +17,16 @@ struct CacheSnapshotTests {
         #expect(CacheSnapshot.decode(CacheSnapshot.encode([])) == [])
     }
 
+    @Test func providerDigestsRoundTripAndMalformedOnesAreSkipped() {
+        let tokens = [CachedToken(kind: "vehicle", id: "v-1", token: "tok", expiresAt: 1_800_000_000)]
+        let providers = ["vehicle": "0123456789abcdef", "trip": "fedcba9876543210"]
+        let contents = CacheSnapshot.contents(of: CacheSnapshot.encode(tokens, providers: providers))
+        #expect(contents == CacheSnapshot.Contents(providers: providers, tokens: tokens))
+        let text =
+            "\(CacheSnapshot.header)\n#provider\tvehicle\n#provider\t\tx\n#other\tvehicle\tx\n#provider\ttrip\tab\n"
+        #expect(CacheSnapshot.contents(of: Array(text.utf8)).providers == ["trip": "ab"])
+    }
+
     @Test func malformedLinesAreSkippedAndAnUnknownHeaderGivesNothing() {
         let good = "vehicle\tv-1\t1800000000\ttok-1"
         let lines = [
@@ -31,7 +41,8 @@ struct CacheSnapshotTests {
                 CachedToken(kind: "trip", id: "t-1", token: "tok-t", expiresAt: 1_800_000_001),
             ]
         )
-        #expect(CacheSnapshot.decode(Array("fleet-tokend-cache v2\n\(good)\n".utf8)) == [])
+        #expect(CacheSnapshot.decode(Array("fleet-tokend-cache v1\n\(good)\n".utf8)) == [], "an older agent's")
+        #expect(CacheSnapshot.decode(Array("fleet-tokend-cache v3\n\(good)\n".utf8)) == [])
         #expect(CacheSnapshot.decode(Array(CacheSnapshot.header.utf8)) == [])
         #expect(CacheSnapshot.decode([]) == [])
     }

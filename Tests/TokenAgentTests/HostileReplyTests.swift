@@ -184,6 +184,50 @@ struct HostileReplyTests {
         #expect(throws: ProviderError.self) { try acceptance.accept(token: twice, expiresAt: nil, for: key, now: now) }
     }
 
+    @Test func aJWTTheStrictReaderCannotReadIsRefusedNotTakenForOpaque() {
+        let deep = String(repeating: "[", count: 40) + String(repeating: "]", count: 40)
+        let payloads = [
+            #"{"exp":1800000600,"authorization":{"vehicleid":"*"},"pad":\#(deep)}"#,
+            #"{"exp":1800000600,"authorization":{"vehicleid":"*"},"x":"\ud800"}"#,
+            #"{"exp":1800000600,"authorization":{"vehicleid":"*"},}"#,
+            "\u{FEFF}" + #"{"exp":1800000600,"authorization":{"vehicleid":"*"}}"#,
+            #"{"exp":1800000600,"authorization":{"vehicleid":"*"}} trailing"#,
+        ]
+        for payload in payloads {
+            let token =
+                JWTClaims.base64URLEncode(Array(#"{"alg":"RS256"}"#.utf8)) + "."
+                + JWTClaims.base64URLEncode(Array(payload.utf8)) + ".c2ln"
+            #expect(JWTClaims(token: token) == nil, "the strict reader does not read \(payload.prefix(60))")
+            #expect(JWTClaims.looksLikeJWT(token))
+            #expect(throws: ProviderError.self, "\(payload.prefix(60))") {
+                try acceptance.accept(token: token, expiresAt: now + 60, for: key, now: now)
+            }
+        }
+        let unreadablePayload = JWTClaims.base64URLEncode(Array(#"{"alg":"RS256"}"#.utf8)) + ".!!!.c2ln"
+        #expect(throws: ProviderError.self) {
+            try acceptance.accept(token: unreadablePayload, expiresAt: now + 60, for: key, now: now)
+        }
+        // Opaque tokens that merely have dots are still opaque.
+        for opaque in ["a.b.c", "opaque.token.text", "ya29.a0AfH6SMB.x"] {
+            #expect(!JWTClaims.looksLikeJWT(opaque))
+            #expect(throws: Never.self) {
+                try acceptance.accept(token: opaque, expiresAt: now + 60, for: key, now: now)
+            }
+        }
+    }
+
+    @Test func entryNamesThatAreNotPrintableASCIIAreAmbiguous() {
+        for authorization in [
+            #"{"vehicleid":"v-1","vehic\u212Aeid":"v-2"}"#, #"{"taskid":"t-1","tas\u212Aid":"t-2","vehicleid":"v-1"}"#,
+            #"{"vehicleid":"v-1","vehicleid\u0000":"other"}"#, #"{"vehicleid":"v-1","vehicle id":"other"}"#,
+        ] {
+            let token = jwt(exp: "\(Int(now) + 600)", authorization: authorization)
+            #expect(throws: ProviderError.self, "\(authorization)") {
+                try acceptance.accept(token: token, expiresAt: nil, for: key, now: now)
+            }
+        }
+    }
+
     @Test func acceptWildcardLetsWildcardTokensThroughForThatKindOnly() throws {
         let wildcards = TokenAcceptance(wildcardKinds: ["vehicle"])
         for authorization in [#"{"vehicleid":"*"}"#, #"{"vehicleid":"v-1","tripid":"*"}"#, #"{"tripid":"t-1"}"#, "{}"] {

@@ -96,8 +96,22 @@ struct RequestParserTests {
             }
             #expect(TokenIdentifier.isReserved(id.utf8))
         }
+        // Their look-alikes under NFKC are refused as well.
+        for id in [
+            "\u{FF0A}", "\u{FE61}", "\u{2024}", "\u{FF0E}", "\u{FE52}", "\u{2025}", ".\u{FF0E}", "\u{2024}\u{2024}",
+        ] {
+            if case .failure(let error) = parse("GET vehicle \(id)") {
+                #expect(error.code == .badID && error.message.hasSuffix("once normalised"), "\(id): \(error)")
+            } else {
+                Issue.record("\(id.unicodeScalars.map { String($0.value, radix: 16) }) was accepted")
+            }
+            #expect(TokenIdentifier.isReserved(id.utf8))
+        }
         // Only the whole ids: these are ordinary.
-        for id in ["**", "a*", "*a", "...", ".a", "a.", "a..b", "v-1.", "%2E%2E", "\u{FF0A}", "\u{2024}"] {
+        for id in [
+            "**", "a*", "*a", "...", ".a", "a.", "a..b", "v-1.", "%2E%2E", "\u{2026}", "\u{2025}.", "\u{FF0A}a",
+            "\u{2217}",
+        ] {
             #expect(
                 parse("GET vehicle \(id)") == .success(.get(kind: "vehicle", id: id, minValiditySeconds: nil)),
                 "\(id)"

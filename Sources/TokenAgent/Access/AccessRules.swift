@@ -38,8 +38,21 @@ public struct SystemPrincipalResolver: PrincipalResolver {
 /// The access rules in numbers, checked on every request: which peers may ask for each kind, and
 /// which may use the operator verbs.
 ///
+/// Rules made for a configuration know its kinds (``kinds``): a kind outside them is not served
+/// under these rules at all, so that a reload, which puts new rules in force before the engine
+/// learns new kinds and forgets old ones, never lets a kind be served without the rules of its
+/// own generation.
+///
 /// uid 0 and the agent's own uid pass every rule: they can read the agent's memory anyway.
 public struct AccessRules: Sendable, Hashable {
+    /// What the rules say of a peer's request for a kind.
+    public enum Verdict: Sendable, Hashable {
+        case allowed
+        case denied
+        /// The kind is not one of the configuration these rules were made for.
+        case notConfigured
+    }
+
     /// The numeric form of a ``PrincipalList``.
     public struct Principals: Sendable, Hashable {
         /// Allowed uids.
@@ -65,25 +78,44 @@ public struct AccessRules: Sendable, Hashable {
     public var admin: Principals?
     /// The agent's own uid (always allowed, like uid 0).
     public var agentUID: UInt32
+    /// The configured kinds these rules are for, sorted; `nil`: rules for whatever kinds the
+    /// engine serves (rules made without a configuration, as in tests).
+    public let kinds: [String]?
+    /// Each configured kind's rule (`nil` for an open kind), one lookup a request; set with `kinds`.
+    private let byKind: [String: Principals?]
 
     /// No rules: every kind and verb is open to whoever can open the socket.
     public static func open(agentUID: UInt32 = UInt32(getuid())) -> AccessRules {
         AccessRules(allow: [:], admin: nil, agentUID: agentUID)
     }
 
-    /// Creates rules from numbers.
-    public init(allow: [String: Principals], admin: Principals?, agentUID: UInt32) {
+    /// Creates rules from numbers, for the configured `kinds` when given (see ``kinds``).
+    public init(allow: [String: Principals], admin: Principals?, agentUID: UInt32, kinds: Set<String>? = nil) {
         self.allow = allow
         self.admin = admin
         self.agentUID = agentUID
+        self.kinds = kinds?.sorted()
+        var byKind: [String: Principals?] = [:]
+        for kind in kinds ?? [] { byKind[kind] = .some(allow[kind]) }
+        self.byKind = byKind
     }
 
-    /// Whether `peer` may ask for tokens of `kind`. A peer whose credentials are unknown passes
-    /// only kinds without rules.
-    public func allows(_ peer: PeerCredentials?, kind: String) -> Bool {
-        guard let rule = allow[kind] else { return true }
-        guard let peer else { return false }
-        return isPrivileged(peer) || rule.match(peer)
+    /// Whether `peer` may ask for tokens of `kind` (``verdict(_:kind:)`` is `allowed`).
+    public func allows(_ peer: PeerCredentials?, kind: String) -> Bool { verdict(peer, kind: kind) == .allowed }
+
+    /// What these rules say of `peer` asking for `kind`. A peer whose credentials are unknown
+    /// passes only kinds without rules; a kind outside ``kinds`` is `notConfigured`.
+    public func verdict(_ peer: PeerCredentials?, kind: String) -> Verdict {
+        let rule: Principals?
+        if kinds != nil {
+            guard let entry = byKind[kind] else { return .notConfigured }
+            rule = entry
+        } else {
+            rule = allow[kind]
+        }
+        guard let rule else { return .allowed }
+        guard let peer else { return .denied }
+        return isPrivileged(peer) || rule.match(peer) ? .allowed : .denied
     }
 
     /// Whether `peer` may use the operator verbs (`DROP`, `STATS`).
@@ -101,14 +133,27 @@ public struct AccessRules: Sendable, Hashable {
         return kinds.filter { allow[$0] != new.allow[$0] }
     }
 
+    public static func == (lhs: AccessRules, rhs: AccessRules) -> Bool {
+        lhs.allow == rhs.allow && lhs.admin == rhs.admin && lhs.agentUID == rhs.agentUID && lhs.kinds == rhs.kinds
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(allow)
+        hasher.combine(admin)
+        hasher.combine(agentUID)
+        hasher.combine(kinds)
+    }
+
     /// Resolves `configuration`'s names. With `strict` (a reload), a name that does not resolve is
     /// an error naming its key; without (start-up, when NSS or LDAP may come up late), it is a
     /// warning and the entry matches nobody.
     /// - Returns: the rules, and one warning per name that did not resolve.
+    /// - Parameter kinds: the configured kinds the rules are for (see ``kinds``).
     public static func resolve(
         _ configuration: AccessConfiguration,
         agentUID: UInt32 = UInt32(getuid()),
         resolver: any PrincipalResolver = SystemPrincipalResolver(),
+        kinds: Set<String>? = nil,
         strict: Bool
     ) throws -> (rules: AccessRules, warnings: [String]) {
         var warnings: [String] = []
@@ -147,6 +192,6 @@ public struct AccessRules: Sendable, Hashable {
             allow[kind] = try principals(list, key: "allow.\(kind)")
         }
         let admin = try configuration.admin.map { try principals($0, key: "admin") }
-        return (AccessRules(allow: allow, admin: admin, agentUID: agentUID), warnings)
+        return (AccessRules(allow: allow, admin: admin, agentUID: agentUID, kinds: kinds), warnings)
     }
 }

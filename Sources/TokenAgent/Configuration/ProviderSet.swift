@@ -12,6 +12,10 @@ public enum ProviderSet {
         /// file); never a secret itself.
         public var identities: [String: String]
 
+        /// A digest of each kind's identity: what a cache hand-over records, so the next process
+        /// takes a kind's tokens only from the same provider (no URL or setting in clear).
+        public var digests: [String: String] { identities.mapValues { ProviderSet.digest(Array($0.utf8)) } }
+
         /// The kinds whose provider differs in `other`, or that `other` lacks.
         public func changedKinds(since previous: Built) -> Set<String> {
             Set(previous.identities.keys.filter { identities[$0] != previous.identities[$0] })
@@ -130,7 +134,7 @@ public enum ProviderSet {
         return text
     }
 
-    private static func digest(_ bytes: [UInt8]) -> String {
+    static func digest(_ bytes: [UInt8]) -> String {
         SHA256.hash(data: bytes).prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 }

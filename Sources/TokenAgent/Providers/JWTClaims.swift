@@ -68,6 +68,16 @@ public struct JWTClaims: Sendable {
         self.problem = problem
     }
 
+    /// Whether `token` is shaped like a JWT, however its claims read: three dot-separated parts
+    /// whose first decodes (base64url) to text starting with `{`. A token of this shape that
+    /// ``init(token:)`` cannot read is not treated as an opaque token: another reader may well
+    /// read its claims, and see what this one could not check.
+    public static func looksLikeJWT(_ token: String) -> Bool {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, let header = base64URLDecode(parts[0]) else { return false }
+        return header.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
+    }
+
     /// Whether any entry of the `authorization` claim is `*` (Fleet Engine's wildcard).
     public var holdsWildcard: Bool {
         if case .entries(let entries) = authorization { return entries.values.contains("*") }
@@ -79,6 +89,10 @@ public struct JWTClaims: Sendable {
         var entries: [String: String] = [:]
         var names: Set<String> = []
         for member in members {
+            // Names other readers could fold or cut differently (non-ASCII, controls) are refused.
+            guard member.name.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                return .ambiguous("authorization entry \(printable(member.name)) is not a printable ASCII name")
+            }
             guard case .string(let text) = member.value else {
                 return .ambiguous("authorization entry \(printable(member.name)) is not a string")
             }

@@ -81,14 +81,8 @@ public struct ProviderReply: Sendable, Hashable {
         return min(value, cap)
     }
 
-    /// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) as Unix seconds.
-    public static func httpDate(_ text: String) -> Double? {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter.date(from: text.trimmingCharacters(in: .whitespaces))?.timeIntervalSince1970
-    }
+    /// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) as Unix seconds (``Timestamps/httpDate(_:)``).
+    public static func httpDate(_ text: String) -> Double? { Timestamps.httpDate(text) }
 
     /// The seconds a `Retry-After` header asks to wait at wall time `now`: whole seconds, or an
     /// HTTP date. `nil` when absent or unreadable; never negative.
@@ -156,7 +150,7 @@ public struct ProviderReply: Sendable, Hashable {
         } else if let text = value as? String {
             if let parsed = Double(text.trimmingCharacters(in: .whitespaces)) {
                 number = parsed
-            } else if mode == .absolute, let date = Self.parseISO8601(text) {
+            } else if mode == .absolute, let date = Timestamps.rfc3339(text) {
                 return date
             }
         }
@@ -169,11 +163,4 @@ public struct ProviderReply: Sendable, Hashable {
         }
     }
 
-    private static func parseISO8601(_ text: String) -> Double? {
-        let plain = ISO8601DateFormatter()
-        if let date = plain.date(from: text) { return date.timeIntervalSince1970 }
-        let fractional = ISO8601DateFormatter()
-        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return fractional.date(from: text)?.timeIntervalSince1970
-    }
 }

@@ -63,6 +63,10 @@ public struct TokenAcceptance: Sendable {
                 throw ProviderError.rejected("token's \(problem) (token \(TokenFingerprint.of(token)))")
             }
             if let exp = claims.expiresAt { expiry = min(expiry ?? exp, exp) }
+        } else if JWTClaims.looksLikeJWT(token) {
+            // Fail closed: a JWT whose claims this reader cannot read strictly (deeper than 32
+            // levels, a lone surrogate, a trailing comma) may still be read by Fleet Engine.
+            throw ProviderError.rejected("token's claims cannot be read strictly (token \(TokenFingerprint.of(token)))")
         }
         guard let expiry else { throw ProviderError.failed("no expiry in the reply and the token has no exp") }
         guard expiry > now else { throw ProviderError.failed("token is already expired") }

@@ -62,7 +62,12 @@ struct StatusReport {
             case "fleet_tokend_entries": update(kind) { $0.entries = Int(saturating: sample.value) }
             case "fleet_tokend_provider_failing_seconds": update(kind) { $0.failingSeconds = sample.value }
             case "fleet_tokend_soonest_expiry_seconds": update(kind) { $0.soonestExpiry = sample.value }
-            case "fleet_tokend_fetch_errors_total": update(kind) { $0.fetchErrors += Int(saturating: sample.value) }
+            case "fleet_tokend_fetch_errors_total":
+                update(kind) {
+                    $0.fetchErrors =
+                        $0.fetchErrors.addingReportingOverflow(Int(saturating: sample.value)).overflow
+                        ? .max : $0.fetchErrors + Int(saturating: sample.value)
+                }
             case "fleet_tokend_provider_last_failure_timestamp_seconds":
                 update(kind) { entry in
                     if sample.value > (entry.lastFailureAt ?? -1) {
@@ -80,7 +85,10 @@ struct StatusReport {
     }
 
     /// The hit ratio in percent, `nil` before the first GET.
-    var hitRatio: Double? { hits + misses == 0 ? nil : Double(hits) * 100 / Double(hits + misses) }
+    var hitRatio: Double? {
+        let total = Double(hits) + Double(misses)
+        return total == 0 ? nil : Double(hits) * 100 / total
+    }
 
     /// The kind with the soonest expiry among tokens in use, and that expiry.
     var soonest: (kind: String, seconds: Double)? {

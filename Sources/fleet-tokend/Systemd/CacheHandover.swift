@@ -12,15 +12,18 @@ enum CacheHandover {
     static let name = "cache"
 
     /// Loads tokens from the passed cache files into `engine`, closes them, and removes them
-    /// from the store.
+    /// from the store. Only the tokens of kinds whose provider digest (`providers`) is the one
+    /// the snapshot records are taken: the others come from another provider or other rules.
     static func restore(
         from files: [PassedFileDescriptor],
         into engine: TokenEngine,
+        providers: [String: String],
         notifier: SystemdNotifier,
         logger: Logger
     ) {
         guard !files.isEmpty else { return }
         var taken = 0
+        var skipped = 0
         for file in files {
             defer { close(file.descriptor) }
             guard SealedMemoryFile.isSealed(file.descriptor) else {
@@ -28,22 +31,34 @@ enum CacheHandover {
                 continue
             }
             do {
-                taken += engine.importTokens(CacheSnapshot.decode(try SealedMemoryFile.read(file.descriptor)))
+                let contents = CacheSnapshot.contents(of: try SealedMemoryFile.read(file.descriptor))
+                let same = contents.tokens.filter { token in
+                    providers[token.kind].map { $0 == contents.providers[token.kind] } ?? false
+                }
+                skipped += contents.tokens.count - same.count
+                taken += engine.importTokens(same)
             } catch {
                 logger.warning("cannot read the cache from the fd store", metadata: ["error": "\(error)"])
             }
         }
         notifier.removeStored(name: name)
-        logger.info("cache taken over from the previous process", metadata: ["tokens": "\(taken)"])
+        logger.info(
+            "cache taken over from the previous process",
+            metadata: ["tokens": "\(taken)", "tokens_of_changed_providers": "\(skipped)"]
+        )
     }
 
-    /// Stores `engine`'s servable tokens in the fd store, if there is one.
-    static func save(_ engine: TokenEngine, notifier: SystemdNotifier, logger: Logger) {
+    /// Stores `engine`'s servable tokens in the fd store, if there is one, with the digest of the
+    /// provider of each kind (`providers`).
+    static func save(_ engine: TokenEngine, providers: [String: String], notifier: SystemdNotifier, logger: Logger) {
         guard notifier.isEnabled else { return }
         let tokens = engine.exportTokens()
         guard !tokens.isEmpty else { return }
         do {
-            let fd = try SealedMemoryFile.create(name: "fleet-tokend-cache", bytes: CacheSnapshot.encode(tokens))
+            let fd = try SealedMemoryFile.create(
+                name: "fleet-tokend-cache",
+                bytes: CacheSnapshot.encode(tokens, providers: providers)
+            )
             defer { close(fd) }
             if notifier.store(fileDescriptor: fd, name: name) {
                 logger.info("cache handed to the fd store", metadata: ["tokens": "\(tokens.count)"])

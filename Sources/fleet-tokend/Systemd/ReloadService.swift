@@ -46,6 +46,9 @@ final class ReloadService: Service, Sendable {
         self.logger = logger
     }
 
+    /// The digest of each kind's provider in force (for the cache hand-over).
+    var providerDigests: [String: String] { current.withLock { $0.digests } }
+
     func run() async throws {
         let signals = await UnixSignalsSequence(trapping: .sighup)
         await cancelWhenGracefulShutdown {
@@ -64,20 +67,27 @@ final class ReloadService: Service, Sendable {
             let previous = current.withLock { $0 }
             try configuration.checkAccessKinds()
             // On a reload every name must resolve: a typo must not silently lock users out.
-            let rules = try AccessRules.resolve(configuration.access, strict: true).rules
+            let rules = try AccessRules.resolve(
+                configuration.access,
+                kinds: configuration.configuredKinds,
+                strict: true
+            ).rules
             let built = try ProviderSet.build(from: configuration, reusing: previous)
             let changed = built.changedKinds(since: previous)
             let rulesChanged = access.current.kindsWithChangedRules(to: rules, kinds: Set(built.providers.keys))
             // A kind whose rules changed gets a new segment, withheld until the new rules are in
             // force: its readers must ask, and be checked, again; the old one is retired and wiped.
-            segments?.reconfigure(
-                kinds: Set(built.providers.keys),
+            // The rules, which know the new kinds, come before the engine (see Reconfiguration).
+            Reconfiguration.apply(
+                rules: rules,
+                providers: built.providers,
                 policy: configuration.policy,
-                rulesChanged: rulesChanged
+                changedKinds: changed,
+                rulesChanged: rulesChanged,
+                engine: engine,
+                access: access,
+                segments: segments
             )
-            engine.reconfigure(providers: built.providers, policy: configuration.policy, changedKinds: changed)
-            access.update(rules)
-            segments?.offer(rulesChanged)
             if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             current.withLock { $0 = built }
             statistics.recordApplied()

@@ -1,0 +1,108 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One kind's rules and reloads against real users: a kind is never served without the rules of
+/// its own generation, and a token goes out only under the rules in force when it is written.
+@Suite("Isolation with real users", .enabled(if: TestUsers.available, "needs root, useradd, runuser and socat"))
+struct IsolationTests {
+    private func write(_ json: String, to path: String) throws {
+        try json.write(toFile: path, atomically: true, encoding: .utf8)
+    }
+
+    private func waitForReloads(_ agent: AgentProcess, _ count: Int) async -> Bool {
+        for _ in 0..<400 {
+            if let stats = try? await agent.stats(), (stats["reloads"] ?? 0) >= count { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return false
+    }
+
+    /// A config with `vehicle` open and, when `withNewKind`, kind `newk` allowed to `allowed` only.
+    private func config(_ provider: FakeTokenProvider, withNewKind: Bool) -> String {
+        let vehicle = #""vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}"#
+        guard withNewKind else { return #"{"providers": {\#(vehicle)}}"# }
+        return #"{"providers": {\#(vehicle), "newk": {"url": "\#(provider.url(kind: "newk"))"}},"#
+            + #" "allow": {"newk": {"users": ["\#(TestUsers.allowed)"]}}}"#
+    }
+
+    @Test func aKindAddedByAReloadIsClosedUntilItsRulesAreInForce() async throws {
+        try await TestUsers.ensure()
+        let provider = try await FakeTokenProvider.start()
+        defer { Task { await provider.stop() } }
+        let path = "/tmp/ftd-isolation-\(UUID().uuidString.prefix(8)).json"
+        try write(config(provider, withNewKind: false), to: path)
+        let agent = try await AgentProcess(["--config", path, "--socket-mode", "0666"])
+        defer { Task { await agent.stop() } }
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
+        let socat = which("socat")!
+        // A denied user asks for `newk` as fast as the agent answers, on four connections, while
+        // the kind comes and goes with its rule; every reply is counted. Lower-case `get` takes
+        // the parser's path, which sees the engine's kinds as soon as a reload installs them.
+        let command =
+            "yes 'get newk n-1' | runuser -u \(TestUsers.other) -- \(socat) - UNIX-CONNECT:\(agent.socketPath)"
+        let polls = (0..<4).map { _ in
+            Task { try await run("/bin/sh", ["-c", "timeout 6 sh -c \"\(command)\""]) }
+        }
+        // The loop starts once the polls' connections are open (STATS's own is the fifth).
+        for _ in 0..<400 {
+            if let stats = try? await agent.stats(), (stats["connections"] ?? 0) >= 5 { break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        var reloads = 0
+        for round in 0..<200 {
+            try write(config(provider, withNewKind: round % 2 == 0), to: path)
+            kill(agent.pid, SIGHUP)
+            reloads += 1
+            #expect(await waitForReloads(agent, reloads), "reload \(reloads) applied")
+        }
+        var replies: [Substring] = []
+        for poll in polls { replies += try await poll.value.stdout.split(separator: "\n") }
+        let tokens = replies.filter { $0.hasPrefix("OK ") }.count
+        let denied = replies.filter { $0.hasPrefix("ERR denied") }.count
+        let unknown = replies.filter { $0.hasPrefix("ERR bad-kind") }.count
+        #expect(tokens == 0, "a denied user got \(tokens) tokens of \(replies.count) replies")
+        #expect(
+            denied > 0 && unknown > 0,
+            "the kind came and went under the poll: \(denied) denied, \(unknown) unknown"
+        )
+        #expect(denied + unknown == replies.count, "\(Set(replies.map { $0.prefix(20) }))")
+        let allowed = try await TestUsers.socat(as: TestUsers.allowed, socket: agent.socketPath, "GET vehicle v-1")
+        #expect(tokenOf(allowed.first) != nil)
+        await agent.stop()
+    }
+
+    @Test func aTokenFetchedForAPeerRevokedMeanwhileIsNotHandedToIt() async throws {
+        try await TestUsers.ensure()
+        let provider = try await FakeTokenProvider.start()
+        defer { Task { await provider.stop() } }
+        let path = "/tmp/ftd-isolation-\(UUID().uuidString.prefix(8)).json"
+        func rules(_ users: [String]) -> String {
+            let list = users.map { "\"\($0)\"" }.joined(separator: ",")
+            return #"{"providers": {"custom": {"url": "\#(provider.url(kind: "custom"))"}},"#
+                + #" "allow": {"custom": {"users": [\#(list)]}}}"#
+        }
+        try write(rules([TestUsers.allowed, TestUsers.other]), to: path)
+        let agent = try await AgentProcess(["--config", path, "--socket-mode", "0666"])
+        defer { Task { await agent.stop() } }
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
+        let revoked = try InteractiveSocat(user: TestUsers.other, socket: agent.socketPath)
+        defer { revoked.stop() }
+        let kept = try InteractiveSocat(user: TestUsers.allowed, socket: agent.socketPath)
+        defer { kept.stop() }
+        // The provider answers in 3 s; the reload that revokes `other` lands well within that.
+        async let revokedReply = revoked.exchange("GET custom delay3000-1")
+        async let keptReply = kept.exchange("GET custom delay3000-1")
+        while provider.requests(for: "delay3000-1") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try write(rules([TestUsers.allowed]), to: path)
+        kill(agent.pid, SIGHUP)
+        #expect(await waitForReloads(agent, 1))
+        #expect(try await revokedReply == "ERR denied not allowed to ask for kind custom")
+        #expect(tokenOf(try await keptReply) != nil, "the peer still allowed gets the token")
+        #expect(provider.requests(for: "delay3000-1") == 1, "one fetch for both")
+        await agent.stop()
+    }
+}
