@@ -8,7 +8,7 @@ extension EngineFailure {
         case .unknownKind: return WireError(.badKind, description)
         case .busy: return WireError(.busy, description)
         case .rejected: return WireError(.rejected, description)
-        case .backingOff, .fetchFailed, .throttled, .refusedTokenReissued, .providerChanged:
+        case .backingOff, .fetchFailed, .throttled, .refusedTokenReissued, .providerChanged, .reportedRecently:
             return WireError(.unavailable, description)
         }
     }

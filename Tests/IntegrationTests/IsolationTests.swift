@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -39,28 +40,25 @@ struct IsolationTests {
         defer { Task { await agent.stop() } }
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
         let socat = which("socat")!
-        // A denied user asks for `newk` as fast as the agent answers, on four connections, while
-        // the kind comes and goes with its rule; every reply is counted. Lower-case `get` takes
-        // the parser's path, which sees the engine's kinds as soon as a reload installs them.
+        // A denied user asks for `newk` as fast as the agent answers (100,000 requests pipelined
+        // on one connection) while the kind comes and goes with its rule, a reload every 20 ms;
+        // every reply is counted. Lower-case `get` takes the parser's path, which sees the
+        // engine's kinds as soon as a reload installs them.
         let command =
-            "yes 'get newk n-1' | runuser -u \(TestUsers.other) -- \(socat) - UNIX-CONNECT:\(agent.socketPath)"
-        let polls = (0..<4).map { _ in
-            Task { try await run("/bin/sh", ["-c", "timeout 6 sh -c \"\(command)\""]) }
+            "yes 'get newk n-1' | head -n 100000 | runuser -u \(TestUsers.other) -- \(socat) -t 30 - UNIX-CONNECT:\(agent.socketPath)"
+        let finished = Flag()
+        let poll = Task {
+            defer { finished.set() }
+            return try await run("/bin/sh", ["-c", command])
         }
-        // The loop starts once the polls' connections are open (STATS's own is the fifth).
-        for _ in 0..<400 {
-            if let stats = try? await agent.stats(), (stats["connections"] ?? 0) >= 5 { break }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        var reloads = 0
-        for round in 0..<200 {
+        var round = 0
+        while !finished.isSet, round < 3000 {
             try write(config(provider, withNewKind: round % 2 == 0), to: path)
             kill(agent.pid, SIGHUP)
-            reloads += 1
-            #expect(await waitForReloads(agent, reloads), "reload \(reloads) applied")
+            round += 1
+            try await Task.sleep(for: .milliseconds(20))
         }
-        var replies: [Substring] = []
-        for poll in polls { replies += try await poll.value.stdout.split(separator: "\n") }
+        let replies = try await poll.value.stdout.split(separator: "\n")
         let tokens = replies.filter { $0.hasPrefix("OK ") }.count
         let denied = replies.filter { $0.hasPrefix("ERR denied") }.count
         let unknown = replies.filter { $0.hasPrefix("ERR bad-kind") }.count
@@ -70,6 +68,8 @@ struct IsolationTests {
             "the kind came and went under the poll: \(denied) denied, \(unknown) unknown"
         )
         #expect(denied + unknown == replies.count, "\(Set(replies.map { $0.prefix(20) }))")
+        #expect(replies.count == 100_000, "every request answered")
+        #expect((try await agent.stats())["reloads"] ?? 0 >= 5, "reloads while the poll ran")
         let allowed = try await TestUsers.socat(as: TestUsers.allowed, socket: agent.socketPath, "GET vehicle v-1")
         #expect(tokenOf(allowed.first) != nil)
         await agent.stop()
@@ -105,4 +105,61 @@ struct IsolationTests {
         #expect(provider.requests(for: "delay3000-1") == 1, "one fetch for both")
         await agent.stop()
     }
+
+    @Test func aReportNeverEmptiesAKeyForOtherWorkers() async throws {
+        try await TestUsers.ensure()
+        try await withProviderAndAgent(["--socket-mode", "0666"]) { agent, provider in
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
+            let first = try await TestUsers.socat(
+                as: TestUsers.allowed,
+                socket: agent.socketPath,
+                "GET vehicle shared-1"
+            )
+            let token = try #require(tokenOf(first.first))
+            // The provider starts throttling: a worker reports the token refused.
+            provider.script("shared-1", status: .tooManyRequests, headers: [("Retry-After", "300")], body: [])
+            let report = try await TestUsers.socat(
+                as: TestUsers.other,
+                socket: agent.socketPath,
+                "REFRESH vehicle shared-1 \(token)",
+                "REFRESH vehicle shared-1 \(token)"
+            )
+            #expect(report.first == "ERR unavailable HTTP 429; retry after 300 s", "the reporter is told")
+            // Pipelined, the second report joins the first one's fetch, and shares its answer.
+            #expect(report.last == report.first, "\(report)")
+            let later = try await TestUsers.socat(
+                as: TestUsers.other,
+                socket: agent.socketPath,
+                "REFRESH vehicle shared-1 \(token)"
+            )
+            #expect(later.first?.hasPrefix("ERR unavailable provider failing; next try in") == true, "\(later)")
+            let others = try await TestUsers.socat(
+                as: TestUsers.allowed,
+                socket: agent.socketPath,
+                "GET vehicle shared-1"
+            )
+            #expect(tokenOf(others.first) == token, "every other worker still gets the token")
+            #expect(provider.requests(for: "shared-1") == 2, "one fetch for the report, none while throttled")
+
+            // GET, then REFRESH with the token just got, in a loop: one replacement per 5 s.
+            let session = try InteractiveSocat(user: TestUsers.other, socket: agent.socketPath)
+            defer { session.stop() }
+            var refused = 0
+            for _ in 0..<25 {
+                let current = try #require(tokenOf(try await session.exchange("GET vehicle loop-1")))
+                let reply = try await session.exchange("REFRESH vehicle loop-1 \(current)") ?? ""
+                #expect(tokenOf(reply) != current, "never the reported token back")
+                if reply.hasPrefix("ERR unavailable a replacement for the refused token") { refused += 1 }
+            }
+            #expect(provider.requests(for: "loop-1") <= 3, "\(provider.requests(for: "loop-1")) fetches")
+            #expect(refused >= 20)
+        }
+    }
+}
+
+/// A flag a background task raises when it ends.
+private final class Flag: Sendable {
+    private let raised = Atomic<Bool>(false)
+    func set() { raised.store(true, ordering: .relaxed) }
+    var isSet: Bool { raised.load(ordering: .relaxed) }
 }

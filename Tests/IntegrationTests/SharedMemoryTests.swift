@@ -95,8 +95,16 @@ struct SharedMemoryTests {
         }
     }
 
+    /// A config with no re-fetch guard: a REFRESH reporting the token just fetched fetches again
+    /// at once (with the guard, one replacement per 5 s per key).
+    private func noRefetchGuard() throws -> [String] {
+        let path = "/tmp/ftd-noguard-\(UUID().uuidString.prefix(8)).json"
+        try #"{"refetch_guard": 0}"#.write(toFile: path, atomically: true, encoding: .utf8)
+        return ["--config", path]
+    }
+
     @Test func aRefreshedOrDroppedTokenIsWhatTheNextReadInAnotherProcessSees() async throws {
-        try await withProviderAndAgent { agent, _ in
+        try await withProviderAndAgent(try noRefetchGuard()) { agent, _ in
             var current = try #require(tokenOf(try await agent.send("GET vehicle c-1").first))
             let reader = try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")
             defer { reader.stop() }
@@ -118,7 +126,7 @@ struct SharedMemoryTests {
     @Test func theClientNeverHandsOutATokenAnotherWorkerHadReplaced() async throws {
         // The issue's incoherence: another worker is refused the token and REFRESHes it; this
         // client's next call must return the replacement, every time (20 rounds).
-        try await withProviderAndAgent { agent, _ in
+        try await withProviderAndAgent(try noRefetchGuard()) { agent, _ in
             let client = FleetTokenClient(socketPath: agent.socketPath)
             var current = try await client.token(.vehicle("coherent-1"))
             var stale = 0

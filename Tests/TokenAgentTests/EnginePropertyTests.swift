@@ -266,8 +266,8 @@ final class Schedule: @unchecked Sendable {
             let requested = Bool.random(using: &random) ? nil : Int.random(in: 0...3600, using: &random)
             lookup = engine.lookup(kind: key.kind, id: key.id, minValidity: requested)
         } else {
+            // A report never empties the key: the reported token stays until its replacement.
             lookup = engine.lookupRefresh(kind: key.kind, id: key.id, refusedToken: refused)
-            if let refused, model[key] == refused { model[key] = nil }
         }
         switch lookup {
         case .ready(let outcome):

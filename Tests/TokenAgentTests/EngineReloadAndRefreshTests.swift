@@ -93,12 +93,11 @@ struct EngineReloadAndRefreshTests {
             }
         }
         #expect(await eventually { provider.heldCount == 1 })
-        // Meanwhile a GET does not get the refused token either: it joins the fetch.
-        let get = Task { self.token(await engine.get(kind: "vehicle", id: "v-1")) }
-        try? await Task.sleep(for: .milliseconds(20))
+        // Meanwhile a GET still gets the reported token: a report never empties the key.
+        #expect(token(await engine.get(kind: "vehicle", id: "v-1")) == refused)
         provider.release()
         #expect(Set(await replies.value) == ["tok-v-1-2"])
-        #expect(await get.value == "tok-v-1-2")
+        #expect(token(await engine.get(kind: "vehicle", id: "v-1")) == "tok-v-1-2", "replaced once it came")
         #expect(provider.fetches == 2, "one fetch for all hundred, within the re-fetch guard")
         // A late worker refused the same old token gets the newer one at once, without a fetch.
         guard case .ready(let late) = engine.lookupRefresh(kind: "vehicle", id: "v-1", refusedToken: refused) else {
@@ -107,6 +106,45 @@ struct EngineReloadAndRefreshTests {
         }
         #expect(token(late) == "tok-v-1-2")
         #expect(provider.fetches == 2)
+    }
+
+    @Test func aReportWhileTheProviderThrottlesLeavesTheTokenToEveryoneElse() async {
+        let provider = ScriptedProvider(clock: clock)
+        let engine = engine(["vehicle": provider])
+        let reported = token(await engine.get(kind: "vehicle", id: "shared-1"))!
+        provider.setMode(.fail(.throttled("HTTP 429", retryAfter: 300)))
+        let refresh = await engine.refresh(kind: "vehicle", id: "shared-1", refusedToken: reported)
+        #expect(error(refresh)?.message.contains("retry after 300 s") == true, "the reporter is told")
+        #expect(token(await engine.get(kind: "vehicle", id: "shared-1")) == reported, "everyone else still gets it")
+        let again = await engine.refresh(kind: "vehicle", id: "shared-1", refusedToken: reported)
+        #expect(error(again)?.message.hasPrefix("provider failing; next try in") == true, "no fetch while it holds")
+        #expect(token(await engine.get(kind: "vehicle", id: "shared-1")) == reported)
+        #expect(provider.fetches == 2)
+    }
+
+    @Test func reportsFetchAReplacementAtMostOncePerGuardWindow() async {
+        let provider = ScriptedProvider(clock: clock)
+        let engine = engine(["vehicle": provider])
+        let first = token(await engine.get(kind: "vehicle", id: "loop-1"))!
+        let second = token(await engine.refresh(kind: "vehicle", id: "loop-1", refusedToken: first))
+        #expect(second == "tok-v-1-2".replacingOccurrences(of: "v-1", with: "loop-1"))
+        // Reported again within the window: no fetch; the reporter is told when, others keep it.
+        clock.advance(4)
+        let again = await engine.refresh(kind: "vehicle", id: "loop-1", refusedToken: second!)
+        #expect(error(again)?.message == "a replacement for the refused token was fetched moments ago; next try in 1 s")
+        #expect(token(await engine.get(kind: "vehicle", id: "loop-1")) == second)
+        #expect(provider.fetches == 2)
+        clock.advance(1)
+        let third = token(await engine.refresh(kind: "vehicle", id: "loop-1", refusedToken: second!))
+        #expect(third != nil && third != second, "a new window, a new replacement")
+        #expect(provider.fetches == 3)
+        // The loop: GET, then REFRESH with the token just got, 100 times over 10 s.
+        for _ in 0..<100 {
+            let current = token(await engine.get(kind: "vehicle", id: "loop-1"))!
+            #expect(token(await engine.refresh(kind: "vehicle", id: "loop-1", refusedToken: current)) != current)
+            clock.advance(0.1)
+        }
+        #expect(provider.fetches <= 6, "one replacement per 5 s window: \(provider.fetches) fetches")
     }
 
     @Test func aPlainRefreshStillKeepsTheGuard() async {

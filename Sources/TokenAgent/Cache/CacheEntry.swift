@@ -21,6 +21,9 @@ struct CacheEntry {
     var rejectedUntil = MonotonicInstant.origin
     /// The provider's refusal text.
     var rejection = ""
+    /// When a REFRESH last reported the cached token refused and a replacement fetch started
+    /// (``MonotonicInstant/origin``: never): at most one such fetch per re-fetch guard window.
+    var reportedAt = MonotonicInstant.origin
     /// GETs of this key since its token was fetched (for `INFO`).
     var reads = 0
     /// The last fetch failure (for `INFO`): its text, empty when none.

@@ -19,6 +19,9 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
     case refusedTokenReissued
     /// The kind's provider was replaced by reloads faster than the request could be answered.
     case providerChanged
+    /// A REFRESH reported the cached token refused, but its replacement was fetched (and failed,
+    /// or was refused too) less than the re-fetch guard ago: the next try in `seconds`.
+    case reportedRecently(seconds: Int)
 
     /// The failure a provider error becomes.
     init(_ error: ProviderError) {
@@ -40,6 +43,8 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .throttled(let text, let retryAfter): return "\(text); retry after \(retryAfter) s"
         case .refusedTokenReissued: return "the provider handed out the refused token again"
         case .providerChanged: return "the provider changed while fetching; try again"
+        case .reportedRecently(let seconds):
+            return "a replacement for the refused token was fetched moments ago; next try in \(seconds) s"
         }
     }
 }

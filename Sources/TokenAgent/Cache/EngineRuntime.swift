@@ -43,6 +43,9 @@ enum StoreDecision {
     case fail(EngineFailure)
     /// Fetch (or join the fetch in flight).
     case fetch
+    /// Join the fetch in flight, if there is one; otherwise answer with this failure (a reported
+    /// token whose one replacement fetch of the re-fetch guard window has already been made).
+    case joinOrFail(EngineFailure)
 }
 
 /// What became of a fetch's result.

@@ -88,6 +88,15 @@ final class FetchCoordinator: Sendable {
         }
     }
 
+    /// The fetch of `key` in flight, if there is one; never starts one.
+    func flightInProgress(for key: TokenKey) -> Flight? {
+        state.withLock { state in
+            guard let flight = state.flights[key] else { return nil }
+            metrics.recordWaiter()
+            return flight
+        }
+    }
+
     /// Starts background refreshes of `keys` that have no fetch in flight; returns how many started.
     func refresh(_ keys: [TokenKey]) -> Int {
         guard !keys.isEmpty else { return 0 }

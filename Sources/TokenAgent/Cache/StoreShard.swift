@@ -42,7 +42,6 @@ struct StoreShard {
         }
         let mirror = self.mirror
         var reactivated = false
-        var refusedDropped = false
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
             reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
             entry.lastRead = now
@@ -51,10 +50,11 @@ struct StoreShard {
             switch request {
             case .get(let requested): decision = Self.decideGet(&entry, requested: requested, policy: policy, now: now)
             case .refresh(let refused):
-                let held = entry.token.isHeld
-                if let refused, Self.holds(entry, refused, key: key, mirror: mirror) { entry.token = .none }
-                decision = Self.decideRefresh(entry, refused: refused, policy: policy, now: now)
-                refusedDropped = held && !entry.token.isHeld
+                if let refused, Self.holds(entry, refused, key: key, mirror: mirror) {
+                    decision = Self.decideReport(&entry, policy: policy, now: now)
+                } else {
+                    decision = Self.decideRefresh(entry, refused: refused, policy: policy, now: now)
+                }
             }
             if case .served = decision, !Self.hand(entry, key: key, mirror: mirror, to: serve) {
                 // The mirror let it go (it stopped being servable at this very instant): a miss.
@@ -63,8 +63,6 @@ struct StoreShard {
             }
             return decision
         }!
-        // A refused token leaves shared memory before anything is answered.
-        if refusedDropped, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
         // An idle entry read again earns refreshes again: look at it now.
         if reactivated { schedule(slot: slot, at: now) }
         if request.isGet {
@@ -94,10 +92,9 @@ struct StoreShard {
         return .fetch
     }
 
-    /// A REFRESH on an existing entry (whose token was let go already if it is the refused one).
+    /// A REFRESH on an existing entry that does not hold the refused token, if one is named.
     /// Without a refused token: a fetch unless the token was fetched within the re-fetch guard.
-    /// With one: a fetch only while it was the cached token (which is never served again);
-    /// otherwise the newer token.
+    /// With one (the cached token is another, newer one): that token; a fetch if there is none.
     private static func decideRefresh(
         _ entry: CacheEntry,
         refused: String?,
@@ -111,6 +108,24 @@ struct StoreShard {
             return .served
         }
         return holdOff(entry, now: now).map(StoreDecision.fail) ?? .fetch
+    }
+
+    /// A REFRESH reporting the cached token refused. The token stays cached and served to every
+    /// GET until its replacement arrives (a report never empties the key); the reporter waits for
+    /// the replacement fetch, of which there is at most one per re-fetch guard window, whoever
+    /// reports: a later report joins it while it runs, and is refused once it has ended.
+    private static func decideReport(
+        _ entry: inout CacheEntry,
+        policy: RefreshPolicy,
+        now: MonotonicInstant
+    ) -> StoreDecision {
+        if let failure = holdOff(entry, now: now) { return .fail(failure) }
+        if entry.reportedAt != .origin, now - entry.reportedAt < policy.refetchGuard {
+            let wait = Int(saturating: (policy.refetchGuard - (now - entry.reportedAt)).rounded(.up))
+            return .joinOrFail(.reportedRecently(seconds: max(1, wait)))
+        }
+        entry.reportedAt = now
+        return .fetch
     }
 
     /// Whether `entry` holds `token` (its bytes, wherever they are kept).

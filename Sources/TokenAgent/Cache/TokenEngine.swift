@@ -204,6 +204,10 @@ public final class TokenEngine: Sendable {
             case .success(let flight): return .wait(flight, tokenKey)
             case .failure(let failure): return .ready(.failure(failure))
             }
+        case .joinOrFail(let failure):
+            let tokenKey = key.tokenKey
+            guard let flight = fetches.flightInProgress(for: tokenKey) else { return .ready(.failure(failure)) }
+            return .wait(flight, tokenKey)
         }
     }
 
