@@ -85,6 +85,9 @@ final class RequestHandler: ChannelDuplexHandler {
     private var outputHandedOver = false
     /// Inside a burst of reads: replies wait for `channelReadComplete` to be written.
     private var reading = false
+    /// The tasks waiting for fetches on this connection's behalf, by request sequence: cancelled
+    /// when the connection closes, so a fetch nobody waits for any more can be dropped.
+    private var waiting: [Int: Task<Void, Never>] = [:]
     /// The configured kind names and the engine's kinds version they were read at.
     private var kindNames: [(name: String, bytes: [UInt8])] = []
     private var kindNamesVersion = -1
@@ -177,7 +180,8 @@ final class RequestHandler: ChannelDuplexHandler {
             // copied into the reply's slot.
             let first = slots.isEmpty
             var queued: ServedToken?
-            let lookup = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity) { token in
+            let lookup = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity, requester: peer?.uid) {
+                token in
                 if first {
                     prepareOutput()
                     Self.encodeToken(token.bytes, expiresAt: token.expiresAt, into: &output)
@@ -258,7 +262,7 @@ final class RequestHandler: ChannelDuplexHandler {
             append(Slot(reply: .line(.ok("")), verb: verb))
         case .get(let kind, let id, let minValidity):
             answer(
-                engine.lookup(kind: kind, id: id, minValidity: minValidity),
+                engine.lookup(kind: kind, id: id, minValidity: minValidity, requester: peer?.uid),
                 verb: verb,
                 kind: kind,
                 rulesVersion: rulesVersion,
@@ -267,7 +271,7 @@ final class RequestHandler: ChannelDuplexHandler {
             )
         case .refresh(let kind, let id, let refused):
             answer(
-                engine.lookupRefresh(kind: kind, id: id, refusedToken: refused),
+                engine.lookupRefresh(kind: kind, id: id, refusedToken: refused, requester: peer?.uid),
                 verb: verb,
                 kind: kind,
                 rulesVersion: rulesVersion,
@@ -347,8 +351,9 @@ final class RequestHandler: ChannelDuplexHandler {
         context: ChannelHandlerContext
     ) {
         let promise = context.eventLoop.makePromise(of: TokenEngine.Outcome.self)
-        promise.completeWithTask { await wait() }
+        waiting[sequence] = promise.completeWithTask { await wait() }
         promise.futureResult.assumeIsolated().whenSuccess { [self] outcome in
+            waiting[sequence] = nil
             let index = sequence - firstSequence
             guard !closed, index >= 0, index < slots.count else { return }
             slots[slots.index(slots.startIndex, offsetBy: index)].reply = Self.reply(outcome)
@@ -394,6 +399,9 @@ final class RequestHandler: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         closed = true
+        // Nobody will read these answers: the fetches they wait for may be dropped.
+        for task in waiting.values { task.cancel() }
+        waiting = [:]
         pausePartialTimer()
         closeUnsentDescriptors()
         context.fireChannelInactive()
@@ -438,7 +446,7 @@ final class RequestHandler: ChannelDuplexHandler {
             }
             if isStale(head), let key = head.key {
                 // Never a token with under 10 s left: ask again now.
-                switch engine.lookup(kind: key.kind, id: key.id, minValidity: key.minValidity) {
+                switch engine.lookup(kind: key.kind, id: key.id, minValidity: key.minValidity, requester: peer?.uid) {
                 case .ready(let outcome):
                     head.reply = Self.reply(outcome)
                     if isStale(head) { head.reply = .error(WireError(.unavailable, "token expired while queued")) }

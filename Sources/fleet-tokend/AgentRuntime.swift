@@ -56,7 +56,7 @@ struct AgentRuntime {
             providers: providers.providers,
             policy: configuration.policy,
             maxEntries: configuration.maxEntries,
-            maxConcurrentFetches: configuration.maxConcurrentFetches,
+            fetchLimits: configuration.fetchLimits,
             mirror: segments,
             logger: Logger(label: "fleet-tokend.engine"),
             metrics: metrics.engineMetrics

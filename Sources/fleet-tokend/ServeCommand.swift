@@ -42,7 +42,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Most cache entries; least recently used go first (default 100000).")
     var maxEntries: Int?
 
-    @Option(help: "Most concurrent fetches to providers (default 16).")
+    @Option(help: "Most concurrent fetches to one kind's provider (default 16).")
     var maxConcurrentFetches: Int?
 
     @Option(help: "Most client connections at once (default 1024).")

@@ -96,7 +96,9 @@ enum ProviderReplyOracle {
     /// last of duplicate keys), so a token the agent's strict reader could not read is judged too.
     static func jwtProblems(_ token: String, key: TokenKey, claim: String?, wildcards: Bool) -> [String] {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let header = decode(parts[0]), header.contains(where: { $0 == UInt8(ascii: "{") })
+        // A JWT to another reader: its header is a JSON object.
+        guard parts.count == 3, let header = decode(parts[0]),
+            (try? JSONSerialization.jsonObject(with: Data(header))) is [String: Any]
         else { return [] }
         guard let payload = decode(parts[1]),
             let object = try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any]

@@ -155,6 +155,56 @@ struct IsolationTests {
             #expect(refused >= 20)
         }
     }
+
+    @Test func aFloodedKindNeitherStarvesAnotherNorOutlivesItsFlooder() async throws {
+        try await TestUsers.ensure()
+        let provider = try await FakeTokenProvider.start()
+        defer { Task { await provider.stop() } }
+        let path = "/tmp/ftd-flood-\(UUID().uuidString.prefix(8)).json"
+        try write(
+            #"{"providers": {"custom": {"url": "\#(provider.url(kind: "custom"))"}, "vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}},"#
+                + #" "max_concurrent_fetches": 2, "max_queued_fetches": 500, "max_queued_fetches_per_uid": 300}"#,
+            to: path
+        )
+        let agent = try await AgentProcess(["--config", path, "--socket-mode", "0666"])
+        defer { Task { await agent.stop() } }
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
+        // One uid floods `custom`, whose provider answers in 2 s: 400 new ids pipelined on four
+        // connections it keeps open.
+        let flooders = try (0..<4).map { _ in try InteractiveSocat(user: TestUsers.other, socket: agent.socketPath) }
+        defer { for flooder in flooders { flooder.stop() } }
+        for (index, flooder) in flooders.enumerated() {
+            try await flooder.send((0..<100).map { "GET custom delay2000-\(index * 100 + $0)" })
+        }
+        var inflight = 0
+        for _ in 0..<400 {
+            inflight = (try? await agent.stats())?["inflight"] ?? 0
+            if inflight >= 300 { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(inflight >= 300, "the flood is queued, up to its uid's bound: \(inflight)")
+        try await Task.sleep(for: .milliseconds(200))
+        inflight = (try? await agent.stats())?["inflight"] ?? 0
+        #expect(inflight <= 302, "one uid queues at most 300 first fetches: \(inflight)")
+        // Another uid's vehicle fetch has a lane of its own: answered at once.
+        let started = ContinuousClock.now
+        let vehicle = try await TestUsers.socat(as: TestUsers.allowed, socket: agent.socketPath, "GET vehicle fresh-A")
+        #expect(tokenOf(vehicle.first) != nil, "\(vehicle)")
+        #expect(ContinuousClock.now - started < .seconds(5), "not behind the flood")
+        #expect(provider.requests(for: "fresh-A") == 1)
+        // The flooder leaves: its queued fetches are dropped, not drained for minutes.
+        for flooder in flooders { flooder.stop() }
+        var left = Int.max
+        for _ in 0..<300 {
+            left = (try? await agent.stats())?["inflight"] ?? Int.max
+            if left <= 2 { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(left <= 2, "only the fetches at the provider are left: \(left)")
+        let reached = (0..<400).reduce(0) { $0 + provider.requests(for: "delay2000-\($1)") }
+        #expect(reached <= 10, "\(reached) of the flood's fetches reached the provider")
+        await agent.stop()
+    }
 }
 
 /// A flag a background task raises when it ends.

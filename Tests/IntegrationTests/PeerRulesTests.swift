@@ -196,6 +196,12 @@ final class InteractiveSocat: @unchecked Sendable {
         }
     }
 
+    /// Writes `lines`, each with its LF, without reading any reply.
+    func send(_ lines: [String]) async throws {
+        let input = input.fileHandleForWriting
+        try await offPool { try input.write(contentsOf: Data(lines.map { $0 + "\n" }.joined().utf8)) }
+    }
+
     /// Closes its input (socat then ends) and, should it still run, terminates it; never waits.
     func stop() {
         try? input.fileHandleForWriting.close()

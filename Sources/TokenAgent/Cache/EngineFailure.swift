@@ -5,8 +5,10 @@ import TokenWire
 public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
     /// The kind is not configured; `configured` lists the kinds that are, sorted.
     case unknownKind(String, configured: [String])
-    /// Too many requests already wait for a fetch place.
-    case busy
+    /// Too many fetches of the kind already wait for a place at its provider.
+    case busy(kind: String)
+    /// Too many first fetches started by this uid already wait for a place.
+    case busyForUID(UInt32)
     /// The provider refused this id (remembered for the policy's rejection memory).
     case rejected(String)
     /// The provider is failing and its back-off is in force: the next try is in `seconds`.
@@ -36,7 +38,8 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .unknownKind(let kind, let configured):
             return "kind \(kind) is not configured; configured: \(configured.joined(separator: ","))"
-        case .busy: return "too many fetches queued"
+        case .busy(let kind): return "too many fetches queued for kind \(kind)"
+        case .busyForUID(let uid): return "too many fetches queued for uid \(uid)"
         case .rejected(let text): return text
         case .backingOff(let seconds): return "provider failing; next try in \(seconds) s"
         case .fetchFailed(let text): return text

@@ -2,9 +2,14 @@ import Logging
 import Synchronization
 import TokenWire
 
-/// The fetches: at most one in flight per key (singleflight), at most a limited number at a
-/// provider at once (the rest queue, up to a bound), each stored in the token store when it ends,
-/// and each belonging to its kind's generation so that a reload can supersede it.
+/// The fetches: at most one in flight per key (singleflight), each stored in the token store when
+/// it ends, and each belonging to its kind's generation so that a reload can supersede it.
+///
+/// Each kind has a lane of its own (``AsyncLimiter``): its own places at its provider and its own
+/// bound on fetches waiting for one, so a slow or flooded kind never holds up another's fetches;
+/// in a lane, background refreshes of tokens in use go before first fetches. A first fetch that
+/// every waiter has left (its connections closed) while it still waits for a place is cancelled;
+/// and one uid may have only so many first fetches waiting at once.
 ///
 /// It also holds the runtime in force and applies reloads, under its lock, to itself and to
 /// every store shard, so a fetch never starts on one generation and is judged on another.
@@ -14,6 +19,21 @@ final class FetchCoordinator: Sendable {
         var task: Task<FetchedToken, any Error>
         /// The kind's generation when the fetch started.
         var generation: Int
+        /// Tells this flight from an earlier or later one of the same key.
+        var number: UInt64
+    }
+
+    /// A flight and what decides whether it may be cancelled.
+    private struct InFlight {
+        var flight: Flight
+        /// Requests that asked for it and have not left (their tasks were not cancelled).
+        var waiters: Int
+        /// A background refresh: never cancelled for want of waiters.
+        var isRefresh: Bool
+        /// Still waiting for a place at the provider.
+        var queued = true
+        /// The uid whose request started it (first fetches only), while it is queued.
+        var owner: UInt32?
     }
 
     /// A fetch whose kind's provider was replaced while it ran: nothing it returned is stored.
@@ -27,7 +47,14 @@ final class FetchCoordinator: Sendable {
     private struct State {
         var runtime: EngineRuntime
         var nextGeneration = 1
-        var flights: [TokenKey: Flight] = [:]
+        var flights: [TokenKey: InFlight] = [:]
+        var nextFlight: UInt64 = 0
+        /// Each configured kind's lane.
+        var lanes: [String: AsyncLimiter] = [:]
+        /// Queued first fetches by the uid that started them.
+        var queuedByOwner: [UInt32: Int] = [:]
+        /// First fetches cancelled because every request waiting on them had gone.
+        var abandoned = 0
         /// Providers retired by a reload, with the flights they still serve.
         var retiring: [RetiringProvider] = []
         var fetches = 0
@@ -41,8 +68,7 @@ final class FetchCoordinator: Sendable {
 
     private let state: Mutex<State>
     private let store: TokenStore
-    private let limiter: AsyncLimiter
-    private let maxQueuedFetches: Int
+    private let limits: FetchLimits
     private let clock: any AgentClock
     private let logger: Logger
     private let metrics: EngineMetrics
@@ -50,18 +76,18 @@ final class FetchCoordinator: Sendable {
     init(
         runtime: EngineRuntime,
         store: TokenStore,
-        maxConcurrentFetches: Int,
-        maxQueuedFetches: Int,
+        limits: FetchLimits,
         clock: any AgentClock,
         logger: Logger,
         metrics: EngineMetrics = EngineMetrics()
     ) {
-        self.state = Mutex(State(runtime: runtime))
+        var initial = State(runtime: runtime)
+        for kind in runtime.kinds { initial.lanes[kind] = AsyncLimiter(limit: limits.concurrentPerKind) }
+        self.state = Mutex(initial)
         self.metrics = metrics
         metrics.prepare(kinds: runtime.kinds)
         self.store = store
-        self.limiter = AsyncLimiter(limit: max(1, maxConcurrentFetches))
-        self.maxQueuedFetches = maxQueuedFetches
+        self.limits = limits
         self.clock = clock
         self.logger = logger
     }
@@ -69,31 +95,75 @@ final class FetchCoordinator: Sendable {
     /// The runtime in force.
     var runtime: EngineRuntime { state.withLock { $0.runtime } }
 
-    /// The fetch of `key` in flight, started if there is none; `busy` when too many already wait
-    /// for a place at a provider.
-    func flight(for key: TokenKey) -> Result<Flight, EngineFailure> {
+    /// The fetch of `key` in flight, started (for `owner`, the requesting uid) if there is none;
+    /// `busy` when too many of the kind's fetches, or of `owner`'s first fetches, already wait for
+    /// a place. The caller waits on it; a caller that leaves tells ``left(_:flight:)``.
+    func flight(for key: TokenKey, owner: UInt32? = nil) -> Result<Flight, EngineFailure> {
         // The parser refuses these ids first; this keeps any other caller of the engine from
         // sending one to a provider or a signer.
         if let problem = TokenIdentifier.reservedProblem(key.id.utf8) {
             return .failure(.rejected("\(problem); never fetched"))
         }
         return state.withLock { state in
-            if let flight = state.flights[key] {
-                metrics.recordWaiter()
-                return .success(flight)
+            if let flight = join(key, in: &state) { return .success(flight) }
+            guard let lane = state.lanes[key.kind] else { return .failure(state.runtime.unknownKind(key.kind)) }
+            guard lane.waiting < limits.queuedPerKind else { return .failure(.busy(kind: key.kind)) }
+            if let owner, state.queuedByOwner[owner, default: 0] >= limits.queuedPerUID {
+                return .failure(.busyForUID(owner))
             }
-            guard limiter.waiting < maxQueuedFetches else { return .failure(.busy) }
-            guard let flight = start(key, in: &state) else { return .failure(state.runtime.unknownKind(key.kind)) }
+            guard let flight = start(key, owner: owner, isRefresh: false, in: &state) else {
+                return .failure(state.runtime.unknownKind(key.kind))
+            }
             return .success(flight)
         }
     }
 
     /// The fetch of `key` in flight, if there is one; never starts one.
     func flightInProgress(for key: TokenKey) -> Flight? {
+        state.withLock { join(key, in: &$0) }
+    }
+
+    private func join(_ key: TokenKey, in state: inout State) -> Flight? {
+        guard let flight = state.flights[key]?.flight else { return nil }
+        state.flights[key]!.waiters += 1
+        metrics.recordWaiter()
+        return flight
+    }
+
+    /// A request waiting on `flight` of `key` has gone (its task was cancelled: the connection
+    /// closed). A first fetch that no request waits for any more and that still waits for a place
+    /// is cancelled: nobody would read what it brings, and it holds its kind's queue.
+    func left(_ key: TokenKey, flight: Flight) {
+        let abandoned = state.withLock { state -> Task<FetchedToken, any Error>? in
+            guard var record = state.flights[key], record.flight.number == flight.number else { return nil }
+            record.waiters -= 1
+            guard record.waiters <= 0, !record.isRefresh, record.queued else {
+                state.flights[key] = record
+                return nil
+            }
+            state.flights[key] = nil
+            releaseOwner(of: record, in: &state)
+            state.abandoned += 1
+            return record.flight.task
+        }
+        abandoned?.cancel()
+    }
+
+    /// Gives back the place a queued first fetch took in its owner's bound.
+    private func releaseOwner(of record: InFlight, in state: inout State) {
+        guard record.queued, let owner = record.owner else { return }
+        let count = state.queuedByOwner[owner, default: 1] - 1
+        state.queuedByOwner[owner] = count > 0 ? count : nil
+    }
+
+    /// The flight of `key` numbered `number` got its place at the provider.
+    private func placed(_ key: TokenKey, number: UInt64) {
         state.withLock { state in
-            guard let flight = state.flights[key] else { return nil }
-            metrics.recordWaiter()
-            return flight
+            guard var record = state.flights[key], record.flight.number == number, record.queued else { return }
+            releaseOwner(of: record, in: &state)
+            record.queued = false
+            record.owner = nil
+            state.flights[key] = record
         }
     }
 
@@ -103,7 +173,7 @@ final class FetchCoordinator: Sendable {
         return state.withLock { state in
             var started = 0
             for key in keys where state.flights[key] == nil {
-                guard start(key, in: &state) != nil else { continue }
+                guard start(key, owner: nil, isRefresh: true, in: &state) != nil else { continue }
                 state.backgroundRefreshes += 1
                 started += 1
             }
@@ -111,15 +181,18 @@ final class FetchCoordinator: Sendable {
         }
     }
 
-    private func start(_ key: TokenKey, in state: inout State) -> Flight? {
-        guard let provider = state.runtime.providers[key.kind] else { return nil }
+    private func start(_ key: TokenKey, owner: UInt32?, isRefresh: Bool, in state: inout State) -> Flight? {
+        guard let provider = state.runtime.providers[key.kind], let lane = state.lanes[key.kind] else { return nil }
         state.fetches += 1
+        state.nextFlight += 1
+        let number = state.nextFlight
         let generation = state.runtime.generations[key.kind] ?? 0
         let task = Task { [self] in
             let result: Result<FetchedToken, ProviderError>
             do {
                 result = .success(
-                    try await limiter.withPlace {
+                    try await lane.withPlace(urgent: isRefresh) {
+                        placed(key, number: number)
                         let started = ContinuousClock.now
                         defer {
                             let elapsed = (ContinuousClock.now - started).components
@@ -134,15 +207,16 @@ final class FetchCoordinator: Sendable {
             } catch let error as ProviderError {
                 result = .failure(error)
             } catch is CancellationError {
-                finish(key, generation: generation)
+                finish(key, number: number)
                 throw SupersededFetch()
             } catch {
                 result = .failure(.failed("\(type(of: error))"))
             }
-            return try complete(key, generation: generation, with: result)
+            return try complete(key, generation: generation, number: number, with: result)
         }
-        let flight = Flight(task: task, generation: generation)
-        state.flights[key] = flight
+        let flight = Flight(task: task, generation: generation, number: number)
+        state.flights[key] = InFlight(flight: flight, waiters: isRefresh ? 0 : 1, isRefresh: isRefresh, owner: owner)
+        if let owner { state.queuedByOwner[owner, default: 0] += 1 }
         return flight
     }
 
@@ -150,12 +224,13 @@ final class FetchCoordinator: Sendable {
     private func complete(
         _ key: TokenKey,
         generation: Int,
+        number: UInt64,
         with result: Result<FetchedToken, ProviderError>
     ) throws -> FetchedToken {
         let now = clock.now
         let unixNow = clock.unixNow
         let recorded = store.record(key, generation: generation, result: result, now: now, unixNow: unixNow)
-        finish(key, generation: generation)
+        finish(key, number: number)
         var metadata: Logger.Metadata = ["token_kind": "\(key.kind)", "token_id": "\(key.id)"]
         switch recorded {
         case .stored(let fetched):
@@ -183,10 +258,12 @@ final class FetchCoordinator: Sendable {
         }
     }
 
-    /// Ends the flight of `key` if it is still the one of `generation`.
-    private func finish(_ key: TokenKey, generation: Int) {
+    /// Ends the flight of `key` if it is still the one numbered `number`.
+    private func finish(_ key: TokenKey, number: UInt64) {
         state.withLock { state in
-            if state.flights[key]?.generation == generation { state.flights[key] = nil }
+            guard let record = state.flights[key], record.flight.number == number else { return }
+            releaseOwner(of: record, in: &state)
+            state.flights[key] = nil
         }
     }
 
@@ -222,14 +299,20 @@ final class FetchCoordinator: Sendable {
             }
             let runtime = EngineRuntime(providers: providers, policy: policy, generations: generations)
             state.runtime = runtime
+            // A kind's lane stays while the kind does (its fetches in flight hold places in it).
+            for kind in state.lanes.keys where providers[kind] == nil { state.lanes[kind] = nil }
+            for kind in providers.keys where state.lanes[kind] == nil {
+                state.lanes[kind] = AsyncLimiter(limit: limits.concurrentPerKind)
+            }
             // A new provider starts with a clean record; a kind no longer configured has none.
             for kind in moved { state.health[kind] = nil }
             store.install(runtime, moved: moved, now: now)
             var orphaned: [Task<FetchedToken, any Error>] = []
-            for (key, flight) in state.flights where moved.contains(key.kind) {
+            for (key, record) in state.flights where moved.contains(key.kind) {
                 state.flights[key] = nil
-                flight.task.cancel()
-                orphaned.append(flight.task)
+                releaseOwner(of: record, in: &state)
+                record.flight.task.cancel()
+                orphaned.append(record.flight.task)
             }
             let kept = Set(providers.values.compactMap(Self.identity))
             var seen: Set<ObjectIdentifier> = []
@@ -269,6 +352,7 @@ final class FetchCoordinator: Sendable {
             stats.fetchErrors = state.fetchErrors
             stats.backgroundRefreshes = state.backgroundRefreshes
             stats.inFlight = state.flights.count
+            stats.abandonedFetches = state.abandoned
             stats.lastFailureAt = state.lastFailureAt
             stats.lastFailure = state.lastFailure
         }

@@ -28,8 +28,8 @@ public final class TokenEngine: Sendable {
 
     /// The most entries held.
     public let maxEntries: Int
-    /// The most requests queued for a fetch place before new misses get `busy`.
-    public let maxQueuedFetches: Int
+    /// The bounds on fetches, per kind and per uid.
+    public let fetchLimits: FetchLimits
     private let clock: any AgentClock
     private let store: TokenStore
     private let fetches: FetchCoordinator
@@ -44,8 +44,7 @@ public final class TokenEngine: Sendable {
         providers: [String: any TokenProvider],
         policy: RefreshPolicy = RefreshPolicy(),
         maxEntries: Int = 100_000,
-        maxConcurrentFetches: Int = 16,
-        maxQueuedFetches: Int = 10_000,
+        fetchLimits: FetchLimits = FetchLimits(),
         clock: any AgentClock = SystemAgentClock(),
         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
         mirror: (any TokenMirror)? = nil,
@@ -55,14 +54,13 @@ public final class TokenEngine: Sendable {
         let generations = Dictionary(uniqueKeysWithValues: providers.keys.map { ($0, 0) })
         let runtime = EngineRuntime(providers: providers, policy: policy, generations: generations)
         self.maxEntries = max(1, maxEntries)
-        self.maxQueuedFetches = maxQueuedFetches
+        self.fetchLimits = fetchLimits
         self.clock = clock
         self.store = TokenStore(runtime: runtime, maxEntries: self.maxEntries, mirror: mirror, random: random)
         self.fetches = FetchCoordinator(
             runtime: runtime,
             store: store,
-            maxConcurrentFetches: maxConcurrentFetches,
-            maxQueuedFetches: maxQueuedFetches,
+            limits: fetchLimits,
             clock: clock,
             logger: logger,
             metrics: metrics
@@ -83,9 +81,10 @@ public final class TokenEngine: Sendable {
 
     // MARK: Requests
 
-    /// Answers a GET from the cache if it can, or says what to await.
-    public func lookup(kind: String, id: String, minValidity: Int?) -> Lookup {
-        lookup(EntryKey(kind: kind, id: id), .get(requested: minValidity.map(Double.init)))
+    /// Answers a GET from the cache if it can, or says what to await. `requester` is the asking
+    /// peer's uid, if known: it bounds the first fetches one uid may have waiting.
+    public func lookup(kind: String, id: String, minValidity: Int?, requester: UInt32? = nil) -> Lookup {
+        lookup(EntryKey(kind: kind, id: id), .get(requested: minValidity.map(Double.init)), requester: requester)
     }
 
     /// Answers a GET whose id is given as its UTF-8 bytes (straight from a request buffer, valid
@@ -96,16 +95,16 @@ public final class TokenEngine: Sendable {
         kind: String,
         idBytes: UnsafeRawBufferPointer,
         minValidity: Int?,
+        requester: UInt32? = nil,
         serve: (TokenView) -> Void
     ) -> Lookup? {
         let key = EntryKey(kind: kind, borrowing: idBytes)
-        switch decide(key, .get(requested: minValidity.map(Double.init)), serve: serve) {
+        let request = EngineRequest.get(requested: minValidity.map(Double.init))
+        switch decide(key, request, requester: requester, serve: serve) {
         case .served: return nil
         case .ready(let outcome): return .ready(outcome)
         case .wait(let flight, let tokenKey):
-            return .pending { [self] in
-                await self.outcome(of: flight, for: tokenKey, .get(requested: minValidity.map(Double.init)))
-            }
+            return .pending { [self] in await self.outcome(of: flight, for: tokenKey, request, requester: requester) }
         }
     }
 
@@ -122,8 +121,13 @@ public final class TokenEngine: Sendable {
     /// the last few seconds (the policy's re-fetch guard). With the token the caller was refused:
     /// a fetch only while that token is still the cached one (which stops being served at once);
     /// otherwise the newer cached token, at once.
-    public func lookupRefresh(kind: String, id: String, refusedToken: String? = nil) -> Lookup {
-        lookup(EntryKey(kind: kind, id: id), .refresh(refused: refusedToken))
+    public func lookupRefresh(
+        kind: String,
+        id: String,
+        refusedToken: String? = nil,
+        requester: UInt32? = nil
+    ) -> Lookup {
+        lookup(EntryKey(kind: kind, id: id), .refresh(refused: refusedToken), requester: requester)
     }
 
     /// REFRESH: a freshly fetched token; concurrent refreshes share one fetch.
@@ -169,12 +173,12 @@ public final class TokenEngine: Sendable {
         return stats
     }
 
-    private func lookup(_ key: EntryKey, _ request: EngineRequest) -> Lookup {
-        switch decide(key, request) {
+    private func lookup(_ key: EntryKey, _ request: EngineRequest, requester: UInt32?) -> Lookup {
+        switch decide(key, request, requester: requester) {
         case .served: preconditionFailure("decide(_:_:) returns a served token as ready")
         case .ready(let outcome): return .ready(outcome)
         case .wait(let flight, let tokenKey):
-            return .pending { [self] in await self.outcome(of: flight, for: tokenKey, request) }
+            return .pending { [self] in await self.outcome(of: flight, for: tokenKey, request, requester: requester) }
         }
     }
 
@@ -186,21 +190,26 @@ public final class TokenEngine: Sendable {
     }
 
     /// Decides `request`, a cached token as a ``ServedToken`` of its own.
-    private func decide(_ key: EntryKey, _ request: EngineRequest) -> Decision {
+    private func decide(_ key: EntryKey, _ request: EngineRequest, requester: UInt32?) -> Decision {
         var served: ServedToken?
-        let decision = decide(key, request) { served = $0.served }
+        let decision = decide(key, request, requester: requester) { served = $0.served }
         if case .served = decision, let served { return .ready(.success(served)) }
         return decision
     }
 
     /// Decides `request`; a cached token is handed to `serve` under the store's lock.
-    private func decide(_ key: EntryKey, _ request: EngineRequest, serve: (TokenView) -> Void) -> Decision {
+    private func decide(
+        _ key: EntryKey,
+        _ request: EngineRequest,
+        requester: UInt32?,
+        serve: (TokenView) -> Void
+    ) -> Decision {
         switch store.decide(key, request, now: clock.now, serve: serve) {
         case .served: return .served
         case .fail(let failure): return .ready(.failure(failure))
         case .fetch:
             let tokenKey = key.tokenKey
-            switch fetches.flight(for: tokenKey) {
+            switch fetches.flight(for: tokenKey, owner: requester) {
             case .success(let flight): return .wait(flight, tokenKey)
             case .failure(let failure): return .ready(.failure(failure))
             }
@@ -212,18 +221,28 @@ public final class TokenEngine: Sendable {
     }
 
     /// Awaits `flight` for a request; a fetch superseded by a reload is replaced by the request
-    /// made again against the new provider.
-    private func outcome(of flight: FetchCoordinator.Flight, for key: TokenKey, _ request: EngineRequest) async
-        -> Outcome
-    {
+    /// made again against the new provider. A request whose task is cancelled (its connection
+    /// closed) leaves the flight, which is cancelled when no request waits for it any more and it
+    /// still waits for a place at the provider.
+    private func outcome(
+        of flight: FetchCoordinator.Flight,
+        for key: TokenKey,
+        _ request: EngineRequest,
+        requester: UInt32?
+    ) async -> Outcome {
         var flight = flight
         for _ in 0..<4 {
-            let result = await flight.task.result
+            let waited = flight
+            let result = await withTaskCancellationHandler {
+                await waited.task.result
+            } onCancel: {
+                fetches.left(key, flight: waited)
+            }
             if case .failure(let error) = result,
                 error is FetchCoordinator.SupersededFetch || error is CancellationError,
                 fetches.generation(of: key.kind) != flight.generation
             {
-                switch decide(EntryKey(kind: key.kind, id: key.id), request) {
+                switch decide(EntryKey(kind: key.kind, id: key.id), request, requester: requester) {
                 case .served: preconditionFailure("decide(_:_:) returns a served token as ready")
                 case .ready(let outcome): return outcome
                 case .wait(let next, _):

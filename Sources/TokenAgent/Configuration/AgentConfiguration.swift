@@ -35,8 +35,21 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var sharedMemoryMaxBytes = 1 << 30
     /// The most cache entries.
     public var maxEntries = 100_000
-    /// The most concurrent fetches to providers.
+    /// The most concurrent fetches to one kind's provider.
     public var maxConcurrentFetches = 16
+    /// The most fetches of one kind waiting for a place at its provider.
+    public var maxQueuedFetches = 10_000
+    /// The most first fetches one uid's requests may have waiting for a place.
+    public var maxQueuedFetchesPerUID = 1_000
+
+    /// The bounds on fetches these settings describe.
+    public var fetchLimits: FetchLimits {
+        FetchLimits(
+            concurrentPerKind: maxConcurrentFetches,
+            queuedPerKind: maxQueuedFetches,
+            queuedPerUID: maxQueuedFetchesPerUID
+        )
+    }
     /// The most client connections at once.
     public var maxConnections = 1024
     /// Who may ask for which kinds, and who may use the operator verbs.
@@ -153,6 +166,12 @@ public struct AgentConfiguration: Sendable, Hashable {
         guard maxEntries >= 1 else { throw ConfigurationError(key: "max_entries", "must be at least 1") }
         guard (1...1024).contains(maxConcurrentFetches) else {
             throw ConfigurationError(key: "max_concurrent_fetches", "must be from 1 to 1024")
+        }
+        guard (1...1_000_000).contains(maxQueuedFetches) else {
+            throw ConfigurationError(key: "max_queued_fetches", "must be from 1 to 1000000")
+        }
+        guard (1...1_000_000).contains(maxQueuedFetchesPerUID) else {
+            throw ConfigurationError(key: "max_queued_fetches_per_uid", "must be from 1 to 1000000")
         }
         guard maxConnections >= 1 else { throw ConfigurationError(key: "max_connections", "must be at least 1") }
         guard maxConnectionsPerUID >= 0 else {

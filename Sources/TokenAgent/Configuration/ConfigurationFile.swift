@@ -13,6 +13,8 @@ public enum ConfigurationFile {
         var idleTimeout: Double?
         var maxEntries: Double?
         var maxConcurrentFetches: Double?
+        var maxQueuedFetches: Double?
+        var maxQueuedFetchesPerUid: Double?
         var maxConnections: Double?
         var socketMode: String?
         var socketGroup: String?
@@ -38,6 +40,8 @@ public enum ConfigurationFile {
             case idleTimeout = "idle_timeout"
             case maxEntries = "max_entries"
             case maxConcurrentFetches = "max_concurrent_fetches"
+            case maxQueuedFetches = "max_queued_fetches"
+            case maxQueuedFetchesPerUid = "max_queued_fetches_per_uid"
             case maxConnections = "max_connections"
             case socketMode = "socket_mode"
             case socketGroup = "socket_group"
@@ -164,6 +168,12 @@ public enum ConfigurationFile {
         if let value = contents.maxEntries { configuration.maxEntries = try whole(value, key: "max_entries") }
         if let value = contents.maxConcurrentFetches {
             configuration.maxConcurrentFetches = try whole(value, key: "max_concurrent_fetches")
+        }
+        if let value = contents.maxQueuedFetches {
+            configuration.maxQueuedFetches = try whole(value, key: "max_queued_fetches")
+        }
+        if let value = contents.maxQueuedFetchesPerUid {
+            configuration.maxQueuedFetchesPerUID = try whole(value, key: "max_queued_fetches_per_uid")
         }
         if let value = contents.maxConnections {
             configuration.maxConnections = try whole(value, key: "max_connections")

@@ -1,18 +1,30 @@
 import Synchronization
 
-/// A counting semaphore for async code: at most `limit` holders at once, the rest wait in order.
+/// A counting semaphore for async code: at most `limit` holders at once, the rest wait in order,
+/// urgent waiters (background refreshes of tokens in use) before the others.
 ///
 /// A waiter whose task is cancelled leaves the queue at once and throws `CancellationError`;
 /// the queue's storage shrinks as it drains, however long the limiter stays saturated.
 public final class AsyncLimiter: Sendable {
-    private struct State {
-        var available: Int
-        /// Waiting callers by ticket.
-        var waiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
-        /// Tickets in arrival order from `head` on; tickets of cancelled waiters are skipped.
+    /// Tickets in arrival order from `head` on; tickets of cancelled waiters are skipped.
+    private struct TicketQueue {
         var order: [UInt64] = []
         var head = 0
-        var nextTicket: UInt64 = 0
+
+        var storage: Int { order.count - head }
+
+        /// The next ticket with a waiter in `waiters`, removed from both.
+        mutating func next(
+            from waiters: inout [UInt64: CheckedContinuation<Void, any Error>]
+        ) -> CheckedContinuation<Void, any Error>? {
+            defer { compact() }
+            while head < order.count {
+                let ticket = order[head]
+                head += 1
+                if let waiter = waiters.removeValue(forKey: ticket) { return waiter }
+            }
+            return nil
+        }
 
         /// Drops the consumed front of `order` once it is most of the storage.
         mutating func compact() {
@@ -26,6 +38,15 @@ public final class AsyncLimiter: Sendable {
         }
     }
 
+    private struct State {
+        var available: Int
+        /// Waiting callers by ticket.
+        var waiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var urgent = TicketQueue()
+        var normal = TicketQueue()
+        var nextTicket: UInt64 = 0
+    }
+
     private let state: Mutex<State>
 
     /// Creates a limiter that lets `limit` callers hold it at once.
@@ -37,18 +58,19 @@ public final class AsyncLimiter: Sendable {
     /// How many callers wait for a place now.
     public var waiting: Int { state.withLock { $0.waiters.count } }
 
-    /// Tickets kept in the arrival queue (waiting or already gone but not yet compacted away).
-    var queueStorage: Int { state.withLock { $0.order.count - $0.head } }
+    /// Tickets kept in the arrival queues (waiting or already gone but not yet compacted away).
+    var queueStorage: Int { state.withLock { $0.urgent.storage + $0.normal.storage } }
 
-    /// Runs `body` once a place is free, and frees it afterwards. Throws `CancellationError`,
-    /// without running `body`, when the task is cancelled while it waits.
-    public func withPlace<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        try await acquire()
+    /// Runs `body` once a place is free, and frees it afterwards; an `urgent` caller gets a place
+    /// before every caller that is not. Throws `CancellationError`, without running `body`, when
+    /// the task is cancelled while it waits.
+    public func withPlace<T: Sendable>(urgent: Bool = false, _ body: () async throws -> T) async throws -> T {
+        try await acquire(urgent: urgent)
         defer { release() }
         return try await body()
     }
 
-    private func acquire() async throws {
+    private func acquire(urgent: Bool) async throws {
         let ticket = state.withLock { state -> UInt64? in
             if state.available > 0 {
                 state.available -= 1
@@ -68,7 +90,7 @@ public final class AsyncLimiter: Sendable {
                         return .resume
                     }
                     state.waiters[ticket] = continuation
-                    state.order.append(ticket)
+                    if urgent { state.urgent.order.append(ticket) } else { state.normal.order.append(ticket) }
                     return .wait
                 }
                 switch next {
@@ -85,15 +107,9 @@ public final class AsyncLimiter: Sendable {
 
     private func release() {
         let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-            while state.head < state.order.count {
-                let ticket = state.order[state.head]
-                state.head += 1
-                if let waiter = state.waiters.removeValue(forKey: ticket) {
-                    state.compact()
-                    return waiter
-                }
+            if let waiter = state.urgent.next(from: &state.waiters) ?? state.normal.next(from: &state.waiters) {
+                return waiter
             }
-            state.compact()
             state.available += 1
             return nil
         }

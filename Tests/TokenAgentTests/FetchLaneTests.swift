@@ -1,0 +1,156 @@
+import Synchronization
+import Testing
+
+@testable import TokenAgent
+
+/// Each kind's fetches in a lane of their own: a flooded kind answers `busy` for itself only,
+/// another kind's fetches and refreshes go on, abandoned first fetches are dropped, and one uid
+/// cannot fill its kind's queue.
+@Suite("Token engine: fetch lanes per kind")
+struct FetchLaneTests {
+    let clock = ManualClock()
+
+    private func engine(_ providers: [String: any TokenProvider], limits: FetchLimits) -> TokenEngine {
+        TokenEngine(providers: providers, fetchLimits: limits, clock: clock, random: { 0 })
+    }
+
+    private func token(_ outcome: TokenEngine.Outcome) -> String? {
+        if case .success(let served) = outcome { return served.token }
+        return nil
+    }
+
+    private func failure(_ lookup: TokenEngine.Lookup) -> EngineFailure? {
+        if case .ready(.failure(let failure)) = lookup { return failure }
+        return nil
+    }
+
+    /// Starts a GET of `id` of `kind` whose answer is awaited in a task of its own.
+    private func pending(_ engine: TokenEngine, _ kind: String, _ id: String, uid: UInt32? = nil)
+        -> Task<TokenEngine.Outcome, Never>?
+    {
+        guard case .pending(let wait) = engine.lookup(kind: kind, id: id, minValidity: nil, requester: uid) else {
+            return nil
+        }
+        return Task { await wait() }
+    }
+
+    @Test func aFloodedKindIsBusyForItselfOnlyAndAnotherKindFetchesAtOnce() async {
+        let slow = ScriptedProvider(clock: clock)
+        slow.hold()
+        let fast = ScriptedProvider(clock: clock)
+        let engine = engine(
+            ["custom": slow, "vehicle": fast],
+            limits: FetchLimits(concurrentPerKind: 2, queuedPerKind: 5)
+        )
+        var waiters: [Task<TokenEngine.Outcome, Never>] = []
+        for index in 0..<7 {
+            if let task = pending(engine, "custom", "flood-\(index)") { waiters.append(task) }
+        }
+        #expect(await eventually { slow.heldCount == 2 }, "two places at the slow provider")
+        #expect(failure(engine.lookup(kind: "custom", id: "flood-7", minValidity: nil)) == .busy(kind: "custom"))
+        #expect(
+            failure(engine.lookup(kind: "custom", id: "flood-8", minValidity: nil))?.description
+                == "too many fetches queued for kind custom"
+        )
+        #expect(token(await engine.get(kind: "vehicle", id: "fresh-A")) == "tok-fresh-A-1", "its own lane")
+        slow.release()
+        for waiter in waiters { #expect(token(await waiter.value) != nil) }
+    }
+
+    @Test func aQueuedFirstFetchNobodyWaitsForIsDropped() async throws {
+        let slow = ScriptedProvider(clock: clock)
+        slow.hold()
+        let engine = engine(["custom": slow], limits: FetchLimits(concurrentPerKind: 1, queuedPerKind: 100))
+        let running = pending(engine, "custom", "running-1")!
+        #expect(await eventually { slow.heldCount == 1 })
+        let queued = (0..<20).compactMap { pending(engine, "custom", "gone-\($0)") }
+        #expect(await eventually { engine.statistics().inFlight == 21 })
+        // Their connections close: every waiting task is cancelled.
+        for task in queued { task.cancel() }
+        let dropped = await eventually(seconds: 5) { engine.statistics().inFlight == 1 }
+        if !dropped { slow.release() }
+        try #require(dropped, "only the fetch at the provider is left")
+        #expect(engine.statistics().abandonedFetches == 20)
+        for task in queued {
+            guard case .failure = await task.value else {
+                Issue.record("an abandoned fetch answered with a token")
+                continue
+            }
+        }
+        slow.release()
+        #expect(token(await running.value) == "tok-running-1-1")
+        #expect(slow.fetches == 1, "no abandoned fetch reached the provider")
+        // A fetch at the provider is not dropped when its waiter leaves: its token is cached.
+        slow.hold()
+        let leaving = pending(engine, "custom", "started-1")!
+        #expect(await eventually { slow.heldCount == 1 })
+        leaving.cancel()
+        slow.release()
+        #expect(await eventually { engine.statistics().inFlight == 0 })
+        #expect(token(await engine.get(kind: "custom", id: "started-1")) == "tok-started-1-2", "cached")
+    }
+
+    @Test func aQueuedFetchTwoRequestsWaitForStaysUntilBothLeave() async throws {
+        let slow = ScriptedProvider(clock: clock)
+        slow.hold()
+        let engine = engine(["custom": slow], limits: FetchLimits(concurrentPerKind: 1, queuedPerKind: 100))
+        _ = pending(engine, "custom", "running-1")
+        #expect(await eventually { slow.heldCount == 1 })
+        let first = pending(engine, "custom", "shared-1")!
+        let second = pending(engine, "custom", "shared-1")!
+        first.cancel()
+        try? await Task.sleep(for: .milliseconds(20))
+        #expect(engine.statistics().inFlight == 2, "the other request still waits for it")
+        second.cancel()
+        let dropped = await eventually(seconds: 5) { engine.statistics().inFlight == 1 }
+        slow.release()
+        try #require(dropped)
+    }
+
+    @Test func refreshesOfTokensInUseGoBeforeFirstFetchesInTheirLane() async {
+        let provider = ScriptedProvider(clock: clock)
+        let engine = engine(["vehicle": provider], limits: FetchLimits(concurrentPerKind: 1, queuedPerKind: 100))
+        _ = await engine.get(kind: "vehicle", id: "in-use")
+        provider.hold()
+        _ = pending(engine, "vehicle", "blocker")
+        #expect(await eventually { provider.heldCount == 1 })
+        let firsts = (0..<5).compactMap { pending(engine, "vehicle", "first-\($0)") }
+        // The token in use (read again just now) falls due for its refresh; it queues behind the
+        // blocker, before the five first fetches.
+        clock.advance(3000)
+        #expect(token(await engine.get(kind: "vehicle", id: "in-use")) == "tok-in-use-1")
+        #expect(engine.maintain() == 1)
+        #expect(await eventually { engine.statistics().inFlight == 7 })
+        provider.release()
+        for task in firsts { _ = await task.value }
+        #expect(await eventually { engine.statistics().inFlight == 0 })
+        // Fetch order: in-use (1), blocker (2), then the refresh (3) before the five first fetches.
+        #expect(token(await engine.get(kind: "vehicle", id: "in-use")) == "tok-in-use-3")
+    }
+
+    @Test func oneUIDCannotFillItsKindsQueue() async {
+        let slow = ScriptedProvider(clock: clock)
+        slow.hold()
+        let engine = engine(
+            ["custom": slow],
+            limits: FetchLimits(concurrentPerKind: 1, queuedPerKind: 100, queuedPerUID: 3)
+        )
+        let flooder: UInt32 = 1003
+        var tasks = [pending(engine, "custom", "f-0", uid: flooder)!]
+        #expect(await eventually { slow.heldCount == 1 }, "the first is at the provider, no longer queued")
+        tasks += (1...3).compactMap { pending(engine, "custom", "f-\($0)", uid: flooder) }
+        #expect(tasks.count == 4)
+        #expect(
+            failure(engine.lookup(kind: "custom", id: "f-4", minValidity: nil, requester: flooder))
+                == .busyForUID(flooder)
+        )
+        if let other = pending(engine, "custom", "o-1", uid: 1004) { tasks.append(other) }
+        #expect(tasks.count == 5, "another uid still gets a fetch")
+        // Joining a fetch in flight is always allowed.
+        if let joined = pending(engine, "custom", "f-1", uid: flooder) { tasks.append(joined) }
+        #expect(tasks.count == 6)
+        slow.release()
+        for task in tasks { #expect(token(await task.value) != nil) }
+        #expect(pending(engine, "custom", "f-5", uid: flooder) != nil, "places given back once the fetches got theirs")
+    }
+}
