@@ -205,6 +205,30 @@ struct IsolationTests {
         #expect(reached <= 10, "\(reached) of the flood's fetches reached the provider")
         await agent.stop()
     }
+
+    @Test func aUIDFloodingOneKindDoesNotEvictAnotherKindsTokens() async throws {
+        try await TestUsers.ensure()
+        let path = "/tmp/ftd-evict-\(UUID().uuidString.prefix(8)).json"
+        try write(#"{"max_entries": 200, "allow": {"trip": {"users": ["\#(TestUsers.other)"]}}}"#, to: path)
+        // The demo issuer: every fetch mints a new token, so an equal token was not fetched again.
+        let agent = try await AgentProcess(["--config", path, "--socket-mode", "0666"])
+        defer { Task { await agent.stop() } }
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
+        let vehicle = try #require(tokenOf(try await agent.send("GET vehicle v-1").first))
+        let flood = try InteractiveSocat(user: TestUsers.other, socket: agent.socketPath)
+        defer { flood.stop() }
+        try await flood.send((0..<1000).map { "GET trip t-\($0)" })
+        for _ in 0..<1000 {
+            if let stats = try? await agent.stats(), (stats["fetches"] ?? 0) >= 1001 { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let stats = try await agent.stats()
+        #expect((stats["fetches"] ?? 0) >= 1001, "the flood was fetched: \(stats)")
+        #expect((stats["entries"] ?? 0) <= 200)
+        #expect(try await agent.send("GET vehicle v-1").first.flatMap(tokenOf) == vehicle, "still cached")
+        #expect(try await agent.send("INFO vehicle v-1").first?.hasPrefix("OK cached=yes") == true)
+        await agent.stop()
+    }
 }
 
 /// A flag a background task raises when it ends.

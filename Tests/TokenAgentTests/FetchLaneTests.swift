@@ -154,3 +154,50 @@ struct FetchLaneTests {
         #expect(pending(engine, "custom", "f-5", uid: flooder) != nil, "places given back once the fetches got theirs")
     }
 }
+
+/// The entry bound shared fairly: a kind flooded with new ids evicts its own entries.
+@Suite("Token store: eviction by kind")
+struct KindEvictionTests {
+    let clock = ManualClock()
+
+    @Test func aFloodOfOneKindEvictsItsOwnEntriesNotAnothersTokens() async {
+        let vehicle = ScriptedProvider(clock: clock)
+        let trip = ScriptedProvider(clock: clock)
+        let engine = TokenEngine(providers: ["vehicle": vehicle, "trip": trip], maxEntries: 100, clock: clock)
+        for index in 0..<10 { _ = await engine.get(kind: "vehicle", id: "v-\(index)") }
+        for index in 0..<500 { _ = await engine.get(kind: "trip", id: "t-\(index)") }
+        #expect(engine.statistics().entries <= 100)
+        #expect(engine.statistics().evictions >= 400)
+        for index in 0..<10 {
+            let info = (try? engine.info(kind: "vehicle", id: "v-\(index)").get()) ?? nil
+            #expect(info?.fingerprint != nil, "vehicle v-\(index) is still cached")
+        }
+        #expect(vehicle.fetches == 10)
+        for index in 0..<10 { _ = await engine.get(kind: "vehicle", id: "v-\(index)") }
+        #expect(vehicle.fetches == 10, "served from the cache, not fetched again")
+        // Two kinds under pressure share the bound.
+        for index in 0..<300 { _ = await engine.get(kind: "vehicle", id: "w-\(index)") }
+        let survey = Dictionary(uniqueKeysWithValues: engine.survey().map { ($0.kind, $0.entries) })
+        #expect(abs((survey["vehicle"] ?? 0) - (survey["trip"] ?? 0)) <= 1, "\(survey)")
+    }
+
+    @Test func groupsKeepTheirOwnUseOrder() {
+        var table = LRUTable<String, Int>()
+        table.set("a", 1, capacity: .max, group: 0)
+        table.set("x", 1, capacity: .max, group: 1)
+        table.set("b", 2, capacity: .max, group: 0)
+        table.set("y", 2, capacity: .max, group: 1)
+        table.update("a") { $0 += 1 }
+        #expect(table.keysOldestFirst(inGroup: 0) == ["b", "a"])
+        #expect(table.keysOldestFirst(inGroup: 1) == ["x", "y"])
+        #expect(table.count(inGroup: 1) == 2)
+        #expect(table.largestGroup(preferring: 1) == 1)
+        table.set("z", 3, capacity: .max, group: 1)
+        #expect(table.largestGroup(preferring: 0) == 1)
+        #expect(table.set("c", 3, capacity: 5, group: 0)?.key == "b", "capacity evicts within the group")
+        #expect(table.oldestKey(inGroup: 1) == "x")
+        table.remove("x")
+        #expect(table.count(inGroup: 1) == 2)
+        #expect(table.keysOldestFirst(inGroup: 1) == ["y", "z"])
+    }
+}

@@ -5,14 +5,19 @@
 /// key to slot is its own open-addressing table of 32-bit slot numbers (linear probing,
 /// backward-shift deletion), with each slot keeping its key's hash: 4 bytes a bucket instead of a
 /// second copy of every key. Every operation is O(1).
+///
+/// Each entry belongs to a group (a small number the caller picks; the store uses one per kind),
+/// and use order is kept per group: the least recently used entry of any group is at hand, and
+/// the number of entries of each.
 public struct LRUTable<Key: Hashable, Value> {
     fileprivate struct Slot {
         var key: Key
         var value: Value
         /// The low 32 bits of the key's hash (enough to skip most key comparisons and to rehash).
         var hash: UInt32
-        var newer: Int32  // towards the most recently used end; -1 at the end
-        var older: Int32  // towards the least recently used end; -1 at the end
+        var newer: Int32  // towards the most recently used end of its group; -1 at the end
+        var older: Int32  // towards the least recently used end of its group; -1 at the end
+        var group: Int32
     }
 
     private var slots: [Slot?] = []
@@ -20,8 +25,10 @@ public struct LRUTable<Key: Hashable, Value> {
     /// Slot numbers by hash, -1 where empty; a power of two long, at most three quarters full.
     private var buckets: [Int32] = []
     private var live = 0
-    private var newest: Int32 = -1
-    private var oldest: Int32 = -1
+    /// Each group's most and least recently used slot (-1 when it has none), and its size.
+    private var newest: [Int32] = []
+    private var oldest: [Int32] = []
+    private var sizes: [Int] = []
 
     /// Creates an empty table. `expectedCount` reserves room for that many entries up front
     /// (address space only: pages are touched as entries arrive), so growth does not double it.
@@ -47,9 +54,10 @@ public struct LRUTable<Key: Hashable, Value> {
     }
 
     /// Inserts or replaces the value for `key`, marks it most recently used, and returns the least
-    /// recently used entry that was evicted to stay within `capacity`, if any.
+    /// recently used entry of the same group that was evicted to stay within `capacity`, if any.
+    /// A new key joins `group` (0 or more); a replaced one keeps its own.
     @discardableResult
-    public mutating func set(_ key: Key, _ value: Value, capacity: Int) -> (key: Key, value: Value)? {
+    public mutating func set(_ key: Key, _ value: Value, capacity: Int, group: Int = 0) -> (key: Key, value: Value)? {
         let hash = key.hashValue
         if let slot = find(key, hash: hash) {
             slots[slot]!.value = value
@@ -57,10 +65,14 @@ public struct LRUTable<Key: Hashable, Value> {
             return nil
         }
         var evicted: (key: Key, value: Value)?
-        if live >= capacity, oldest >= 0 {
-            let victim = slots[Int(oldest)]!
-            remove(victim.key)
-            evicted = (victim.key, victim.value)
+        if live >= capacity, let victimKey = oldestKey(inGroup: group) {
+            let victim = remove(victimKey)!
+            evicted = (victimKey, victim)
+        }
+        while newest.count <= group {
+            newest.append(-1)
+            oldest.append(-1)
+            sizes.append(0)
         }
         // Grow the index before the new slot is filled, so the rehash does not place it too.
         if (live + 1) * 4 > buckets.count * 3 { growIndex() }
@@ -71,12 +83,20 @@ public struct LRUTable<Key: Hashable, Value> {
             slot = slots.count
             slots.append(nil)
         }
-        slots[slot] = Slot(key: key, value: value, hash: UInt32(truncatingIfNeeded: hash), newer: -1, older: newest)
-        if newest >= 0 { slots[Int(newest)]!.newer = Int32(slot) }
-        newest = Int32(slot)
-        if oldest < 0 { oldest = Int32(slot) }
+        slots[slot] = Slot(
+            key: key,
+            value: value,
+            hash: UInt32(truncatingIfNeeded: hash),
+            newer: -1,
+            older: newest[group],
+            group: Int32(group)
+        )
+        if newest[group] >= 0 { slots[Int(newest[group])]!.newer = Int32(slot) }
+        newest[group] = Int32(slot)
+        if oldest[group] < 0 { oldest[group] = Int32(slot) }
         insertIntoIndex(slot: slot, hash: hash)
         live += 1
+        sizes[group] += 1
         return evicted
     }
 
@@ -88,14 +108,32 @@ public struct LRUTable<Key: Hashable, Value> {
         removeFromIndex(bucket: bucket)
         unlink(slot)
         let value = slots[slot]!.value
+        sizes[Int(slots[slot]!.group)] -= 1
         slots[slot] = nil
         free.append(Int32(slot))
         live -= 1
         return value
     }
 
-    /// The least recently used key, if any.
-    public var oldestKey: Key? { oldest < 0 ? nil : slots[Int(oldest)]!.key }
+    /// The least recently used key of group 0, if any.
+    public var oldestKey: Key? { oldestKey(inGroup: 0) }
+
+    /// The least recently used key of `group`, if it has any.
+    public func oldestKey(inGroup group: Int) -> Key? {
+        guard group >= 0, group < oldest.count, oldest[group] >= 0 else { return nil }
+        return slots[Int(oldest[group])]!.key
+    }
+
+    /// The number of entries of `group`.
+    public func count(inGroup group: Int) -> Int { group >= 0 && group < sizes.count ? sizes[group] : 0 }
+
+    /// The group with the most entries (of those tied, `preferring` when it is one, else the
+    /// lowest); `nil` when the table is empty.
+    public func largestGroup(preferring preferred: Int? = nil) -> Int? {
+        guard let most = sizes.max(), most > 0 else { return nil }
+        if let preferred, count(inGroup: preferred) == most { return preferred }
+        return sizes.firstIndex(of: most)
+    }
 
     /// The slot holding `key`, if any: a position that stays the key's until it is removed.
     public func slot(of key: Key) -> Int? { find(key) }
@@ -118,32 +156,39 @@ public struct LRUTable<Key: Hashable, Value> {
         return body(&slots[slot]!.value)
     }
 
-    /// The slots in use, most recently used first.
+    /// The slots in use, group by group, most recently used first in each.
     public var slotsNewestFirst: [Int] {
         var result: [Int] = []
         result.reserveCapacity(live)
-        var slot = newest
-        while slot >= 0 {
-            result.append(Int(slot))
-            slot = slots[Int(slot)]!.older
+        for head in newest {
+            var slot = head
+            while slot >= 0 {
+                result.append(Int(slot))
+                slot = slots[Int(slot)]!.older
+            }
         }
         return result
     }
 
-    /// Calls `body` with every key, most recently used first.
+    /// Calls `body` with every key, group by group, most recently used first in each.
     public func forEachKey(_ body: (Key, Value) -> Void) {
-        var slot = newest
-        while slot >= 0 {
-            let entry = slots[Int(slot)]!
-            body(entry.key, entry.value)
-            slot = entry.older
+        for head in newest {
+            var slot = head
+            while slot >= 0 {
+                let entry = slots[Int(slot)]!
+                body(entry.key, entry.value)
+                slot = entry.older
+            }
         }
     }
 
-    /// The keys from least to most recently used (for tests and diagnostics).
-    public var keysOldestFirst: [Key] {
+    /// The keys of group 0 from least to most recently used (for tests and diagnostics).
+    public var keysOldestFirst: [Key] { keysOldestFirst(inGroup: 0) }
+
+    /// The keys of `group` from least to most recently used (for tests and diagnostics).
+    public func keysOldestFirst(inGroup group: Int) -> [Key] {
         var keys: [Key] = []
-        var slot = oldest
+        var slot = group < oldest.count ? oldest[group] : -1
         while slot >= 0 {
             keys.append(slots[Int(slot)]!.key)
             slot = slots[Int(slot)]!.newer
@@ -218,18 +263,20 @@ public struct LRUTable<Key: Hashable, Value> {
 
     private mutating func unlink(_ slot: Int) {
         let entry = slots[slot]!
-        if entry.newer >= 0 { slots[Int(entry.newer)]!.older = entry.older } else { newest = entry.older }
-        if entry.older >= 0 { slots[Int(entry.older)]!.newer = entry.newer } else { oldest = entry.newer }
+        let group = Int(entry.group)
+        if entry.newer >= 0 { slots[Int(entry.newer)]!.older = entry.older } else { newest[group] = entry.older }
+        if entry.older >= 0 { slots[Int(entry.older)]!.newer = entry.newer } else { oldest[group] = entry.newer }
     }
 
     private mutating func moveToNewest(_ slot: Int) {
-        guard Int32(slot) != newest else { return }
+        let group = Int(slots[slot]!.group)
+        guard Int32(slot) != newest[group] else { return }
         unlink(slot)
-        slots[slot]!.older = newest
+        slots[slot]!.older = newest[group]
         slots[slot]!.newer = -1
-        if newest >= 0 { slots[Int(newest)]!.newer = Int32(slot) }
-        newest = Int32(slot)
-        if oldest < 0 { oldest = Int32(slot) }
+        if newest[group] >= 0 { slots[Int(newest[group])]!.newer = Int32(slot) }
+        newest[group] = Int32(slot)
+        if oldest[group] < 0 { oldest[group] = Int32(slot) }
     }
 }
 

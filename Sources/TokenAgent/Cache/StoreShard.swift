@@ -15,12 +15,24 @@ struct StoreShard {
     var servedAfterFailure = 0
     /// Entries the scheduler looked at.
     var examined = 0
+    /// Entries evicted to stay within the store's bound.
+    var evictions = 0
+    /// Each kind's group in the table: its own use order, so eviction can pick a kind.
+    private var groups: [String: Int] = [:]
 
     init(runtime: EngineRuntime, budget: EntryBudget, expectedCount: Int, mirror: (any TokenMirror)? = nil) {
         self.runtime = runtime
         self.budget = budget
         self.mirror = mirror
         self.table = LRUTable(expectedCount: expectedCount)
+    }
+
+    /// The table group of `kind`, given the next number the first time it is seen.
+    private mutating func group(of kind: String) -> Int {
+        if let group = groups[kind] { return group }
+        let group = groups.count
+        groups[kind] = group
+        return group
     }
 
     // MARK: Requests
@@ -259,19 +271,23 @@ struct StoreShard {
     }
 
     /// Inserts or replaces `key`'s entry and schedules its next look. A new key past the store's
-    /// bound evicts this shard's least recently used entry.
+    /// bound evicts the least recently used entry of the kind holding the most entries in this
+    /// shard (its own kind when that is one of the largest): a kind flooded with new ids evicts
+    /// its own entries, never those of a kind holding fewer.
     mutating func store(_ key: EntryKey, _ entry: CacheEntry, now: MonotonicInstant) {
+        let group = self.group(of: key.kind)
         if table.slot(of: key) == nil, !budget.claim() {
-            // At the bound: this shard's least recently used entry makes room (an empty shard
-            // goes one over rather than evict from another shard under its lock).
-            if let victim = table.oldestKey {
+            // At the bound: the largest kind's least recently used entry makes room (an empty
+            // shard goes one over rather than evict from another shard under its lock).
+            if let largest = table.largestGroup(preferring: group), let victim = table.oldestKey(inGroup: largest) {
                 table.remove(victim)
+                evictions += 1
                 mirror?.tokenRemoved(kind: victim.kind, id: victim.tokenKey.id)
             } else {
                 budget.forceClaim()
             }
         }
-        table.set(key, entry, capacity: .max)
+        table.set(key, entry, capacity: .max, group: group)
         if let slot = table.slot(of: key) { schedule(slot: slot, at: nextCheck(entry, now: now)) }
     }
 

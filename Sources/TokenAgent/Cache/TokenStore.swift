@@ -139,6 +139,7 @@ final class TokenStore: Sendable {
                 stats.servedAfterFailure += shard.servedAfterFailure
                 stats.scheduled += shard.due.count
                 stats.examined += shard.examined
+                stats.evictions += shard.evictions
             }
         }
     }
