@@ -11,12 +11,16 @@ import TokenAgent
 ///    in force);
 /// 4. the withheld segments are offered again.
 ///
+/// A kind whose provider and rules both change is closed from step 2 until the engine has
+/// forgotten the old provider's tokens (then the final rules come into force): a peer the new rules
+/// let in never gets a token the old provider made under the old rules.
+///
 /// Replies still owed when the rules change are checked again as they are written
 /// (``RequestHandler``), so no step lets a token reach a peer the rules in force refuse.
 public enum Reconfiguration {
     /// A step of ``apply(rules:providers:policy:changedKinds:rulesChanged:engine:access:segments:after:)``.
     public enum Step: Sendable, CaseIterable {
-        case segmentsWithheld, rulesInForce, engineReconfigured, segmentsOffered
+        case segmentsWithheld, rulesInForce, engineReconfigured, changedKindsOpened, segmentsOffered
     }
 
     /// Applies a reload; `after` runs after each step (tests look between them).
@@ -33,10 +37,24 @@ public enum Reconfiguration {
     ) {
         segments?.reconfigure(kinds: Set(providers.keys), policy: policy, rulesChanged: rulesChanged)
         after(.segmentsWithheld)
-        access.update(rules)
+        let closing = changedKinds.intersection(rulesChanged)
+        if let kinds = rules.kinds, !closing.isEmpty {
+            access.update(
+                AccessRules(
+                    allow: rules.allow,
+                    admin: rules.admin,
+                    agentUID: rules.agentUID,
+                    kinds: Set(kinds).subtracting(closing)
+                )
+            )
+        } else {
+            access.update(rules)
+        }
         after(.rulesInForce)
         engine.reconfigure(providers: providers, policy: policy, changedKinds: changedKinds)
         after(.engineReconfigured)
+        if rules.kinds != nil, !closing.isEmpty { access.update(rules) }
+        after(.changedKindsOpened)
         segments?.offer(rulesChanged)
         after(.segmentsOffered)
     }

@@ -54,4 +54,29 @@ struct ReconfigurationTests {
         }
         #expect(looked.count == 3 * Reconfiguration.Step.allCases.count)
     }
+
+    @Test func aKindWhoseProviderAndRulesChangeIsClosedUntilTheOldTokensAreGone() async {
+        let engine = TokenEngine(providers: ["newk": Provider()])
+        let access = AccessControl(rules: rules(["newk"]))
+        _ = await engine.get(kind: "newk", id: "n-1")
+        let widened = AccessRules(allow: [:], admin: nil, agentUID: 4_000_000, kinds: ["newk"])
+        Reconfiguration.apply(
+            rules: widened,
+            providers: ["newk": Provider()],
+            policy: RefreshPolicy(),
+            changedKinds: ["newk"],
+            rulesChanged: ["newk"],
+            engine: engine,
+            access: access,
+            segments: nil
+        ) { step in
+            switch step {
+            case .segmentsWithheld, .rulesInForce, .engineReconfigured:
+                #expect(access.check(stranger, kind: "newk") != nil, "closed to the newly allowed after \(step)")
+            case .changedKindsOpened, .segmentsOffered:
+                #expect(access.check(stranger, kind: "newk") == nil, "open once the old tokens are gone")
+                #expect(engine.info(kind: "newk", id: "n-1") == .success(nil), "the old provider's token is gone")
+            }
+        }
+    }
 }

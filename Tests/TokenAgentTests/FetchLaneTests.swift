@@ -43,10 +43,14 @@ struct FetchLaneTests {
             limits: FetchLimits(concurrentPerKind: 2, queuedPerKind: 5)
         )
         var waiters: [Task<TokenEngine.Outcome, Never>] = []
-        for index in 0..<7 {
+        for index in 0..<2 {
             if let task = pending(engine, "custom", "flood-\(index)") { waiters.append(task) }
         }
         #expect(await eventually { slow.heldCount == 2 }, "two places at the slow provider")
+        for index in 2..<7 {
+            if let task = pending(engine, "custom", "flood-\(index)") { waiters.append(task) }
+        }
+        #expect(waiters.count == 7, "five wait for a place")
         #expect(failure(engine.lookup(kind: "custom", id: "flood-7", minValidity: nil)) == .busy(kind: "custom"))
         #expect(
             failure(engine.lookup(kind: "custom", id: "flood-8", minValidity: nil))?.description
@@ -126,6 +130,33 @@ struct FetchLaneTests {
         #expect(await eventually { engine.statistics().inFlight == 0 })
         // Fetch order: in-use (1), blocker (2), then the refresh (3) before the five first fetches.
         #expect(token(await engine.get(kind: "vehicle", id: "in-use")) == "tok-in-use-3")
+    }
+
+    @Test func aReportThatCannotStartItsReplacementDoesNotUseUpTheWindow() async {
+        let provider = ScriptedProvider(clock: clock)
+        let engine = engine(["vehicle": provider], limits: FetchLimits(concurrentPerKind: 1, queuedPerUID: 1))
+        let reported = token(await engine.get(kind: "vehicle", id: "k-1"))!
+        provider.hold()
+        _ = pending(engine, "vehicle", "blocker", uid: 7)
+        #expect(await eventually { provider.heldCount == 1 })
+        _ = pending(engine, "vehicle", "queued", uid: 7)
+        // uid 7 has its one queued first fetch: its report is busy, and uses up nothing.
+        let busy = engine.lookupRefresh(kind: "vehicle", id: "k-1", refusedToken: reported, requester: 7)
+        #expect(failure(busy) == .busyForUID(7))
+        guard
+            case .pending(let wait) = engine.lookupRefresh(
+                kind: "vehicle",
+                id: "k-1",
+                refusedToken: reported,
+                requester: 8
+            )
+        else {
+            Issue.record("another worker's report must start the replacement")
+            provider.release()
+            return
+        }
+        provider.release()
+        #expect(token(await wait()) != reported)
     }
 
     @Test func oneUIDCannotFillItsKindsQueue() async {

@@ -73,7 +73,7 @@ public struct AccessRules: Sendable, Hashable {
     }
 
     /// Per kind with rules, who may ask.
-    public var allow: [String: Principals]
+    public private(set) var allow: [String: Principals]
     /// Who may use the operator verbs; `nil` when they are open.
     public var admin: Principals?
     /// The agent's own uid (always allowed, like uid 0).

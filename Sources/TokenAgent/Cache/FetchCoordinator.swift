@@ -53,6 +53,8 @@ final class FetchCoordinator: Sendable {
         var lanes: [String: AsyncLimiter] = [:]
         /// Queued first fetches by the uid that started them.
         var queuedByOwner: [UInt32: Int] = [:]
+        /// Queued fetches by kind (counted here, under the lock, so a burst cannot pass the bound).
+        var queuedByKind: [String: Int] = [:]
         /// First fetches cancelled because every request waiting on them had gone.
         var abandoned = 0
         /// Providers retired by a reload, with the flights they still serve.
@@ -106,8 +108,10 @@ final class FetchCoordinator: Sendable {
         }
         return state.withLock { state in
             if let flight = join(key, in: &state) { return .success(flight) }
-            guard let lane = state.lanes[key.kind] else { return .failure(state.runtime.unknownKind(key.kind)) }
-            guard lane.waiting < limits.queuedPerKind else { return .failure(.busy(kind: key.kind)) }
+            guard state.lanes[key.kind] != nil else { return .failure(state.runtime.unknownKind(key.kind)) }
+            guard state.queuedByKind[key.kind, default: 0] < limits.queuedPerKind else {
+                return .failure(.busy(kind: key.kind))
+            }
             if let owner, state.queuedByOwner[owner, default: 0] >= limits.queuedPerUID {
                 return .failure(.busyForUID(owner))
             }
@@ -142,29 +146,40 @@ final class FetchCoordinator: Sendable {
                 return nil
             }
             state.flights[key] = nil
-            releaseOwner(of: record, in: &state)
+            releaseQueued(record, key: key, in: &state)
             state.abandoned += 1
             return record.flight.task
         }
         abandoned?.cancel()
     }
 
-    /// Gives back the place a queued first fetch took in its owner's bound.
-    private func releaseOwner(of record: InFlight, in state: inout State) {
-        guard record.queued, let owner = record.owner else { return }
+    /// Gives back the places a queued fetch took in its kind's and its owner's bounds.
+    private func releaseQueued(_ record: InFlight, key: TokenKey, in state: inout State) {
+        guard record.queued else { return }
+        let kindCount = state.queuedByKind[key.kind, default: 1] - 1
+        state.queuedByKind[key.kind] = kindCount > 0 ? kindCount : nil
+        guard let owner = record.owner else { return }
         let count = state.queuedByOwner[owner, default: 1] - 1
         state.queuedByOwner[owner] = count > 0 ? count : nil
     }
 
-    /// The flight of `key` numbered `number` got its place at the provider.
-    private func placed(_ key: TokenKey, number: UInt64) {
+    /// The flight of `key` numbered `number` got its place at the provider; `false` when it is
+    /// no longer the key's flight (dropped, or superseded by a reload): then it must not fetch.
+    private func placed(_ key: TokenKey, number: UInt64) -> Bool {
         state.withLock { state in
-            guard var record = state.flights[key], record.flight.number == number, record.queued else { return }
-            releaseOwner(of: record, in: &state)
+            guard var record = state.flights[key], record.flight.number == number else { return false }
+            guard record.queued else { return true }
+            releaseQueued(record, key: key, in: &state)
             record.queued = false
             record.owner = nil
             state.flights[key] = record
+            return true
         }
+    }
+
+    /// Whether the flight of `key` numbered `number` is still the key's.
+    private func isCurrent(_ key: TokenKey, number: UInt64) -> Bool {
+        state.withLock { $0.flights[key]?.flight.number == number }
     }
 
     /// Starts background refreshes of `keys` that have no fetch in flight; returns how many started.
@@ -192,7 +207,8 @@ final class FetchCoordinator: Sendable {
             do {
                 result = .success(
                     try await lane.withPlace(urgent: isRefresh) {
-                        placed(key, number: number)
+                        // Dropped while it waited (or between its place and this): no fetch.
+                        guard placed(key, number: number) else { throw CancellationError() }
                         let started = ContinuousClock.now
                         defer {
                             let elapsed = (ContinuousClock.now - started).components
@@ -216,6 +232,7 @@ final class FetchCoordinator: Sendable {
         }
         let flight = Flight(task: task, generation: generation, number: number)
         state.flights[key] = InFlight(flight: flight, waiters: isRefresh ? 0 : 1, isRefresh: isRefresh, owner: owner)
+        state.queuedByKind[key.kind, default: 0] += 1
         if let owner { state.queuedByOwner[owner, default: 0] += 1 }
         return flight
     }
@@ -227,6 +244,8 @@ final class FetchCoordinator: Sendable {
         number: UInt64,
         with result: Result<FetchedToken, ProviderError>
     ) throws -> FetchedToken {
+        // A flight dropped by its last waiter records nothing: no failure, no back-off for others.
+        guard isCurrent(key, number: number) else { throw SupersededFetch() }
         let now = clock.now
         let unixNow = clock.unixNow
         let recorded = store.record(key, generation: generation, result: result, now: now, unixNow: unixNow)
@@ -262,7 +281,7 @@ final class FetchCoordinator: Sendable {
     private func finish(_ key: TokenKey, number: UInt64) {
         state.withLock { state in
             guard let record = state.flights[key], record.flight.number == number else { return }
-            releaseOwner(of: record, in: &state)
+            releaseQueued(record, key: key, in: &state)
             state.flights[key] = nil
         }
     }
@@ -299,8 +318,11 @@ final class FetchCoordinator: Sendable {
             }
             let runtime = EngineRuntime(providers: providers, policy: policy, generations: generations)
             state.runtime = runtime
-            // A kind's lane stays while the kind does (its fetches in flight hold places in it).
-            for kind in state.lanes.keys where providers[kind] == nil { state.lanes[kind] = nil }
+            // A kind keeps its lane while its provider does; a new or changed provider gets a
+            // fresh one (the old provider's cancelled fetches may still hold places in the old).
+            for kind in state.lanes.keys where providers[kind] == nil || moved.contains(kind) {
+                state.lanes[kind] = nil
+            }
             for kind in providers.keys where state.lanes[kind] == nil {
                 state.lanes[kind] = AsyncLimiter(limit: limits.concurrentPerKind)
             }
@@ -310,7 +332,7 @@ final class FetchCoordinator: Sendable {
             var orphaned: [Task<FetchedToken, any Error>] = []
             for (key, record) in state.flights where moved.contains(key.kind) {
                 state.flights[key] = nil
-                releaseOwner(of: record, in: &state)
+                releaseQueued(record, key: key, in: &state)
                 record.flight.task.cancel()
                 orphaned.append(record.flight.task)
             }

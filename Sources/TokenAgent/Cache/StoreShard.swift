@@ -187,6 +187,15 @@ struct StoreShard {
         return nil
     }
 
+    /// See ``TokenStore/withdrawReport(_:refused:)``.
+    mutating func withdrawReport(_ key: EntryKey, refused: String) {
+        guard let slot = table.slot(of: key) else { return }
+        let mirror = self.mirror
+        table.update(slot: slot) { entry in
+            if Self.holds(entry, refused, key: key, mirror: mirror) { entry.reportedAt = .origin }
+        }
+    }
+
     /// The cached token of `key` if it can still be served (a GET whose fetch failed).
     mutating func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant) -> ServedToken? {
         guard let entry = table.peek(key), runtime.policy.isServable(remaining: entry.remaining(at: now)) else {

@@ -211,7 +211,10 @@ public final class TokenEngine: Sendable {
             let tokenKey = key.tokenKey
             switch fetches.flight(for: tokenKey, owner: requester) {
             case .success(let flight): return .wait(flight, tokenKey)
-            case .failure(let failure): return .ready(.failure(failure))
+            case .failure(let failure):
+                // A report whose replacement could not start has not used up its window.
+                if case .refresh(let refused?) = request { store.withdrawReport(key, refused: refused) }
+                return .ready(.failure(failure))
             }
         case .joinOrFail(let failure):
             let tokenKey = key.tokenKey
@@ -231,7 +234,7 @@ public final class TokenEngine: Sendable {
         requester: UInt32?
     ) async -> Outcome {
         var flight = flight
-        for _ in 0..<4 {
+        for round in 0..<4 {
             let waited = flight
             let result = await withTaskCancellationHandler {
                 await waited.task.result
@@ -242,6 +245,8 @@ public final class TokenEngine: Sendable {
                 error is FetchCoordinator.SupersededFetch || error is CancellationError,
                 fetches.generation(of: key.kind) != flight.generation
             {
+                // A request that has gone does not start the fetch again; nor does the last round.
+                guard !Task.isCancelled, round < 3 else { return .failure(.providerChanged) }
                 switch decide(EntryKey(kind: key.kind, id: key.id), request, requester: requester) {
                 case .served: preconditionFailure("decide(_:_:) returns a served token as ready")
                 case .ready(let outcome): return outcome

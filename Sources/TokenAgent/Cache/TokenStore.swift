@@ -56,6 +56,12 @@ final class TokenStore: Sendable {
         return shard(hashValue: hash).state.withLock { $0.decide(key, hash: hash, request, now: now, serve: serve) }
     }
 
+    /// Undoes a report's claim on its re-fetch guard window when its replacement fetch could not
+    /// start (`busy`), if the cached token is still the reported one.
+    func withdrawReport(_ key: EntryKey, refused: String) {
+        shard(key).state.withLock { $0.withdrawReport(key, refused: refused) }
+    }
+
     /// The cached token of `key` if it can still be served, counted as served after a failure.
     func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant) -> ServedToken? {
         shard(key).state.withLock { $0.servableAfterFailure(key, now: now) }

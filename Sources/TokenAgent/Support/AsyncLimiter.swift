@@ -71,6 +71,8 @@ public final class AsyncLimiter: Sendable {
     }
 
     private func acquire(urgent: Bool) async throws {
+        // A task cancelled before it asks takes no place, even a free one.
+        try Task.checkCancellation()
         let ticket = state.withLock { state -> UInt64? in
             if state.available > 0 {
                 state.available -= 1
