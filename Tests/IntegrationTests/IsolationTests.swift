@@ -218,7 +218,7 @@ struct IsolationTests {
         let flood = try InteractiveSocat(user: TestUsers.other, socket: agent.socketPath)
         defer { flood.stop() }
         try await flood.send((0..<1000).map { "GET trip t-\($0)" })
-        for _ in 0..<1000 {
+        for _ in 0..<3000 {
             if let stats = try? await agent.stats(), (stats["fetches"] ?? 0) >= 1001 { break }
             try await Task.sleep(for: .milliseconds(10))
         }
