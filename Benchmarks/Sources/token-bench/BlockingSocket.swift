@@ -18,6 +18,12 @@ final class BlockingSocket {
 
     deinit { close(fd) }
 
+    /// Writes `bytes` and reads nothing (requests whose replies are never read: a flood).
+    func send(_ bytes: [UInt8]) throws {
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        guard written == bytes.count else { throw BenchError("short write") }
+    }
+
     /// Writes `request` and reads until `complete` says the reply is whole; returns its length.
     @discardableResult
     func roundTrip(_ request: [UInt8], complete: (UnsafeRawBufferPointer) -> Bool) throws -> Int {

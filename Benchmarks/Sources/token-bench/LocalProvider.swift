@@ -4,7 +4,8 @@ import NIOHTTP1
 import NIOPosix
 
 /// A token provider on 127.0.0.1: `GET /token/<kind>/<id>` answers
-/// `{"token": <JWT-sized token>, "expires_in": 3600}` from memory, as fast as NIO can.
+/// `{"token": <JWT-sized token>, "expires_in": 3600}` from memory, as fast as NIO can; for kind
+/// `custom`, after ``slowKindDelay`` (a slow provider to flood).
 final class LocalProvider: Sendable {
     let port: Int
     private let channel: any Channel
@@ -28,6 +29,9 @@ final class LocalProvider: Sendable {
     }
 
     func url(kind: String) -> String { "http://127.0.0.1:\(port)/token/\(kind)/{id}" }
+
+    /// How long kind `custom` takes to answer.
+    static let slowKindDelay = TimeAmount.milliseconds(500)
 
     func stop() async { try? await channel.close() }
 
@@ -64,12 +68,23 @@ final class LocalProvider: Sendable {
                 let headers = HTTPHeaders([
                     ("Content-Type", "application/json"), ("Content-Length", "\(body.utf8.count)"),
                 ])
-                context.write(
-                    wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers))),
-                    promise: nil
-                )
-                context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: body)))), promise: nil)
-                context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+                let respond = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+                let reply = {
+                    let (handler, context) = respond.value
+                    context.write(
+                        handler.wrapOutboundOut(
+                            .head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers))
+                        ),
+                        promise: nil
+                    )
+                    context.write(handler.wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: body)))), promise: nil)
+                    context.writeAndFlush(handler.wrapOutboundOut(.end(nil)), promise: nil)
+                }
+                if kind == "custom" {
+                    context.eventLoop.assumeIsolated().scheduleTask(in: LocalProvider.slowKindDelay) { reply() }
+                } else {
+                    reply()
+                }
             }
         }
     }

@@ -40,8 +40,8 @@ if externalSocket.isEmpty {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: agentBinary)
     process.arguments = [
-        "serve", "--socket", socketPath, "--provider", "vehicle=\(provider.url(kind: "vehicle"))", "--log-level",
-        "warning",
+        "serve", "--socket", socketPath, "--provider", "vehicle=\(provider.url(kind: "vehicle"))", "--provider",
+        "custom=\(provider.url(kind: "custom"))", "--log-level", "warning",
     ]
     try process.run()
     agent = process
@@ -114,6 +114,44 @@ if !wanted("Redis GET, raw socket") {
     record(measured)
 } else {
     print("| Redis GET, raw socket | – | – | not installed | | |")
+}
+
+// 1b. Isolation: a GET of a new vehicle id (a fetch from the provider) while another kind is
+// flooded with 960 first fetches its provider answers in 500 ms, against the same GETs without
+// the flood, in this run. The flood's replies are never read; its connections stay open.
+if wanted("new vehicle id") {
+    let fetches = min(operations, 2000)
+    var serial = 0
+    let fetchSocket = try BlockingSocket(path: socketPath)
+    func freshGet() throws {
+        serial += 1
+        try fetchSocket.roundTrip(Array("GET vehicle fresh-\(serial)\n".utf8), complete: endsWithLF)
+    }
+    let quiet = try measureBlocking("agent GET, new vehicle id (a fetch)", operations: fetches, warmUp: 200) {
+        try freshGet()
+    }
+    record(quiet)
+    var flood: [BlockingSocket] = []
+    for connection in 0..<8 {
+        let socket = try BlockingSocket(path: socketPath)
+        try socket.send(Array((0..<120).map { "GET custom flood-\(connection)-\($0)\n" }.joined().utf8))
+        flood.append(socket)
+    }
+    try await Task.sleep(for: .milliseconds(200))
+    let flooded = try measureBlocking(
+        "agent GET, new vehicle id (a fetch), custom kind flooded",
+        operations: fetches,
+        warmUp: 200
+    ) { try freshGet() }
+    record(flooded)
+    print(
+        String(
+            format: "| flooded / quiet p99 | %.2fx (p50 %.2fx) | | | | |",
+            flooded.percentile(0.99) / quiet.percentile(0.99),
+            flooded.median / quiet.median
+        )
+    )
+    flood.removeAll()
 }
 
 // 2. What the client replaces, and the client.
