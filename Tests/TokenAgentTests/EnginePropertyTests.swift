@@ -127,7 +127,7 @@ final class ControlledProvider: TokenProvider, Sendable {
             case .jwt(let shape, let lifetime):
                 let claim = FleetEngineKinds.claimNames[key.kind]!
                 let payload = shape.payload(claim: claim, id: key.id, exp: clock.wallSeconds + lifetime, number: number)
-                let token = #"{"alg":"none"}"#.base64URL + "." + payload.base64URL + ".\(name)"
+                let token = makeRawJWT(payload: payload, header: #"{"alg":"none"}"#, signature: name)
                 fetched = Result {
                     try TokenAcceptance().accept(token: token, expiresAt: nil, for: key, now: clock.wallSeconds)
                 }.mapError { $0 as! ProviderError }
@@ -154,11 +154,6 @@ final class ControlledProvider: TokenProvider, Sendable {
         }
         return nil
     }
-}
-
-extension String {
-    /// The UTF-8 bytes as unpadded base64url.
-    fileprivate var base64URL: String { JWTClaims.base64URLEncode(Array(utf8)) }
 }
 
 /// Random schedules of requests, fetch outcomes, reloads and clock jumps against the real engine,

@@ -46,8 +46,7 @@ struct HostileReplyTests {
 
     private func jwt(exp: String, authorization: String = #"{"vehicleid":"v-1"}"#) -> String {
         let payload = #"{"exp":\#(exp),"authorization":\#(authorization)}"#
-        return JWTClaims.base64URLEncode(Array(#"{"alg":"RS256"}"#.utf8)) + "."
-            + JWTClaims.base64URLEncode(Array(payload.utf8)) + ".c2ln"
+        return makeRawJWT(payload: payload)
     }
 
     @Test func everyExpiryShapeAtTheEdgesIsRefusedOrBounded() {
@@ -178,9 +177,7 @@ struct HostileReplyTests {
         }
         // A claim given twice at the top level is as ambiguous.
         let payload = #"{"exp":1800000600,"authorization":{"vehicleid":"v-1"},"authorization":{"vehicleid":"*"}}"#
-        let twice =
-            JWTClaims.base64URLEncode(Array(#"{"alg":"RS256"}"#.utf8)) + "."
-            + JWTClaims.base64URLEncode(Array(payload.utf8)) + ".c2ln"
+        let twice = makeRawJWT(payload: payload)
         #expect(throws: ProviderError.self) { try acceptance.accept(token: twice, expiresAt: nil, for: key, now: now) }
     }
 
@@ -194,9 +191,7 @@ struct HostileReplyTests {
             #"{"exp":1800000600,"authorization":{"vehicleid":"*"}} trailing"#,
         ]
         for payload in payloads {
-            let token =
-                JWTClaims.base64URLEncode(Array(#"{"alg":"RS256"}"#.utf8)) + "."
-                + JWTClaims.base64URLEncode(Array(payload.utf8)) + ".c2ln"
+            let token = makeRawJWT(payload: payload)
             #expect(JWTClaims(token: token) == nil, "the strict reader does not read \(payload.prefix(60))")
             #expect(JWTClaims.looksLikeJWT(token))
             #expect(throws: ProviderError.self, "\(payload.prefix(60))") {

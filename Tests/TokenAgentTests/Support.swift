@@ -103,6 +103,13 @@ func makeJWT(_ claims: [String: Any]) -> String {
     return JWTClaims.base64URLEncode(header) + "." + JWTClaims.base64URLEncode(payload) + ".c2ln"
 }
 
+/// A JWT-shaped token whose payload is exactly `payload`, for what `makeJWT` cannot write (`1e400`,
+/// duplicate keys, a lone surrogate).
+func makeRawJWT(payload: String, header: String = #"{"alg":"RS256"}"#, signature: String = "c2ln") -> String {
+    JWTClaims.base64URLEncode(Array(header.utf8)) + "." + JWTClaims.base64URLEncode(Array(payload.utf8)) + "."
+        + signature
+}
+
 /// Waits until `condition` holds, yielding to other tasks, for at most `seconds` of real time.
 func eventually(seconds: Double = 30, _ condition: () -> Bool) async -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))

@@ -32,7 +32,7 @@ final class FetchCoordinator: Sendable {
         var isRefresh: Bool
         /// Still waiting for a place at the provider.
         var queued = true
-        /// The uid whose request started it (first fetches only), while it is queued.
+        /// The uid whose request started it (first fetches only); counts in its bound while queued.
         var owner: UInt32?
     }
 
@@ -171,7 +171,6 @@ final class FetchCoordinator: Sendable {
             guard record.queued else { return true }
             releaseQueued(record, key: key, in: &state)
             record.queued = false
-            record.owner = nil
             state.flights[key] = record
             return true
         }

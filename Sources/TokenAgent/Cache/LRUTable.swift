@@ -160,24 +160,24 @@ public struct LRUTable<Key: Hashable, Value> {
     public var slotsNewestFirst: [Int] {
         var result: [Int] = []
         result.reserveCapacity(live)
-        for head in newest {
-            var slot = head
-            while slot >= 0 {
-                result.append(Int(slot))
-                slot = slots[Int(slot)]!.older
-            }
-        }
+        forEachSlotNewestFirst { result.append($0) }
         return result
     }
 
     /// Calls `body` with every key, group by group, most recently used first in each.
     public func forEachKey(_ body: (Key, Value) -> Void) {
+        forEachSlotNewestFirst { slot in
+            let entry = slots[slot]!
+            body(entry.key, entry.value)
+        }
+    }
+
+    private func forEachSlotNewestFirst(_ body: (Int) -> Void) {
         for head in newest {
             var slot = head
             while slot >= 0 {
-                let entry = slots[Int(slot)]!
-                body(entry.key, entry.value)
-                slot = entry.older
+                body(Int(slot))
+                slot = slots[Int(slot)]!.older
             }
         }
     }

@@ -1,6 +1,5 @@
 import Logging
 import Synchronization
-import TokenWire
 
 /// The agent's engine: one cache entry per (kind, id), refresh ahead of expiry, one fetch per key
 /// however many ask (singleflight), back-off on provider failures, and a least-recently-used bound.
@@ -323,11 +322,7 @@ public final class TokenEngine: Sendable {
     /// served are cached as if fetched now. Returns how many were taken.
     @discardableResult
     public func importTokens(_ tokens: [CachedToken]) -> Int {
-        // An earlier version may have cached an id now refused (`*`, `.`, `..`): not taken.
-        let taken =
-            tokens.contains { TokenIdentifier.isReserved($0.id.utf8) }
-            ? tokens.filter { !TokenIdentifier.isReserved($0.id.utf8) } : tokens
-        return store.take(taken, now: clock.now, unixNow: clock.unixNow)
+        store.take(tokens, now: clock.now, unixNow: clock.unixNow)
     }
 
     /// Shuts the providers down (closes HTTP connections), those still retiring after a reload

@@ -1,4 +1,5 @@
 import Synchronization
+import TokenWire
 
 /// The cached entries, split into shards by key, each under its own lock: a request takes one
 /// shard's lock for one short, allocation-free decision, and the scheduler's pass takes each
@@ -174,11 +175,12 @@ final class TokenStore: Sendable {
         return tokens
     }
 
-    /// Caches `tokens` of configured kinds that can still be served, as if fetched at `now`.
+    /// Caches `tokens` of configured kinds that can still be served, as if fetched at `now`; an id
+    /// the wire refuses (`*`, `.`, `..`, which an earlier version may have cached) is not taken.
     /// Returns how many were taken.
     func take(_ tokens: [CachedToken], now: MonotonicInstant, unixNow: UnixTime) -> Int {
         var taken = 0
-        for cached in tokens {
+        for cached in tokens where !TokenIdentifier.isReserved(cached.id.utf8) {
             let key = EntryKey(kind: cached.kind, id: cached.id)
             let jitter = random()
             let took = shard(key).state.withLock { shard -> Bool in
