@@ -106,9 +106,10 @@ public struct LRUTable<Key: Hashable, Value> {
         guard let bucket = bucket(of: key, hash: key.hashValue) else { return nil }
         let slot = Int(buckets[bucket])
         removeFromIndex(bucket: bucket)
-        unlink(slot)
+        let links = links(of: slot)
+        unlink(slot, links)
         let value = slots[slot]!.value
-        sizes[Int(slots[slot]!.group)] -= 1
+        sizes[links.group] -= 1
         slots[slot] = nil
         free.append(Int32(slot))
         live -= 1
@@ -261,17 +262,23 @@ public struct LRUTable<Key: Hashable, Value> {
 
     // MARK: Use order
 
-    private mutating func unlink(_ slot: Int) {
+    /// Takes `slot` out of its group's list; `links` are its `(newer, older, group)`, read once by
+    /// the caller (reading a slot copies its key and value).
+    private mutating func unlink(_ slot: Int, _ links: (newer: Int32, older: Int32, group: Int)) {
+        if links.newer >= 0 { slots[Int(links.newer)]!.older = links.older } else { newest[links.group] = links.older }
+        if links.older >= 0 { slots[Int(links.older)]!.newer = links.newer } else { oldest[links.group] = links.newer }
+    }
+
+    private func links(of slot: Int) -> (newer: Int32, older: Int32, group: Int) {
         let entry = slots[slot]!
-        let group = Int(entry.group)
-        if entry.newer >= 0 { slots[Int(entry.newer)]!.older = entry.older } else { newest[group] = entry.older }
-        if entry.older >= 0 { slots[Int(entry.older)]!.newer = entry.newer } else { oldest[group] = entry.newer }
+        return (entry.newer, entry.older, Int(entry.group))
     }
 
     private mutating func moveToNewest(_ slot: Int) {
-        let group = Int(slots[slot]!.group)
+        let links = links(of: slot)
+        let group = links.group
         guard Int32(slot) != newest[group] else { return }
-        unlink(slot)
+        unlink(slot, links)
         slots[slot]!.older = newest[group]
         slots[slot]!.newer = -1
         if newest[group] >= 0 { slots[Int(newest[group])]!.newer = Int32(slot) }
