@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -31,6 +32,30 @@ int fsm_reopen_read_only(int fd) {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+int fsm_release_watch_open(void) { return inotify_init1(IN_NONBLOCK | IN_CLOEXEC); }
+
+int fsm_release_watch_add(int watch, int fd) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    // The file is unlinked from birth: its watch ends (IN_IGNORED, after IN_DELETE_SELF) when the
+    // kernel evicts it, which is when the last descriptor and mapping anywhere are gone.
+    return inotify_add_watch(watch, path, IN_DELETE_SELF);
+}
+
+int fsm_release_watch_read(int watch, int *released) {
+    // 256 events of at least sizeof(struct inotify_event) bytes: the names are empty here.
+    char buffer[256 * sizeof(struct inotify_event)] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t length = read(watch, buffer, sizeof buffer);
+    if (length < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    int count = 0;
+    for (char *at = buffer; at < buffer + length && count < 256;) {
+        const struct inotify_event *event = (const struct inotify_event *)at;
+        if (event->mask & IN_IGNORED) released[count++] = event->wd;
+        at += sizeof(struct inotify_event) + event->len;
+    }
+    return count;
 }
 
 ssize_t fsm_send_with_descriptor(int socket, const void *bytes, size_t length, int fd) {

@@ -77,7 +77,9 @@ public struct AgentStatus: Sendable {
         let stats = segments.statistics()
         return " shm_segments=\(stats.segments) shm_bytes=\(stats.bytes) shm_tokens=\(stats.slotsUsed)"
             + " shm_generations=\(stats.generations) shm_descriptors=\(stats.descriptors)"
-            + " shm_not_mirrored=\(stats.notMirrored) shm_held_outside=\(stats.heldOutside) touches=\(server.touchRequests)"
+            + " shm_not_mirrored=\(stats.notMirrored) shm_held_outside=\(stats.heldOutside)"
+            + " shm_mapped_bytes=\(stats.mappedBytes) shm_retired_mapped=\(stats.retiredMapped)"
+            + " touches=\(server.touchRequests)"
     }
 
     /// The agent's health now (walks the cache once: for status lines and metrics, not requests).

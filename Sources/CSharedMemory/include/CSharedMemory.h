@@ -27,6 +27,19 @@ int fsm_is_sealed_read_only(int seals);
 /// A new read-only descriptor of the file behind `fd` (re-opened through /proc/self/fd), or -1.
 int fsm_reopen_read_only(int fd);
 
+/// An inotify instance (non-blocking, close-on-exec) that tells when memory files are freed,
+/// or -1 with errno set.
+int fsm_release_watch_open(void);
+
+/// Watches the memory file behind `fd` (through /proc/self/fd): its watch number, which
+/// fsm_release_watch_read reports once no descriptor or mapping of the file is left in any process
+/// (the kernel freed its pages); -1 with errno set.
+int fsm_release_watch_add(int watch, int fd);
+
+/// Reads the watch numbers of files freed since the last call into `released` (at most 256 a
+/// call: pass room for 256). The count, 0 when there is none, -1 with errno set.
+int fsm_release_watch_read(int watch, int *released);
+
 /// Sends `length` bytes on a stream socket with `fd` attached as SCM_RIGHTS, without blocking
 /// and without SIGPIPE. The bytes sent (the descriptor rides with the first), or -1 with errno.
 ssize_t fsm_send_with_descriptor(int socket, const void *bytes, size_t length, int fd);

@@ -31,8 +31,9 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var rejectionMemory: Double = 5
     /// Whether workers may read tokens through shared-memory segments (docs/SHM.md).
     public var sharedMemory = true
-    /// The most bytes the shared-memory segments may take together (default 1 GiB).
-    public var sharedMemoryMaxBytes = 1 << 30
+    /// The most bytes the shared-memory segments may take together, retired generations a reader
+    /// still holds included (default 512 MiB).
+    public var sharedMemoryMaxBytes = 512 << 20
     /// The most cache entries.
     public var maxEntries = 100_000
     /// The most concurrent fetches to one kind's provider.

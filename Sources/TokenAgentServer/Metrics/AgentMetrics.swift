@@ -141,6 +141,8 @@ public final class AgentMetrics: Sendable {
                 counter("fleet_tokend_shm_descriptors_total", total: shared.descriptors)
                 counter("fleet_tokend_shm_not_mirrored_total", total: shared.notMirrored)
                 gauge("fleet_tokend_shm_held_outside", [], Double(shared.heldOutside))
+                gauge("fleet_tokend_shm_mapped_bytes", [], Double(shared.mappedBytes))
+                gauge("fleet_tokend_shm_retired_mapped", [], Double(shared.retiredMapped))
                 counter("fleet_tokend_touch_requests_total", total: status.server.touchRequests)
             }
             gauge("fleet_tokend_healthy", [], health.isDegraded ? 0 : 1)

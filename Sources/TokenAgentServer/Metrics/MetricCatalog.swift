@@ -167,6 +167,19 @@ public enum MetricCatalog {
             help: "Tokens of kinds a limit left without a segment for now, held privately until one is made."
         ),
         Entry(
+            name: "fleet_tokend_shm_mapped_bytes",
+            kind: .gauge,
+            labels: [],
+            help:
+                "Bytes of every segment generation that may still be mapped: current, and retired ones a reader holds."
+        ),
+        Entry(
+            name: "fleet_tokend_shm_retired_mapped",
+            kind: .gauge,
+            labels: [],
+            help: "Retired segment generations a reader still holds (descriptor or mapping)."
+        ),
+        Entry(
             name: "fleet_tokend_touch_requests_total",
             kind: .counter,
             labels: [],

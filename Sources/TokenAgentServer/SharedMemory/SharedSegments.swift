@@ -23,8 +23,10 @@ import TokenWire
 public final class SharedSegments: TokenMirror, Sendable {
     /// Limits on what the segments may cost.
     public struct Limits: Sendable {
-        /// The most bytes all current segments may take together.
-        public var maxTotalBytes = 1 << 30
+        /// The most bytes every generation that may still be mapped may take together: the
+        /// current segments and the retired ones a reader still holds. A kind's retired
+        /// generations still held may take at most half of it divided among the kinds.
+        public var maxTotalBytes = 512 << 20
         /// The most new generations of one kind in a minute (growth and rotation).
         public var maxGenerationsPerMinute = 60
         /// The window ``maxGenerationsPerMinute`` counts over, seconds (a minute; shorter in tests).
@@ -60,6 +62,11 @@ public final class SharedSegments: TokenMirror, Sendable {
         /// Tokens of kinds a limit left without a segment for now, kept privately until one can
         /// take them.
         public var heldOutside = 0
+        /// The bytes of every generation that may still be mapped: the current segments and the
+        /// retired ones a reader still holds.
+        public var mappedBytes = 0
+        /// Retired generations a reader still holds (a descriptor or a mapping).
+        public var retiredMapped = 0
     }
 
     private struct State {
@@ -77,6 +84,8 @@ public final class SharedSegments: TokenMirror, Sendable {
         /// id is its bytes), until a segment takes them again: the agent's only copy of them
         /// meanwhile.
         var orphans: [String: [[UInt8]: Orphan]] = [:]
+        /// Every generation made that may still be mapped, current or retired.
+        var mapped = MappedGenerations()
     }
 
     /// A token kept outside any segment.
@@ -221,6 +230,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     public func beat() {
         let now = fsm_boottime_ns()
         state.withLock { state in
+            state.mapped.collect()
             for writer in state.writers.values { writer.beat(now: now) }
             let rotation = UInt64(saturatingNanoseconds: limits.rotationInterval)
             for (kind, created) in state.createdAt where now &- created >= rotation {
@@ -243,19 +253,14 @@ public final class SharedSegments: TokenMirror, Sendable {
             state.policy = Self.segmentPolicy(policy)
             state.kinds = kinds
             for kind in Array(state.writers.keys) where !kinds.contains(kind) {
-                state.writers.removeValue(forKey: kind)?.retire()
+                if let writer = state.writers.removeValue(forKey: kind) { Self.retire(writer, &state) }
                 state.createdAt[kind] = nil
             }
             for kind in Array(state.orphans.keys) where !kinds.contains(kind) { state.orphans[kind] = nil }
             for writer in state.writers.values { writer.update(state.policy) }
             for kind in rulesChanged where state.writers[kind] != nil { replace(kind, &state, reason: "rules changed") }
-            for kind in kinds where state.writers[kind] == nil {
-                if state.orphans[kind] != nil {
-                    reopen(kind, &state)
-                } else {
-                    Self.open(kind, in: &state, limits: limits, logger: logger)
-                }
-            }
+            // New kinds, and kinds a limit left without a segment, under the limits like any other.
+            for kind in kinds where state.writers[kind] == nil { reopen(kind, &state) }
         }
     }
 
@@ -267,7 +272,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     /// Retires every segment (a clean stop): readers stop using them, and their tokens are wiped.
     public func retireAll() {
         state.withLock { state in
-            for writer in state.writers.values { writer.retire() }
+            for writer in state.writers.values { Self.retire(writer, &state) }
             state.writers = [:]
             state.createdAt = [:]
             state.orphans = [:]
@@ -283,11 +288,20 @@ public final class SharedSegments: TokenMirror, Sendable {
             statistics.bytes = state.writers.values.reduce(0) { $0 + $1.size }
             statistics.slotsUsed = state.writers.values.reduce(0) { $0 + $1.count }
             statistics.heldOutside = state.orphans.values.reduce(0) { $0 + $1.count }
+            state.mapped.collect()
+            statistics.mappedBytes = state.mapped.totalBytes
+            statistics.retiredMapped = state.mapped.retired.count
             return statistics
         }
     }
 
     // MARK: Generations
+
+    /// Retires `writer` (flagged and wiped): from now on only readers may hold it.
+    private static func retire(_ writer: SegmentWriter, _ state: inout State) {
+        writer.retire()
+        state.mapped.retire(kind: writer.kind, generation: writer.generation)
+    }
 
     private static func open(_ kind: String, in state: inout State, limits: Limits, logger: Logger) {
         do {
@@ -302,6 +316,10 @@ public final class SharedSegments: TokenMirror, Sendable {
             state.statistics.generations += 1
             state.writers[kind] = writer
             state.createdAt[kind] = fsm_boottime_ns()
+            state.mapped.add(
+                .init(kind: kind, generation: writer.generation, bytes: writer.size),
+                descriptor: writer.descriptor
+            )
         } catch {
             logger.error(
                 "no shared-memory segment for a kind",
@@ -343,7 +361,7 @@ public final class SharedSegments: TokenMirror, Sendable {
                     unixExpiry: unixExpiry
                 )
             }
-            current.retire()
+            Self.retire(current, &state)
             state.writers[kind] = nil
             state.createdAt[kind] = nil
         }
@@ -378,9 +396,17 @@ public final class SharedSegments: TokenMirror, Sendable {
         var recent = state.recentGenerations[kind, default: []].filter {
             now &- $0 < UInt64(saturatingNanoseconds: limits.generationWindow)
         }
-        let otherBytes = state.writers.values.reduce(0) { $0 + $1.size } - (current?.size ?? 0)
+        // Every generation that may still be mapped counts, the one this replaces included (a
+        // reader may keep it): the segments never take more than the limit. A kind's retired
+        // generations that readers keep may take only their share, so one kind's readers cannot
+        // use up the others' room.
+        state.mapped.collect()
         let newBytes = SegmentLayout.headerSize + slots * slotSize
-        guard recent.count < limits.maxGenerationsPerMinute, otherBytes + newBytes <= limits.maxTotalBytes else {
+        let retiredShare = limits.maxTotalBytes / (2 * max(1, state.kinds.count))
+        guard recent.count < limits.maxGenerationsPerMinute,
+            state.mapped.totalBytes + newBytes <= limits.maxTotalBytes,
+            state.mapped.retiredBytes(of: kind) <= retiredShare
+        else {
             // A kind without a segment is tried again every beat: it is warned about once, when it
             // lost its segment.
             if warn {
@@ -413,7 +439,7 @@ public final class SharedSegments: TokenMirror, Sendable {
         if let current {
             // Sized for every token of `current`: none is left out.
             current.copyTokens(into: writer)
-            current.retire()
+            Self.retire(current, &state)
         } else if let orphans = state.orphans[kind] {
             for (id, orphan) in orphans
             where orphan.token.withUnsafeBytes({
@@ -435,6 +461,10 @@ public final class SharedSegments: TokenMirror, Sendable {
         state.statistics.generations += 1
         state.writers[kind] = writer
         state.createdAt[kind] = now
+        state.mapped.add(
+            .init(kind: kind, generation: writer.generation, bytes: writer.size),
+            descriptor: writer.descriptor
+        )
         logger.debug(
             "shared-memory segment replaced",
             metadata: [
