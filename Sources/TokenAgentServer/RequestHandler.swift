@@ -8,8 +8,12 @@ import TokenWire
 struct QuiesceEvent: Sendable {}
 
 /// Serves one connection: parses each line, asks the engine, and writes exactly one reply per
-/// request in request order, however the answers arrive. Reads stop while too many replies are
-/// pending or the client does not read its replies (back-pressure instead of buffering).
+/// request in request order, however the answers arrive. Every buffer is bounded in bytes,
+/// whatever the peer does: past ``maxPending`` owed replies the lines already read wait as bytes
+/// (at most the reads made before reading paused) and reading stops; replies are encoded only
+/// while the channel is writable (under its high-water mark), so a peer that does not read its
+/// replies stops the connection instead of growing it, and is closed once it has stalled for the
+/// stall time-out.
 final class RequestHandler: ChannelDuplexHandler {
     typealias InboundIn = RequestFrame
     typealias OutboundIn = ByteBuffer
@@ -88,6 +92,14 @@ final class RequestHandler: ChannelDuplexHandler {
     /// The tasks waiting for fetches on this connection's behalf, by request sequence: cancelled
     /// when the connection closes, so a fetch nobody waits for any more can be dropped.
     private var waiting: [Int: Task<Void, Never>] = [:]
+    /// Lines read while no more requests could be taken, in order.
+    private var deferred = DeferredInput()
+    /// Inside ``writeReadyReplies(context:)``: a nested call only asks for another round.
+    private var pumping = false
+    private var pumpAgain = false
+    /// How long the peer may leave its replies unread (the channel unwritable) before it is closed.
+    private let stallTimeout: TimeAmount
+    private var stallTimer: Scheduled<Void>?
     /// The configured kind names and the engine's kinds version they were read at.
     private var kindNames: [(name: String, bytes: [UInt8])] = []
     private var kindNamesVersion = -1
@@ -98,7 +110,8 @@ final class RequestHandler: ChannelDuplexHandler {
         logger: Logger,
         admission: ServerStatistics.Admission = .admitted,
         peer: PeerCredentials? = nil,
-        requestTimeout: TimeAmount = .seconds(10)
+        requestTimeout: TimeAmount = .seconds(10),
+        stallTimeout: TimeAmount = .seconds(30)
     ) {
         self.engine = engine
         self.status = status
@@ -106,6 +119,7 @@ final class RequestHandler: ChannelDuplexHandler {
         self.admission = admission
         self.peer = peer
         self.requestTimeout = requestTimeout
+        self.stallTimeout = stallTimeout
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -129,7 +143,42 @@ final class RequestHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard acceptingRequests, !closed else { return }
-        switch unwrapInboundIn(data) {
+        let frame = unwrapInboundIn(data)
+        // Inside a read burst: replies wait for `channelReadComplete` to be written together.
+        // (Lines taken later, from `deferred`, come outside one and are written at once.)
+        if case .line = frame { reading = true }
+        if deferred.isEmpty, canTakeRequest(context: context) {
+            process(frame, context: context)
+        } else {
+            deferred.append(frame)
+        }
+        writeReadyReplies(context: context)
+    }
+
+    /// Takes the lines kept while no more requests could be, as far as the connection now can.
+    /// Whether it took any.
+    private func processDeferred(context: ChannelHandlerContext) -> Bool {
+        guard acceptingRequests, !closed else {
+            deferred.removeAll()
+            return false
+        }
+        var took = false
+        while acceptingRequests, !closed, canTakeRequest(context: context), let frame = deferred.next() {
+            process(frame, context: context)
+            took = true
+        }
+        return took
+    }
+
+    /// Whether another request may be taken now: fewer than ``maxPending`` replies owed, and the
+    /// output under the channel's high-water mark (a cached GET's reply is encoded at once).
+    private func canTakeRequest(context: ChannelHandlerContext) -> Bool {
+        if output.readableBytes >= Self.outputFlushBytes { flushOutput(context: context) }
+        return slots.count < Self.maxPending && context.channel.isWritable
+    }
+
+    private func process(_ frame: RequestFrame, context: ChannelHandlerContext) {
+        switch frame {
         case .partialLine:
             partialPending = true
             startPartialTimer(context: context)
@@ -141,7 +190,6 @@ final class RequestHandler: ChannelDuplexHandler {
         // Counted under `other`, like a line that timed out.
         case .line(let line):
             stopPartialTimer()
-            reading = true
             if !handleSimpleGet(line, context: context) {
                 switch RequestParser.parse(line.readableBytesView) {
                 case .failure(let error):
@@ -150,7 +198,6 @@ final class RequestHandler: ChannelDuplexHandler {
                 }
             }
         }
-        writeReadyReplies(context: context)
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -386,7 +433,7 @@ final class RequestHandler: ChannelDuplexHandler {
                 context.close(promise: nil)
                 return
             }
-            acceptingRequests = false
+            // No read follows the end of input; the lines read before it are still answered.
             writeReadyReplies(context: context)
         } else if event is QuiesceEvent {
             acceptingRequests = false
@@ -403,6 +450,9 @@ final class RequestHandler: ChannelDuplexHandler {
         for task in waiting.values { task.cancel() }
         waiting = [:]
         pausePartialTimer()
+        stallTimer?.cancel()
+        stallTimer = nil
+        deferred.removeAll()
         closeUnsentDescriptors()
         context.fireChannelInactive()
     }
@@ -417,7 +467,7 @@ final class RequestHandler: ChannelDuplexHandler {
     func read(context: ChannelHandlerContext) {
         if closed {
             context.read()  // lingering: keep draining what the client still sends
-        } else if slots.count >= Self.maxPending || !context.channel.isWritable {
+        } else if slots.count >= Self.maxPending || !deferred.isEmpty || !context.channel.isWritable {
             readHeld = true
             pausePartialTimer()
         } else {
@@ -426,19 +476,68 @@ final class RequestHandler: ChannelDuplexHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        resumeReadingIfPossible(context: context)
+        if context.channel.isWritable {
+            stallTimer?.cancel()
+            stallTimer = nil
+            writeReadyReplies(context: context)
+        } else {
+            startStallTimer(context: context)
+        }
         context.fireChannelWritabilityChanged()
+    }
+
+    /// Starts the clock on a peer that leaves its replies unread: once it runs out, the
+    /// connection is closed, and what it was owed with it.
+    private func startStallTimer(context: ChannelHandlerContext) {
+        guard stallTimer == nil else { return }
+        stallTimer = context.eventLoop.assumeIsolated().scheduleTask(in: stallTimeout) { [self] in
+            stallTimer = nil
+            guard !context.channel.isWritable else { return }
+            logger.info(
+                "closing a connection that does not read its replies",
+                metadata: [
+                    "peer_uid": "\(peer?.uid ?? UInt32.max)", "peer_pid": "\(peer?.pid ?? -1)",
+                    "stall_timeout_s": "\(stallTimeout.nanoseconds / 1_000_000_000)",
+                ]
+            )
+            closed = true
+            acceptingRequests = false
+            context.close(promise: nil)
+        }
     }
 
     private func append(_ slot: Slot) {
         slots.append(slot)
     }
 
-    /// Writes the replies at the head that are ready, in order; closes after QUIT, a too-long line,
-    /// or end of input once nothing is owed.
+    /// Writes the replies at the head that are ready, in order, and takes the lines kept for
+    /// later as far as it can; closes after QUIT, a too-long line, or end of input once nothing
+    /// is owed.
     func writeReadyReplies(context: ChannelHandlerContext) {
+        guard !pumping else {
+            pumpAgain = true
+            return
+        }
+        pumping = true
+        defer { pumping = false }
+        repeat {
+            pumpAgain = false
+            writeReadyRepliesOnce(context: context)
+            if processDeferred(context: context) { pumpAgain = true }
+        } while pumpAgain && !closed
+        guard !closed else { return }
+        if inputClosed || finishing, slots.isEmpty, deferred.isEmpty {
+            close(context: context)
+            return
+        }
+        resumeReadingIfPossible(context: context)
+    }
+
+    private func writeReadyRepliesOnce(context: ChannelHandlerContext) {
         guard !closed, !descriptors.sending else { return }
         while var head = slots.first, head.isReady {
+            // The output is bounded: while the peer leaves what it was sent unread, the rest waits.
+            if !context.channel.isWritable { break }
             if let offer = head.offer {
                 // Everything before it is written first; the rest waits for the descriptor.
                 sendDescriptor(offer, context: context)
@@ -485,13 +584,9 @@ final class RequestHandler: ChannelDuplexHandler {
                 close(context: context)
                 return
             }
+            if output.readableBytes >= Self.outputFlushBytes { flushOutput(context: context) }
         }
-        if !reading || output.readableBytes >= Self.outputFlushBytes { flushOutput(context: context) }
-        if inputClosed || finishing, slots.isEmpty {
-            close(context: context)
-            return
-        }
-        resumeReadingIfPossible(context: context)
+        if !reading { flushOutput(context: context) }
     }
 
     /// The result code a reply is counted under.
@@ -584,7 +679,9 @@ final class RequestHandler: ChannelDuplexHandler {
     }
 
     private func resumeReadingIfPossible(context: ChannelHandlerContext) {
-        guard readHeld, !closed, slots.count < Self.maxPending, context.channel.isWritable else { return }
+        guard readHeld, !closed, slots.count < Self.maxPending, deferred.isEmpty, context.channel.isWritable else {
+            return
+        }
         readHeld = false
         startPartialTimer(context: context)
         context.read()

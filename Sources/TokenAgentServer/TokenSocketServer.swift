@@ -27,6 +27,9 @@ public struct SocketServerConfiguration: Sendable {
     public var maxConnectionsPerUID = 0
     /// How long a partial request line may wait for its end while the agent reads.
     public var requestTimeout: TimeAmount = .seconds(10)
+    /// How long a client may leave its replies unread (the agent's output for it full) before
+    /// the connection is closed.
+    public var stallTimeout: TimeAmount = .seconds(30)
     /// How long a graceful shutdown waits for connections to finish their replies.
     public var drainTimeout: TimeAmount = .seconds(5)
 
@@ -125,10 +128,18 @@ public final class TokenSocketServer: Service, Sendable {
         let limit = configuration.maxConnections
         let perUIDLimit = configuration.maxConnectionsPerUID
         let requestTimeout = configuration.requestTimeout
+        let stallTimeout = configuration.stallTimeout
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: Self.backlog)
             .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
+            // Reads of at most 16 KiB, four a burst: what a connection reads before it must stop
+            // (its owed replies or unread output at their bounds) is at most 64 KiB.
+            .childChannelOption(
+                .recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: 16 * 1024)
+            )
+            .childChannelOption(.maxMessagesPerRead, value: 4)
             .childChannelInitializer { [self] channel in
                 PeerCredentialsReader.read(channel).flatMapThrowing { peer in
                     let admission = status.server.admit(limit: limit, uid: peer?.uid, perUIDLimit: perUIDLimit)
@@ -153,7 +164,8 @@ public final class TokenSocketServer: Service, Sendable {
                             logger: logger,
                             admission: admission,
                             peer: peer,
-                            requestTimeout: requestTimeout
+                            requestTimeout: requestTimeout,
+                            stallTimeout: stallTimeout
                         ),
                     ])
                 }

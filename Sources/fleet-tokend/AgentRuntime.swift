@@ -91,6 +91,7 @@ struct AgentRuntime {
         serverConfiguration.maxConnections = configuration.maxConnections
         serverConfiguration.maxConnectionsPerUID = configuration.maxConnectionsPerUID
         serverConfiguration.requestTimeout = .milliseconds(Int64(configuration.requestTimeout * 1000))
+        serverConfiguration.stallTimeout = .milliseconds(Int64(configuration.stallTimeout * 1000))
         serverConfiguration.mode = configuration.socketMode
         serverConfiguration.group = configuration.socketGroup
         serverConfiguration.adoptedDescriptors = listeners.map(\.descriptor)

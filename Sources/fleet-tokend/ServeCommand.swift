@@ -54,6 +54,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Seconds a partial request line may wait for its end (default 10).")
     var requestTimeout: Double?
 
+    @Option(help: "Seconds a client may leave its replies unread before it is disconnected (default 30).")
+    var stallTimeout: Double?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default info).")
     var logLevel: String?
 
@@ -167,6 +170,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let maxConnections { configuration.maxConnections = maxConnections }
         if let maxConnectionsPerUid { configuration.maxConnectionsPerUID = maxConnectionsPerUid }
         if let requestTimeout { configuration.requestTimeout = requestTimeout }
+        if let stallTimeout { configuration.stallTimeout = stallTimeout }
         if let logLevel { configuration.logLevel = logLevel }
         if let socketGroup { configuration.socketGroup = socketGroup }
         if let sharedMemory { configuration.sharedMemory = sharedMemory }

@@ -202,6 +202,16 @@ final class InteractiveSocat: @unchecked Sendable {
         try await offPool { try input.write(contentsOf: Data(lines.map { $0 + "\n" }.joined().utf8)) }
     }
 
+    /// Reads and drops every reply from now on, on a thread of its own: a client that reads what
+    /// it is sent (the agent stops taking requests from one that does not).
+    func discardReplies() {
+        let descriptor = output.fileHandleForReading.fileDescriptor
+        Thread.detachNewThread {
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while chunk.withUnsafeMutableBytes({ read(descriptor, $0.baseAddress, $0.count) }) > 0 {}
+        }
+    }
+
     /// Closes its input (socat then ends) and, should it still run, terminates it; never waits.
     func stop() {
         try? input.fileHandleForWriting.close()

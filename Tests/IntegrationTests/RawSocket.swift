@@ -68,6 +68,11 @@ final class RawSocket: @unchecked Sendable {
         return String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init)
     }
 
+    /// Ends the sending side (`shutdown(SHUT_WR)`): the agent sees the end of input.
+    func shutdownWrite() {
+        if fd >= 0 { _ = shutdown(fd, Int32(SHUT_WR)) }
+    }
+
     func close() {
         if fd >= 0 { _ = Glibc.close(fd) }
         fd = -1

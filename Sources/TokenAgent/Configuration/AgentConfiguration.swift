@@ -58,6 +58,9 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// Seconds a partial request line may wait for its end while the agent reads; then the
     /// connection gets `ERR bad-request request timed out` and is closed.
     public var requestTimeout: Double = 10
+    /// Seconds a client may leave its replies unread (the agent's output for it at its bound)
+    /// before the connection is closed.
+    public var stallTimeout: Double = 30
     /// The most connections one uid may hold at once; 0 for no per-uid limit.
     public var maxConnectionsPerUID = 0
     /// The log level: trace, debug, info, notice, warning, error, critical. Applied again on
@@ -180,6 +183,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         guard requestTimeout.isFinite, requestTimeout >= 0.1, requestTimeout <= 3600 else {
             throw ConfigurationError(key: "request_timeout", "must be seconds from 0.1 to 3600")
+        }
+        guard stallTimeout.isFinite, stallTimeout >= 0.1, stallTimeout <= 3600 else {
+            throw ConfigurationError(key: "stall_timeout", "must be seconds from 0.1 to 3600")
         }
         for kind in access.allow.keys.sorted() where !TokenIdentifier.isWellFormedKind(kind) {
             throw ConfigurationError(key: "allow.\(kind)", "kind names are 1 to 32 of a-z, 0-9 and -")

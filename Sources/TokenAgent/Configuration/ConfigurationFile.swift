@@ -22,6 +22,7 @@ public enum ConfigurationFile {
         var allow: [String: PrincipalListContents]?
         var admin: PrincipalListContents?
         var requestTimeout: Double?
+        var stallTimeout: Double?
         var maxConnectionsPerUid: Double?
         var refetchGuard: Double?
         var rejectionMemory: Double?
@@ -48,6 +49,7 @@ public enum ConfigurationFile {
             case logLevel = "log_level"
             case allow, admin
             case requestTimeout = "request_timeout"
+            case stallTimeout = "stall_timeout"
             case maxConnectionsPerUid = "max_connections_per_uid"
             case refetchGuard = "refetch_guard"
             case rejectionMemory = "rejection_memory"
@@ -184,6 +186,7 @@ public enum ConfigurationFile {
         if let value = contents.allow { configuration.access.allow = value.mapValues(\.list) }
         if let value = contents.admin { configuration.access.admin = value.list }
         if let value = contents.requestTimeout { configuration.requestTimeout = value }
+        if let value = contents.stallTimeout { configuration.stallTimeout = value }
         if let value = contents.refetchGuard { configuration.refetchGuard = value }
         if let value = contents.rejectionMemory { configuration.rejectionMemory = value }
         if let value = contents.sharedMemory { configuration.sharedMemory = value }
