@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -127,3 +128,5 @@ uint64_t fsm_socket_cookie(int fd) {
     if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &size) != 0) return 0;
     return cookie;
 }
+
+int fsm_return_free_memory(void) { return malloc_trim(0); }

@@ -1,3 +1,4 @@
+import CSharedMemory
 import Logging
 import NIOCore
 import NIOPosix
@@ -195,7 +196,25 @@ public final class TokenSocketServer: Service, Sendable {
         channel.closeFuture.whenComplete { [self] _ in
             status.server.release(uid: uid)
             connections.withLock { _ = $0.removeValue(forKey: id) }
+            giveMemoryBack(after: channel)
         }
+    }
+
+    /// Connections closed since the allocator was last asked to give freed memory back.
+    private let closedSinceTrim = Mutex(0)
+
+    /// Every 256 closed connections, asks the allocator (a second later, on the event loop the
+    /// last one used) to return the memory they freed to the system: glibc keeps freed memory in
+    /// its arenas otherwise, so a burst of connections that hit their bounds would leave the
+    /// agent that much larger for good.
+    private func giveMemoryBack(after channel: any Channel) {
+        let due = closedSinceTrim.withLock { closed -> Bool in
+            closed += 1
+            guard closed >= 256 else { return false }
+            closed = 0
+            return true
+        }
+        if due { channel.eventLoop.scheduleTask(in: .seconds(1)) { _ = fsm_return_free_memory() } }
     }
 
     private func drainConnections() async {

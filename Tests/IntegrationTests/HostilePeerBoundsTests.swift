@@ -35,11 +35,12 @@ struct HostilePeerBoundsTests {
             // The stuck connections are closed once they have made no progress for the stall
             // time-out; meanwhile, the agent's memory is sampled.
             var peak = before
-            let deadline = Date().addingTimeInterval(30)
+            // (A STATS may be slow on a loaded machine: one that times out is asked again.)
+            let deadline = Date().addingTimeInterval(60)
             var open = Int.max
             while Date() < deadline {
                 peak = max(peak, Self.residentBytes(agent.pid))
-                open = try await agent.stats()["connections"] ?? Int.max
+                open = (try? await agent.stats())?["connections"] ?? Int.max
                 if open <= 1 { break }
                 try await Task.sleep(for: .milliseconds(100))
             }

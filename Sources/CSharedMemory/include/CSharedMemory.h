@@ -57,4 +57,8 @@ uint64_t fsm_boottime_ns(void);
 /// `fd` is not a socket.
 uint64_t fsm_socket_cookie(int fd);
 
+/// Asks glibc's allocator to return the memory it holds free to the system (malloc_trim(0)):
+/// the agent calls it after many connections closed. 1 if memory was released, else 0.
+int fsm_return_free_memory(void);
+
 #endif

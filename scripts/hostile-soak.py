@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Hostile-peer soak: the agent's memory and a normal client's latency under 1,000 hostile
+connections. Run through scripts/hostile-soak; see docs/RELIABILITY.md ("Hostile peers").
+
+Phases: a quiet baseline (one normal client, pipelining nothing: one GET at a time over cached
+keys), then the same client while 1,000 hostile connections run: a third send METRICS until the
+socket is full, half-close and never read; a third pipeline GETs and never read; a third connect
+and sit idle. Hostile connections the agent closes are opened again at once. Prints one JSON
+report; exit status 0 when the agent's peak RSS stayed under --max-rss-mib and the normal
+client's p99 under load stayed within --max-p99-ratio of the baseline's.
+"""
+
+import argparse
+import json
+import os
+import resource
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class MemoryGroup:
+    """A memory cgroup of its own for the agent (v2 under /sys/fs/cgroup or /sys/fs/cgroup/unified
+    with the memory controller, else v1 under /sys/fs/cgroup/memory), so what the kernel charges
+    it (shared memory and socket buffers too) can be read; absent when neither can be made."""
+
+    def __init__(self, pid: int) -> None:
+        self.usage_path = None
+        name = f"ftd-hostile-{os.getpid()}"
+        for root, usage in (("/sys/fs/cgroup", "memory.current"), ("/sys/fs/cgroup/memory", "memory.usage_in_bytes")):
+            try:
+                if usage == "memory.current" and "memory" not in open(f"{root}/cgroup.controllers").read():
+                    continue
+                self.directory = os.path.join(root, name)
+                os.makedirs(self.directory, exist_ok=True)
+                with open(os.path.join(self.directory, "cgroup.procs"), "w") as procs:
+                    procs.write(str(pid))
+                self.usage_path = os.path.join(self.directory, usage)
+                return
+            except OSError:
+                continue
+
+    def usage(self) -> int:
+        if self.usage_path is None:
+            return 0
+        with open(self.usage_path) as usage:
+            return int(usage.read())
+
+    def remove(self) -> None:
+        if self.usage_path is not None:
+            try:
+                os.rmdir(self.directory)
+            except OSError:
+                pass
+
+
+def connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    sock.setblocking(False)
+    return sock
+
+
+class Hostile:
+    """One hostile connection of a given style, reopened whenever the agent closes it."""
+
+    METRICS = b"METRICS\n" * 2048
+    GETS = b"GET vehicle v-1\n" * 1024
+
+    def __init__(self, path: str, style: str) -> None:
+        self.path, self.style = path, style
+        self.reopened = 0
+        self.open()
+
+    def open(self) -> None:
+        self.sock = connect(self.path)
+        self.half_closed = False
+
+    def step(self) -> None:
+        """Sends what its style sends, without ever reading; reopens a closed connection."""
+        try:
+            if self.style == "half-closed" and not self.half_closed:
+                while True:
+                    if self.sock.send(self.METRICS) <= 0:
+                        break
+            elif self.style == "pipelining":
+                while True:
+                    if self.sock.send(self.GETS) <= 0:
+                        break
+        except BlockingIOError:
+            if self.style == "half-closed":
+                self.sock.shutdown(socket.SHUT_WR)
+                self.half_closed = True
+        except OSError:
+            self.reopen()
+            return
+        poller = select.poll()
+        poller.register(self.sock, select.POLLHUP | select.POLLERR)
+        if any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0)):
+            self.reopen()
+
+    def reopen(self) -> None:
+        self.sock.close()
+        self.reopened += 1
+        self.open()
+
+
+def normal_client(path: str, seconds: float, keys: int) -> list[float]:
+    """One GET at a time over `keys` cached keys for `seconds`: each reply's latency, seconds."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    reader = sock.makefile("rb")
+    latencies, index, end = [], 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        sock.sendall(f"GET vehicle n-{index % keys}\n".encode())
+        line = reader.readline()
+        latencies.append(time.perf_counter() - started)
+        if not line.startswith(b"OK "):
+            raise SystemExit(f"normal client got {line!r}")
+        index += 1
+    sock.close()
+    return latencies
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--baseline-seconds", type=float, default=20)
+    parser.add_argument("--hostile-seconds", type=float, default=90)
+    parser.add_argument("--max-rss-mib", type=float, default=256)
+    parser.add_argument("--max-p99-ratio", type=float, default=2.0)
+    args = parser.parse_args()
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    directory = tempfile.mkdtemp(prefix="ftd-hostile-")
+    path = os.path.join(directory, "agent.sock")
+    log = open(os.path.join(directory, "agent.log"), "wb")
+    agent = subprocess.Popen(
+        [args.binary, "serve", "--socket", path, "--max-connections", str(args.connections + 64)],
+        stdout=log, stderr=log,
+    )
+    try:
+        for _ in range(200):
+            if os.path.exists(path):
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)
+        group = MemoryGroup(agent.pid)
+        keys = 1000
+        normal_client(path, 5, keys)  # warm: every key cached
+        idle_rss = rss_bytes(agent.pid)
+        idle_charged = group.usage()
+        baseline = normal_client(path, args.baseline_seconds, keys)
+
+        styles = ["half-closed", "pipelining", "idle"]
+        hostiles = [Hostile(path, styles[index % 3]) for index in range(args.connections)]
+        stop = threading.Event()
+        peak = [idle_rss]
+        peak_charged = [idle_charged]
+
+        def drive() -> None:
+            while not stop.is_set():
+                for hostile in hostiles:
+                    hostile.step()
+                peak[0] = max(peak[0], rss_bytes(agent.pid))
+                peak_charged[0] = max(peak_charged[0], group.usage())
+                time.sleep(0.1)
+
+        driver = threading.Thread(target=drive, daemon=True)
+        driver.start()
+        time.sleep(2)  # every hostile connection at its bound
+        loaded = normal_client(path, args.hostile_seconds, keys)
+        stop.set()
+        driver.join()
+        peak[0] = max(peak[0], rss_bytes(agent.pid))
+        loaded_rss = rss_bytes(agent.pid)
+        for hostile in hostiles:
+            hostile.sock.close()
+        time.sleep(2)
+        after_rss = rss_bytes(agent.pid)
+        alive = agent.poll() is None
+
+        report = {
+            "connections": args.connections,
+            "hostile_seconds": args.hostile_seconds,
+            "rss_mib": {
+                "idle": round(idle_rss / 2**20, 1),
+                "peak": round(peak[0] / 2**20, 1),
+                "at_end_of_load": round(loaded_rss / 2**20, 1),
+                "after_close": round(after_rss / 2**20, 1),
+            },
+            "cgroup_charged_mib": {
+                "idle": round(idle_charged / 2**20, 1),
+                "peak": round(peak_charged[0] / 2**20, 1),
+            }
+            if group.usage_path
+            else None,
+            "reopened_by_style": {
+                style: sum(h.reopened for h in hostiles if h.style == style) for style in styles
+            },
+            "normal_client": {
+                "baseline_replies": len(baseline),
+                "baseline_p50_us": round(percentile(baseline, 0.5) * 1e6),
+                "baseline_p99_us": round(percentile(baseline, 0.99) * 1e6),
+                "loaded_replies": len(loaded),
+                "loaded_p50_us": round(percentile(loaded, 0.5) * 1e6),
+                "loaded_p99_us": round(percentile(loaded, 0.99) * 1e6),
+            },
+            "agent_alive": alive,
+        }
+        ratio = percentile(loaded, 0.99) / percentile(baseline, 0.99)
+        report["p99_ratio"] = round(ratio, 2)
+        report["pass"] = alive and peak[0] / 2**20 <= args.max_rss_mib and ratio <= args.max_p99_ratio
+        print(json.dumps(report, indent=2))
+        return 0 if report["pass"] else 1
+    finally:
+        agent.terminate()
+        agent.wait(timeout=20)
+        if "group" in locals():
+            group.remove()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
