@@ -9,8 +9,10 @@ import TokenWire
 #endif
 
 /// Setting the mode and group of the socket the agent bound: never through a symbolic link or on
-/// anything but that socket (issue 19: a swapped socket made a root-owned 0600 file 0666).
-@Suite("Socket file mode and group")
+/// anything but that socket (issue 19: a swapped socket made a root-owned 0600 file 0666). And the
+/// walk to the socket's directory (its ownership rules are tested against the real agent in
+/// SocketPathSafetyTests).
+@Suite("Socket path: mode, group and directory walk")
 struct SocketPathTests {
     private func makeDirectory() throws -> String {
         let path = "/tmp/ftd-sp-\(UUID().uuidString.prefix(8))"
@@ -106,5 +108,26 @@ struct SocketPathTests {
         #expect(foreign?.description.contains("is a socket owned by uid \(socketBefore.st_uid)") == true)
         #expect(status(file).st_mode & 0o7777 == 0o600)
         #expect(status(file).st_gid == socketBefore.st_gid)
+    }
+
+    @Test func directoryWalkRefusesLinkLoopsAndFilesOnTheWay() throws {
+        let directory = try makeDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        #expect(symlink(directory + "/b", directory + "/a") == 0)
+        #expect(symlink(directory + "/a", directory + "/b") == 0)
+        let loop = #expect(throws: SocketPath.Problem.self) { try SocketPath.prepare(directory + "/a/tokens.sock") }
+        #expect(loop?.description.contains("has too many levels of symbolic links") == true)
+
+        #expect(FileManager.default.createFile(atPath: directory + "/file", contents: Data()))
+        let file = #expect(throws: SocketPath.Problem.self) { try SocketPath.prepare(directory + "/file/tokens.sock") }
+        #expect(
+            file?.description
+                == "socket directory \(directory)/file is not a directory; refusing to use it"
+        )
+
+        // "..", "." and a missing directory on the way are resolved as the kernel would.
+        try SocketPath.prepare(directory + "/new/../other/./tokens.sock")
+        #expect(status(directory + "/new").st_mode & S_IFMT == S_IFDIR)
+        #expect(status(directory + "/other").st_mode & 0o7777 == 0o755)
     }
 }
