@@ -6,27 +6,29 @@ import TokenWire
 #endif
 
 /// Prepares a filesystem path for a listening Unix socket.
+///
+/// The socket's directory, and every directory above it, must be safe from other users (as
+/// OpenSSH checks its files): owned by root or the agent's own uid, and not writable by group or
+/// others. A directory above the socket's own may be writable by others when it has the sticky bit
+/// (as `/tmp`), since then no one else can rename or remove what the agent's uid or root owns in it.
+/// A symbolic link on the way must be owned by root or the agent's uid too.
 enum SocketPath {
     /// Why a socket path cannot be used.
     struct Problem: Error, CustomStringConvertible {
         var description: String
     }
 
-    /// Creates the parent directory, refuses a path that is not a socket or that another process
-    /// listens on, and removes a stale socket file.
-    static func prepare(_ path: String) throws {
-        let parent = (path as NSString).deletingLastPathComponent
-        if !parent.isEmpty {
-            do {
-                try FileManager.default.createDirectory(
-                    atPath: parent,
-                    withIntermediateDirectories: true,
-                    attributes: [.posixPermissions: 0o755]
-                )
-            } catch {
-                throw Problem(description: "cannot create directory \(parent)")
-            }
-        }
+    /// The mode of a directory the agent creates for its socket.
+    static let directoryMode: mode_t = 0o755
+
+    /// The most symbolic links followed in a socket directory's path, as the kernel's `ELOOP`.
+    static let maxSymbolicLinks = 40
+
+    /// Checks the socket's directory (creating it and any missing directory above it, mode 0755,
+    /// owned by the agent), refuses a path that is not a socket or that another process listens
+    /// on, and removes a stale socket file.
+    static func prepare(_ path: String, uid: uid_t = geteuid()) throws {
+        try secureDirectory(directory(of: path), uid: uid)
         var info = stat()
         guard lstat(path, &info) == 0 else { return }
         guard (info.st_mode & S_IFMT) == S_IFSOCK else {
@@ -40,11 +42,205 @@ enum SocketPath {
         }
     }
 
+    /// The directory the socket at `path` goes in: its parent, or `.` for a bare name.
+    static func directory(of path: String) -> String {
+        let parent = (path as NSString).deletingLastPathComponent
+        return parent.isEmpty ? "." : parent
+    }
+
+    /// Walks `directory` from `/` one component at a time, as the kernel resolves it, and refuses
+    /// it unless every directory on the way is safe (``checkOwner(_:_:of:uid:)``,
+    /// ``checkAncestorMode(_:_:of:)``) and the directory it ends at is not writable by group or
+    /// others (``checkSocketDirectoryMode(_:_:of:)``). A missing directory is created
+    /// (``createDirectory(_:socketDirectory:)``) once the one it goes in has been checked. A
+    /// symbolic link must be owned by root or `uid`; its target is walked the same way.
+    static func secureDirectory(_ directory: String, uid: uid_t = geteuid()) throws {
+        let absolute = directory.hasPrefix("/") ? directory : currentDirectory() + "/" + directory
+        var pending = components(of: absolute)
+        var resolved: [String] = []
+        var links = 0
+        var info = try status(of: "/", socketDirectory: directory)
+        try checkOwner(info, "/", of: directory, uid: uid)
+        try checkAncestorMode(info, "/", of: directory)
+        while !pending.isEmpty {
+            let name = pending.removeFirst()
+            if name == "." { continue }
+            if name == ".." {
+                _ = resolved.popLast()
+                continue
+            }
+            let candidate = "/" + (resolved + [name]).joined(separator: "/")
+            info = try statusCreatingDirectory(candidate, socketDirectory: directory)
+            try checkOwner(info, candidate, of: directory, uid: uid)
+            switch info.st_mode & S_IFMT {
+            case S_IFLNK:
+                links += 1
+                guard links <= maxSymbolicLinks else {
+                    throw refusal(directory, candidate, "has too many levels of symbolic links")
+                }
+                let target = try linkTarget(candidate, socketDirectory: directory)
+                if target.hasPrefix("/") { resolved = [] }
+                pending = components(of: target) + pending
+            case S_IFDIR:
+                try checkAncestorMode(info, candidate, of: directory)
+                resolved.append(name)
+            default:
+                throw refusal(directory, candidate, "is not a directory")
+            }
+        }
+        let final = "/" + resolved.joined(separator: "/")
+        try checkSocketDirectoryMode(try status(of: final, socketDirectory: directory), final, of: directory)
+    }
+
+    /// Refuses `path` (on the way to `socketDirectory`) unless root or `uid` owns it: whoever owns
+    /// a directory can replace what is in it, and whoever owns a link can point it elsewhere.
+    static func checkOwner(_ info: stat, _ path: String, of socketDirectory: String, uid: uid_t) throws {
+        guard info.st_uid != 0, info.st_uid != uid else { return }
+        let what = (info.st_mode & S_IFMT) == S_IFLNK ? "is a symbolic link owned by" : "is owned by"
+        throw refusal(socketDirectory, path, "\(what) uid \(info.st_uid) (\(allowedOwners(uid)))")
+    }
+
+    /// Refuses a directory above the socket's own that group or others may write, unless it has
+    /// the sticky bit (then only its owner, root and each entry's owner may rename or remove it).
+    static func checkAncestorMode(_ info: stat, _ path: String, of socketDirectory: String) throws {
+        guard info.st_mode & 0o022 != 0, info.st_mode & S_ISVTX == 0 else { return }
+        throw refusal(socketDirectory, path, "is writable by group or others (mode \(octal(info.st_mode)))")
+    }
+
+    /// Refuses the socket's own directory when group or others may write it, sticky bit or not:
+    /// they could take the socket's name before the agent binds it.
+    static func checkSocketDirectoryMode(_ info: stat, _ path: String, of socketDirectory: String) throws {
+        guard info.st_mode & 0o022 != 0 else { return }
+        throw refusal(socketDirectory, path, "is writable by group or others (mode \(octal(info.st_mode)))")
+    }
+
+    /// Creates the directory `path` (mode ``directoryMode``, owned by the agent), whose parent has
+    /// been checked. `mkdir` never follows a symbolic link; one that exists already (made by
+    /// someone else in the meantime) is left for the caller to check.
+    static func createDirectory(_ path: String, socketDirectory: String) throws {
+        guard mkdir(path, directoryMode) == 0 else {
+            if errno == EEXIST { return }
+            throw Problem(
+                description: "cannot create directory \(path) for socket directory \(socketDirectory): \(errorText())"
+            )
+        }
+        // The umask may have taken bits away: set exactly 0755 on the directory just made.
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw Problem(description: "cannot open directory \(path): \(errorText())") }
+        defer { close(fd) }
+        guard fchmod(fd, directoryMode) == 0 else {
+            throw Problem(description: "cannot set the mode of directory \(path): \(errorText())")
+        }
+    }
+
+    /// Gives the socket the agent just bound at `path` its `mode` and, when given, its `group`,
+    /// never following a symbolic link: `path` must be a socket owned by `uid` (the socket the
+    /// agent bound), else nothing is changed and a ``Problem`` is thrown. The mode is set at
+    /// creation by the umask around `bind`; it is set again (`fchmodat` with
+    /// `AT_SYMLINK_NOFOLLOW`) only when it differs, and the group with `fchownat` and
+    /// `AT_SYMLINK_NOFOLLOW`.
+    ///
+    /// - Returns: why the group could not be set (the agent is neither root nor a member of it),
+    ///   or `nil` when it was set or none was asked for.
+    static func setModeAndGroup(
+        of path: String,
+        mode: mode_t,
+        group: gid_t?,
+        uid: uid_t = geteuid()
+    ) throws -> String? {
+        let info = try checkBoundSocket(path, uid: uid)
+        if info.st_mode & 0o7777 != mode, fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW) != 0 {
+            throw Problem(description: "cannot set the mode of socket \(path): \(errorText())")
+        }
+        guard let group, info.st_gid != group else { return nil }
+        return fchownat(AT_FDCWD, path, uid_t.max, group, AT_SYMLINK_NOFOLLOW) == 0 ? nil : errorText()
+    }
+
+    /// The `lstat` of `path` when it is a socket owned by `uid`, the one the agent bound; else a
+    /// ``Problem`` saying what is there instead.
+    static func checkBoundSocket(_ path: String, uid: uid_t) throws -> stat {
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            throw Problem(description: "socket \(path) is gone after binding: \(errorText())")
+        }
+        let kind: String
+        switch info.st_mode & S_IFMT {
+        case S_IFSOCK:
+            guard info.st_uid != uid else { return info }
+            kind = "a socket owned by uid \(info.st_uid)"
+        case S_IFLNK: kind = "a symbolic link"
+        case S_IFREG: kind = "a regular file"
+        case S_IFDIR: kind = "a directory"
+        default: kind = "a file of another type"
+        }
+        throw Problem(
+            description: "\(path) is \(kind), not the socket the agent bound; refusing to set its mode or group"
+        )
+    }
+
     /// Whether a process accepts connections on the socket at `path`.
     static func isListening(_ path: String) -> Bool {
         let fd = UnixSocketAddress.connectStream(to: path)
         guard fd >= 0 else { return false }
         close(fd)
         return true
+    }
+
+    // MARK: - Helpers
+
+    /// The `lstat` of `path`, creating it as a directory first when it is missing.
+    private static func statusCreatingDirectory(_ path: String, socketDirectory: String) throws -> stat {
+        var info = stat()
+        if lstat(path, &info) == 0 { return info }
+        guard errno == ENOENT else {
+            throw refusal(socketDirectory, path, "cannot be examined (\(errorText()))")
+        }
+        try createDirectory(path, socketDirectory: socketDirectory)
+        return try status(of: path, socketDirectory: socketDirectory)
+    }
+
+    /// The `lstat` of `path`, which must exist.
+    private static func status(of path: String, socketDirectory: String) throws -> stat {
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            throw refusal(socketDirectory, path, "cannot be examined (\(errorText()))")
+        }
+        return info
+    }
+
+    /// What the symbolic link `path` points at.
+    private static func linkTarget(_ path: String, socketDirectory: String) throws -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink(path, &buffer, buffer.count - 1)
+        guard count > 0 else { throw refusal(socketDirectory, path, "cannot be read (\(errorText()))") }
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private static func components(of path: String) -> [String] {
+        path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+    }
+
+    private static func currentDirectory() -> String {
+        guard let cwd = getcwd(nil, 0) else { return "/" }
+        defer { free(cwd) }
+        return String(cString: cwd)
+    }
+
+    /// The problem for `socketDirectory`, naming `path` on its way when that is another path.
+    private static func refusal(_ socketDirectory: String, _ path: String, _ reason: String) -> Problem {
+        let subject = path == socketDirectory ? "" : ": \(path)"
+        return Problem(description: "socket directory \(socketDirectory)\(subject) \(reason); refusing to use it")
+    }
+
+    private static func allowedOwners(_ uid: uid_t) -> String {
+        uid == 0 ? "not root, the agent's uid" : "not root or the agent's uid \(uid)"
+    }
+
+    private static func octal(_ mode: mode_t) -> String {
+        "0" + String(mode & 0o7777, radix: 8)
+    }
+
+    private static func errorText() -> String {
+        String(cString: strerror(errno))
     }
 }

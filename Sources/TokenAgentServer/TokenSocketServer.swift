@@ -104,19 +104,27 @@ public final class TokenSocketServer: Service, Sendable {
             umask(previousMask)
             throw SocketPath.Problem(description: "cannot listen on \(path): \(error)")
         }
-        chmod(path, mode_t(configuration.mode))
+        var groupID: gid_t?
         if let group = configuration.group {
             guard let entry = getgrnam(group) else {
                 try? await channel.close()
                 unlink(path)
                 throw SocketPath.Problem(description: "socket group \(group) does not exist")
             }
-            if chown(path, uid_t.max, entry.pointee.gr_gid) != 0 {
+            groupID = entry.pointee.gr_gid
+        }
+        do {
+            let mode = mode_t(configuration.mode)
+            if let failure = try SocketPath.setModeAndGroup(of: path, mode: mode, group: groupID) {
                 logger.warning(
                     "cannot give the socket to its group",
-                    metadata: ["group": "\(group)", "error": "\(String(cString: strerror(errno)))"]
+                    metadata: ["group": "\(configuration.group ?? "")", "error": "\(failure)"]
                 )
             }
+        } catch {
+            // Whatever is at the path now is not the socket bound here: leave it alone.
+            try? await channel.close()
+            throw error
         }
         logger.info("listening", metadata: ["socket": "\(path)"])
         return [channel]

@@ -93,7 +93,12 @@ final class AgentProcess: @unchecked Sendable {
     static func makeTemporaryDirectory() throws -> URL {
         // Short paths: a Unix socket path must fit in 108 bytes.
         let url = URL(fileURLWithPath: "/tmp").appendingPathComponent("ftd-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        // 0755 whatever the umask: the agent refuses a socket directory others may write.
+        try FileManager.default.createDirectory(
+            at: url,
+            withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o755]
+        )
         return url
     }
 }
