@@ -36,7 +36,8 @@ struct GetCommand: AsyncParsableCommand {
             let token = try await client.token(.kind(kind, id), minimumValidity: minValidity.map(TimeInterval.init))
             print(token.jwt)
         } catch {
-            FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
+            // The error may hold the agent's text: escaped, like everything printed to a terminal.
+            FileHandle.standardError.write(Data("fleet-tokend: \(TerminalText.escaped(error.description))\n".utf8))
             throw ExitCode(Self.exitStatus(for: error))
         }
     }
