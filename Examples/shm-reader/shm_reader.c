@@ -6,6 +6,11 @@
 //   MISS                          it does not: ask the agent with GET
 //   UNUSABLE <reason>             retired, stale heartbeat, or damaged: ask for a new segment
 //
+// Nothing handed over is trusted: the descriptor is mapped only if the file is sealed against
+// writing, growing and shrinking and has the announced size, the header must name the kind asked
+// for, and a token is printed only when it is printable ASCII (so it cannot hold a line break) with
+// an expiry the agent could serve.
+//
 // A line "SEALCHECK" instead re-opens the descriptor read-write through /proc and reports what
 // pwrite, ftruncate and a writable mmap gave (all must fail with EPERM). "STRESS" and "FOLLOW"
 // are the test modes described at their functions.
@@ -35,6 +40,12 @@
 #define SLOT_HEADER 48
 #define PROBE_CAP 4096
 #define STALE_NS 3000000000ULL
+#define MAX_TOKEN 16384              /* the agent's longest token */
+#define MAX_LIFETIME_S 2592000LL     /* the agent keeps a token at most 30 days */
+#define EXPIRY_SLACK_S 86400LL       /* a day either side, for wall-clock steps */
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 
 enum { H_MAGIC, H_VERSION, H_GENERATION, H_FLAGS, H_HEARTBEAT, H_SEED0, H_SEED1, H_SLOTS, H_TABLE, H_SIZE,
        H_MAXPROBE, H_MINVALIDITY, H_FLOOR, H_IDLE, H_KINDLEN, H_KIND };
@@ -91,6 +102,30 @@ struct result {
 
 static uint64_t copy[2048];
 
+// Whether `length` bytes at `token` are a token the agent could serve: 1 to 16 KiB of printable
+// ASCII without spaces. Nothing else is ever printed as a token.
+static int is_servable_token(const char *token, size_t length) {
+    if (length == 0 || length > MAX_TOKEN) return 0;
+    for (size_t i = 0; i < length; i++)
+        if ((unsigned char)token[i] <= 0x20 || (unsigned char)token[i] >= 0x7F) return 0;
+    return 1;
+}
+
+// Prints `text` with every byte that is not printable ASCII as '?': the peer's words, never a line
+// or a terminal sequence of its own.
+static void print_escaped(FILE *out, const char *text) {
+    for (; *text; text++) fputc((unsigned char)*text >= 0x20 && (unsigned char)*text < 0x7F ? *text : '?', out);
+    fputc('\n', out);
+}
+
+// Whether the memory file behind `fd` can never change size or content again: sealed against
+// shrinking, growing and writing. A file its owner could still shrink would kill us with SIGBUS.
+static int is_sealed(int fd) {
+    int seals = fcntl(fd, F_GET_SEALS);
+    return seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW) &&
+           (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0;
+}
+
 // Looks `id` up in the mapped segment.
 static struct result lookup(const char *id, double min_validity) {
     struct result result = {.answer = MISS};
@@ -127,13 +162,18 @@ static struct result lookup(const char *id, double min_validity) {
             if (!candidate) break;
             if (!in_bounds || tokl == 0) return (struct result){UNUSABLE, "slot lengths out of bounds", 0, 0, 0};
             if (memcmp(copy, id, id_length) != 0) break;
+            const char *token = (const char *)copy + id_words * 8;
+            if (!is_servable_token(token, tokl)) return (struct result){UNUSABLE, "token is not printable ASCII", 0, 0, 0};
+            long long wall = (long long)time(NULL);
+            if (unix_expiry < wall - EXPIRY_SLACK_S || unix_expiry > wall + MAX_LIFETIME_S + EXPIRY_SLACK_S)
+                return (struct result){UNUSABLE, "token expiry out of range", 0, 0, 0};
             if (expiry <= now) return result;
             double remaining = (double)(expiry - now) / 1e9, life = (double)lifetime / 1e9;
             double dflt = (double)load(&segment[H_MINVALIDITY]) / 1e9, floor_s = (double)load(&segment[H_FLOOR]) / 1e9;
             double required = min_validity >= 0 ? min_validity : (dflt < life / 4 ? dflt : life / 4);
             if (required < floor_s) required = floor_s;
             if (remaining < required) return result;
-            return (struct result){HIT, NULL, (const char *)copy + id_words * 8, tokl, (long long)unix_expiry};
+            return (struct result){HIT, NULL, token, tokl, (long long)unix_expiry};
         }
     }
     return result;
@@ -181,17 +221,28 @@ static int map_segment(int sock, const char *kind, int announce) {
         ssize_t got = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
         if (got <= 0) return 69;
         struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-        if (header && header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS)
-            memcpy(&fd, CMSG_DATA(header), sizeof fd);
+        if (header && header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS) {
+            int received;
+            memcpy(&received, CMSG_DATA(header), sizeof received);
+            if (fd < 0) fd = received;
+            else close(received); /* one descriptor per reply: any other is closed */
+        }
         filled += (size_t)got;
         if (filled >= sizeof line - 1) break;
     }
     line[filled] = 0;
+    line[strcspn(line, "\r\n")] = 0;
     unsigned long long size = 0, generation = 0;
     int layout = 0;
     if (sscanf(line, "OK size=%llu layout=%d generation=%llu", &size, &layout, &generation) != 3 || fd < 0) {
-        fprintf(announce ? stdout : stderr, "NOSEGMENT %s", line);
+        fputs("NOSEGMENT ", announce ? stdout : stderr);
+        print_escaped(announce ? stdout : stderr, line);
         if (fd >= 0) close(fd);
+        return 77;
+    }
+    if (!is_sealed(fd)) {
+        fputs("NOSEGMENT not sealed against writing, growing and shrinking\n", announce ? stdout : stderr);
+        close(fd);
         return 77;
     }
     struct stat status;
@@ -209,6 +260,17 @@ static int map_segment(int sock, const char *kind, int announce) {
         slot_bytes % 8 != 0 || slot_bytes <= SLOT_HEADER || slot_bytes > 16384 ||
         HEADER_SIZE + slots * slot_bytes != size) {
         fputs("NOSEGMENT damaged header\n", announce ? stdout : stderr);
+        munmap((void *)mapped, size);
+        close(fd);
+        return 77;
+    }
+    // The kind's name, up to 32 bytes in four little-endian words, must be the kind asked for.
+    uint64_t kind_length = load(&mapped[H_KINDLEN]);
+    char header_kind[33] = {0};
+    for (uint64_t i = 0; i < kind_length && i < 32; i++)
+        header_kind[i] = (char)(load(&mapped[H_KIND + i / 8]) >> (8 * (i % 8)));
+    if (kind_length != strlen(kind) || kind_length > 32 || memcmp(header_kind, kind, kind_length) != 0) {
+        fprintf(announce ? stdout : stderr, "NOSEGMENT segment is not of kind %s\n", kind);
         munmap((void *)mapped, size);
         close(fd);
         return 77;

@@ -29,6 +29,11 @@ int fsm_seals(int fd) { return fcntl(fd, F_GET_SEALS); }
 
 int fsm_is_sealed_read_only(int seals) { return seals >= 0 && (seals & read_only_seals) == read_only_seals; }
 
+int fsm_is_sealed_against_change(int seals) {
+    return seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW) &&
+           (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0;
+}
+
 int fsm_reopen_read_only(int fd) {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);

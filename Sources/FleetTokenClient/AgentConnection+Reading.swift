@@ -15,7 +15,10 @@ extension AgentConnection {
         var replies: [ReceivedReply] = []
         while true {
             let problem = reader.readReplies(from: socket.fd, into: &replies)
-            guard let connection = weakConnection.connection else { break }
+            guard let connection = weakConnection.connection else {
+                for received in replies { if let descriptor = received.descriptor { close(descriptor) } }
+                break
+            }
             if !replies.isEmpty {
                 // Replies came, so the agent is being answered: send what waited for them first.
                 connection.writeQueued(scheduled: false)
@@ -23,10 +26,11 @@ extension AgentConnection {
                 replies.removeAll(keepingCapacity: true)
             }
             if let problem {
-                connection.fail(problem)
+                connection.fail(problem.reason, brokeProtocol: problem.brokeProtocol)
                 break
             }
         }
+        reader.closeDescriptors()
         socket.release()
     }
 
@@ -61,7 +65,7 @@ extension AgentConnection {
             if let descriptor = received.descriptor { close(descriptor) }
         }
         if unasked {
-            fail("a reply came with no request waiting")
+            fail("a reply came with no request waiting", brokeProtocol: true)
         } else if retiredAndIdle {
             fail("connection retired")
         }

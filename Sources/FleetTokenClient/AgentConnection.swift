@@ -124,8 +124,9 @@ final class AgentConnection: Sendable {
     }
 
     /// Closes the connection (shuts the socket down) and hands `reason` to every caller still
-    /// waiting.
-    func fail(_ reason: String) {
+    /// waiting: as ``ExchangeOutcome/invalidReply(_:)`` when the peer broke the protocol, else as
+    /// ``ExchangeOutcome/lost(_:)``.
+    func fail(_ reason: String, brokeProtocol: Bool = false) {
         open.store(false, ordering: .relaxed)
         let waiting = state.withLock { state -> [ReplyWaiter]? in
             guard !state.closed else { return nil }
@@ -136,7 +137,9 @@ final class AgentConnection: Sendable {
         guard let waiting else { return }
         shutdownSocket(fd)
         timer.source.cancel()
-        for continuation in waiting { continuation.resume(returning: .lost(reason)) }
+        for continuation in waiting {
+            continuation.resume(returning: brokeProtocol ? .invalidReply(reason) : .lost(reason))
+        }
     }
 
     // MARK: Time-outs

@@ -92,6 +92,9 @@ extension FleetTokenClient {
         case .lost(let reason):
             pool.discardClosed()
             return .retry(reason)
+        case .invalidReply(let reason):
+            pool.discardClosed()
+            return .failed(.invalidReply("\(reason) (socket \(socketPath))"))
         case .notSent:
             pool.discardClosed()
             return .sendElsewhere

@@ -276,6 +276,9 @@ public final class FleetTokenClient: Sendable {
 
     private func remember(_ subject: TokenSubject, _ reply: WireReply) throws(FleetTokenError) -> Token {
         guard case .token(let jwt, let expiresAt) = reply else { throw Self.unexpected(reply) }
+        // Whatever answers on the socket may not be the agent: only what the agent could serve is a token.
+        let now = Int64(Date().timeIntervalSince1970)
+        if let problem = WireToken.problem(token: jwt, expiresAt: expiresAt, now: now) { throw .invalidReply(problem) }
         let token = Token(jwt: jwt, expiresAt: Date(timeIntervalSince1970: TimeInterval(expiresAt)))
         // A kind read through shared memory needs no memo: the segment is always current.
         if configuration.memoization, !segments.isMapped(subject.kind) { memo.remember(token, for: subject) }

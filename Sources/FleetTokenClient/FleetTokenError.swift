@@ -17,6 +17,11 @@ public enum FleetTokenError: Error, Sendable, Hashable, CustomStringConvertible 
     case agentUnreachable(String)
     /// The agent did not answer within the call's time-out.
     case timedOut(String)
+    /// What answered on the socket broke the protocol: a reply line over
+    /// `WireLimits.maxReplyLineBytes`, an unreadable line, a token that is not 1 to 16 KiB of
+    /// printable ASCII, an expiry that is not within a day of now to 30 days ahead. Nothing of the
+    /// reply is used, and the call is not retried. The text never holds a token.
+    case invalidReply(String)
 
     /// The error for an `ERR` reply.
     init(_ error: WireError) {
@@ -33,7 +38,7 @@ public enum FleetTokenError: Error, Sendable, Hashable, CustomStringConvertible 
     public var message: String {
         switch self {
         case .denied(let text), .unavailable(let text), .rejected(let text), .badRequest(let text), .busy(let text),
-            .agentUnreachable(let text), .timedOut(let text):
+            .agentUnreachable(let text), .timedOut(let text), .invalidReply(let text):
             return text
         }
     }
@@ -47,6 +52,7 @@ public enum FleetTokenError: Error, Sendable, Hashable, CustomStringConvertible 
         case .busy: return "busy: \(message)"
         case .agentUnreachable: return "agent unreachable: \(message)"
         case .timedOut: return "timed out: \(message)"
+        case .invalidReply: return "invalid reply: \(message)"
         }
     }
 }

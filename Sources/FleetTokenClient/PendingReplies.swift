@@ -10,6 +10,9 @@ enum ExchangeOutcome: Sendable {
     /// The connection broke, was closed or retired before the reply came; the request may be
     /// retried on a new connection.
     case lost(String)
+    /// The peer broke the protocol (a reply line over the limit, an unreadable line): the
+    /// connection is closed, and the call fails without being retried.
+    case invalidReply(String)
     /// The call's time-out passed before its reply came.
     case timedOut
     /// The request was never written (the connection was closed or retired first): send it on

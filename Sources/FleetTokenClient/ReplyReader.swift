@@ -13,12 +13,24 @@ struct ReceivedReply {
     var descriptor: Int32?
 }
 
+/// Why a connection's reads ended.
+struct ReadFailure {
+    var reason: String
+    /// Whether the peer broke the protocol (a line over the limit, an unreadable line, a reply
+    /// nobody asked for): calls then fail with ``FleetTokenError/invalidReply(_:)`` and are not
+    /// retried. Otherwise the connection was lost (end of stream, a read error).
+    var brokeProtocol: Bool
+}
+
 /// The bytes read from a connection and not yet parsed: reads as much as the socket holds and
 /// parses every whole reply line of it in one pass.
 ///
-/// Only the connection's reader thread uses it, on a blocking socket. Reads take descriptors
+/// Only the connection's reader thread uses it, on a blocking socket. Every line is at most
+/// ``WireLimits/maxReplyLineBytes`` and a `METRICS` reply at most
+/// ``WireLimits/maxMetricsReplyBytes``, so the buffer never grows. Reads take descriptors
 /// (`SCM_RIGHTS`) too: the agent sends a segment's descriptor with the first byte of its `SHM`
-/// reply, so each one is given to the next `OK size=…` reply parsed.
+/// reply, so a descriptor is given to the next `OK size=…` reply parsed. At most one is held: one
+/// that came with bytes parsed into other replies, and any beyond the first of a read, are closed.
 struct ReplyReader {
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     private var filled = 0
@@ -30,42 +42,42 @@ struct ReplyReader {
 
     /// Reads what `fd` holds (waiting for something to arrive) and appends the replies of every
     /// whole line to `replies`. Returns why the connection is over (end of stream, a read error,
-    /// an unreadable reply), or `nil`.
-    mutating func readReplies(from fd: Int32, into replies: inout [ReceivedReply]) -> String? {
+    /// a reply that breaks the protocol), or `nil`.
+    mutating func readReplies(from fd: Int32, into replies: inout [ReceivedReply]) -> ReadFailure? {
         while true {
-            if filled == buffer.count { buffer.append(contentsOf: repeatElement(0, count: buffer.count)) }
             let room = buffer.count - filled
-            var received: (Int32, Int32, Int32, Int32) = (-1, -1, -1, -1)
+            var received: Int32 = -1
             var receivedCount: Int32 = 0
+            // One descriptor at most: the C side closes any more that came with the bytes.
             let count = buffer.withUnsafeMutableBytes { raw in
-                withUnsafeMutablePointer(to: &received) { fds in
-                    fds.withMemoryRebound(to: Int32.self, capacity: 4) {
-                        fsm_receive(fd, raw.baseAddress! + filled, room, $0, 4, &receivedCount)
-                    }
-                }
+                fsm_receive(fd, raw.baseAddress! + filled, room, &received, 1, &receivedCount)
             }
-            for index in 0..<Int(receivedCount) {
-                descriptors.append([received.0, received.1, received.2, received.3][index])
-            }
+            if receivedCount > 0 { descriptors.append(received) }
             if count > 0 {
                 filled += count
                 if let problem = parseLines(into: &replies) { return problem }
                 // A short read took all the socket held: hand these replies over first.
                 if count < room { return nil }
             } else if count == 0 {
-                return "the agent closed the connection"
+                return ReadFailure(reason: "the agent closed the connection", brokeProtocol: false)
             } else if errno == EINTR {
                 continue
             } else if errno == EAGAIN || errno == EWOULDBLOCK {
                 return nil
             } else {
-                return "read: \(String(cString: strerror(errno)))"
+                return ReadFailure(reason: "read: \(String(cString: strerror(errno)))", brokeProtocol: false)
             }
         }
     }
 
+    /// Closes the descriptors no reply took (the connection is over).
+    mutating func closeDescriptors() {
+        for descriptor in descriptors { close(descriptor) }
+        descriptors = []
+    }
+
     /// Parses every whole line in the buffer and keeps the partial one at its start.
-    private mutating func parseLines(into replies: inout [ReceivedReply]) -> String? {
+    private mutating func parseLines(into replies: inout [ReceivedReply]) -> ReadFailure? {
         let filled = self.filled
         var start = 0
         var descriptors = self.descriptors
@@ -79,12 +91,16 @@ struct ReplyReader {
             while start < filled, let newline = memchr(base + start, 0x0A, filled - start) {
                 let end = base.distance(to: newline.assumingMemoryBound(to: UInt8.self))
                 let line = UnsafeBufferPointer(rebasing: bytes[start..<end])
+                if Self.isTooLong(line.count, endsWithCR: line.last == 0x0D) { return Self.tooLong }
                 if metricsBody != nil || line.first == UInt8(ascii: "#") {
                     if line.elementsEqual("# EOF".utf8) {
                         replies.append(ReceivedReply(reply: .ok(String(decoding: metricsBody ?? [], as: UTF8.self))))
                         metricsBody = nil
                     } else {
                         if metricsBody == nil { metricsBody = [] }
+                        guard metricsBody!.count + line.count + 1 <= WireLimits.maxMetricsReplyBytes else {
+                            return "METRICS reply over \(WireLimits.maxMetricsReplyBytes) bytes"
+                        }
                         metricsBody!.append(contentsOf: line)
                         metricsBody!.append(0x0A)
                     }
@@ -101,6 +117,9 @@ struct ReplyReader {
                 replies.append(ReceivedReply(reply: reply, descriptor: descriptor))
                 start = end + 1
             }
+            // What is left is one partial line: a line that cannot end within the limit is refused now.
+            let partial = filled - start
+            if partial > 0, Self.isTooLong(partial, endsWithCR: bytes[filled - 1] == 0x0D) { return Self.tooLong }
             return nil
         }
         if start > 0 {
@@ -109,7 +128,19 @@ struct ReplyReader {
             }
             self.filled = filled - start
         }
-        return problem
+        // A descriptor rides with a reply's first byte. With every byte parsed, one no reply took
+        // came with a reply that carries none; a partial line can take only one.
+        let keep = self.filled > 0 ? 1 : 0
+        while descriptors.count > keep { close(descriptors.removeLast()) }
+        return problem.map { ReadFailure(reason: $0, brokeProtocol: true) }
+    }
+
+    private static let tooLong = "reply line over \(WireLimits.maxReplyLineBytes) bytes"
+
+    /// Whether a line of `count` bytes (without its LF) is over the limit; a CR before the LF is
+    /// not counted.
+    private static func isTooLong(_ count: Int, endsWithCR: Bool) -> Bool {
+        (endsWithCR ? count - 1 : count) > WireLimits.maxReplyLineBytes
     }
 
     /// The reply of one line (without its LF). `OK <token> <expires-at>` with a plain token and

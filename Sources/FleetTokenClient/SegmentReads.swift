@@ -118,6 +118,12 @@ final class SegmentReads: Sendable {
         if let reason = reader.unusableReason(now: now) { return unusable(reason, subject, reader) }
         switch reader.copy(id: subject.id) {
         case .found(let copy):
+            // The segment came from whatever answers on the socket: a token the agent could not
+            // have served is not used (nor kept), and the socket answers instead.
+            let wallNow = Int64(Date().timeIntervalSince1970)
+            guard WireToken.problem(token: copy.token, expiresAt: copy.unixExpiry, now: wallNow) == nil else {
+                return .socket
+            }
             let token = Token(jwt: copy.token, expiresAt: Date(timeIntervalSince1970: TimeInterval(copy.unixExpiry)))
             shard.store(
                 subject,

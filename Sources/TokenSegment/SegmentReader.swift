@@ -26,8 +26,13 @@ public final class SegmentReader: @unchecked Sendable {
     public static let tornReadRetries = 4
 
     /// Maps `descriptor` (which the caller keeps or closes) read-only and checks its header
-    /// against `expectedSize` and `kind`.
+    /// against `expectedSize` and `kind`. Before mapping anything, the file must be sealed against
+    /// writing, growing and shrinking (``fsm_is_sealed_against_change``) and be `expectedSize`
+    /// bytes: a file its owner could still shrink would kill the reader with SIGBUS.
     public init(descriptor: Int32, expectedSize: Int, kind: String) throws(SegmentError) {
+        guard fsm_is_sealed_against_change(fsm_seals(descriptor)) != 0 else {
+            throw SegmentError(describing: "segment is not sealed against writing, growing and shrinking")
+        }
         var status = stat()
         guard fstat(descriptor, &status) == 0 else { throw SegmentError("fstat") }
         guard expectedSize >= SegmentLayout.headerSize, Int(status.st_size) == expectedSize else {

@@ -2,6 +2,13 @@
 public enum WireLimits {
     /// The longest request line accepted, in bytes, not counting the LF.
     public static let maxRequestLineBytes = 4096
+    /// The longest reply line a reader accepts, in bytes, not counting the LF (nor a CR before
+    /// it): a token reply holds a token of up to ``WireToken/maxBytes`` and its expiry, and every
+    /// other reply line is far shorter. A longer line breaks the protocol.
+    public static let maxReplyLineBytes = 2 * WireToken.maxBytes
+    /// The most bytes a reader accepts in one `METRICS` reply, its lines and LFs counted: the
+    /// exposition of a few dozen kinds is tens of KiB.
+    public static let maxMetricsReplyBytes = 8 * 1024 * 1024
     /// The longest id, in Unicode scalars.
     public static let maxIDScalars = 64
     /// The longest kind name, in bytes.

@@ -7,7 +7,8 @@ struct GetCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "get",
         abstract: "Print a token from the running agent.",
-        discussion: "Exit status: 0 ok, 65 bad input, 69 unavailable or agent unreachable, 77 denied or rejected."
+        discussion:
+            "Exit status: 0 ok, 65 bad input or an invalid reply, 69 unavailable or agent unreachable, 77 denied or rejected."
     )
 
     @Argument(help: "Token kind (vehicle, trip, ...).")
@@ -35,7 +36,8 @@ struct GetCommand: AsyncParsableCommand {
             let token = try await client.token(.kind(kind, id), minimumValidity: minValidity.map(TimeInterval.init))
             print(token.jwt)
         } catch {
-            FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
+            // The error may hold the agent's text: escaped, like everything printed to a terminal.
+            FileHandle.standardError.write(Data("fleet-tokend: \(TerminalText.escaped(error.description))\n".utf8))
             throw ExitCode(Self.exitStatus(for: error))
         }
     }
@@ -43,7 +45,7 @@ struct GetCommand: AsyncParsableCommand {
     /// The sysexits-style status for each error.
     static func exitStatus(for error: FleetTokenError) -> Int32 {
         switch error {
-        case .badRequest: return 65  // EX_DATAERR
+        case .badRequest, .invalidReply: return 65  // EX_DATAERR
         case .denied, .rejected: return 77  // EX_NOPERM
         case .unavailable, .busy, .agentUnreachable, .timedOut: return 69  // EX_UNAVAILABLE
         }

@@ -90,9 +90,11 @@ private final class OldAgentHandler: ChannelInboundHandler {
             seen.append(line)
             let fields = line.split(separator: " ")
             let reply: String
+            // An hour ahead: clients take no expiry the agent could not serve (WireToken).
+            let expiresAt = Int64(Date().timeIntervalSince1970) + 3600
             switch (fields.first, fields.count) {
-            case ("GET", _): reply = "OK old-token 9999999999"
-            case ("REFRESH", 3): reply = "OK new-token 9999999999"
+            case ("GET", _): reply = "OK old-token \(expiresAt)"
+            case ("REFRESH", 3): reply = "OK new-token \(expiresAt)"
             case ("REFRESH", _): reply = "ERR bad-request usage: REFRESH <kind> <id>"  // the old parser
             default: reply = "ERR bad-request unknown verb; try HELP"
             }

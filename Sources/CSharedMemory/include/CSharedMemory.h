@@ -24,6 +24,12 @@ int fsm_seals(int fd);
 /// Whether `seals` (from fsm_seals) hold every seal fsm_seal_read_only adds.
 int fsm_is_sealed_read_only(int seals);
 
+/// Whether `seals` (from fsm_seals) keep a memory file from ever changing size or content through
+/// a new descriptor or mapping: F_SEAL_SHRINK, F_SEAL_GROW, and F_SEAL_WRITE or
+/// F_SEAL_FUTURE_WRITE. A reader maps nothing less: a file its owner can still shrink would kill
+/// the reader with SIGBUS.
+int fsm_is_sealed_against_change(int seals);
+
 /// A new read-only descriptor of the file behind `fd` (re-opened through /proc/self/fd), or -1.
 int fsm_reopen_read_only(int fd);
 

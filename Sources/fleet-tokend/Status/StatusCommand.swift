@@ -18,7 +18,7 @@ struct StatusCommand: ParsableCommand {
     @Flag(help: "Print one JSON object instead of text.")
     var json = false
 
-    @Option(help: "Seconds to wait for the agent's replies.")
+    @Option(help: "Seconds the whole exchange with the agent may take.")
     var timeout: Double = 5
 
     func run() throws {
@@ -36,6 +36,8 @@ struct StatusCommand: ParsableCommand {
             ping = try connection.readLine()
             stats = try connection.readLine()
             metrics = try connection.readMetrics()
+        } catch let error as AgentLineSocket.InvalidReply {
+            fail("invalid reply from the agent: \(error) (socket \(path))", status: 69)
         } catch {
             fail("agent unreachable: \(error) (socket \(path))", status: 69)
         }
@@ -64,8 +66,9 @@ struct StatusCommand: ParsableCommand {
         if report.degraded { throw ExitCode(1) }
     }
 
+    /// Writes `message` (which may hold the agent's text, so escaped) and exits with `status`.
     private func fail(_ message: String, status: Int32) -> Never {
-        FileHandle.standardError.write(Data("fleet-tokend: \(message)\n".utf8))
+        FileHandle.standardError.write(Data("fleet-tokend: \(TerminalText.escaped(message))\n".utf8))
         Foundation.exit(status)
     }
 }

@@ -117,31 +117,33 @@ struct StatusReport {
         return problems
     }
 
-    /// The report for a terminal, coloured when `colour` is set.
+    /// The report for a terminal, coloured when `colour` is set. Every text that came from the
+    /// agent (kinds, reasons) is escaped (``TerminalText``).
     func text(colour: Bool, now: Double) -> String {
+        let escaped = TerminalText.escaped
         func paint(_ text: String, _ code: String) -> String { colour ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text }
         var lines: [String] = []
         let state = degraded ? paint("degraded", "1;31") : paint("serving", "1;32")
         lines.append("fleet-tokend: \(state), up \(Self.duration(uptime))")
-        for problem in problems { lines.append("  " + paint("! " + problem, "31")) }
+        for problem in problems { lines.append("  " + paint("! " + escaped(problem), "31")) }
         let ratio = hitRatio.map { String(format: "%.1f%%", $0) } ?? "n/a"
         lines.append("cache:     \(entries) entries, hit ratio \(ratio) (\(hits) hits, \(misses) misses)")
         if let soonest {
             lines.append(
-                "expiry:    soonest token in use expires in \(Self.duration(Int(saturating: soonest.seconds))) (\(soonest.kind))"
+                "expiry:    soonest token in use expires in \(Self.duration(Int(saturating: soonest.seconds))) (\(escaped(soonest.kind)))"
             )
         } else {
             lines.append("expiry:    no token read within the idle time-out")
         }
         lines.append("providers:")
         for kind in kinds {
-            var text = "  \(kind.name.padding(toLength: 18, withPad: " ", startingAt: 0))"
+            var text = "  \(escaped(kind.name).padding(toLength: 18, withPad: " ", startingAt: 0))"
             text +=
                 kind.failingSeconds > 0
                 ? paint("failing \(Int(saturating: kind.failingSeconds)) s", "31") : paint("ok", "32")
             text += ", \(kind.entries) entries, \(kind.fetchErrors) fetch errors"
             if let at = kind.lastFailureAt, let reason = kind.lastFailureReason {
-                text += ", last error \(reason) \(Self.duration(Int(saturating: max(0, now - at)))) ago"
+                text += ", last error \(escaped(reason)) \(Self.duration(Int(saturating: max(0, now - at)))) ago"
             }
             lines.append(text)
         }

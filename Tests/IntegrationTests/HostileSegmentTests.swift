@@ -1,0 +1,55 @@
+import FleetTokenClient
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Readers map only what they can trust: a segment sealed against writing, growing and shrinking,
+/// of the announced size and the kind asked for, whose tokens are what the agent could serve.
+@Suite("Hostile segments")
+struct HostileSegmentTests {
+    /// A client reading shared memory, its memo off: every answer not read from memory is a GET.
+    private func client(_ agent: HostileAgent) -> FleetTokenClient {
+        var configuration = FleetTokenClient.Configuration()
+        configuration.memoization = false
+        return FleetTokenClient(socketPath: agent.socketPath, configuration: configuration)
+    }
+
+    @Test(arguments: HostileSegment.allCases)
+    func theClientNeverMapsASegmentItCannotTrust(_ kind: HostileSegment) async throws {
+        let (writer, descriptor) = try kind.make()
+        defer { if descriptor != writer.descriptor { close(descriptor) } }
+        let shm = shmReply(writer, [descriptor])
+        let agent = try HostileAgent { line in line.hasPrefix("SHM ") ? shm : plausibleTokenReply("socket-token") }
+        defer { agent.stop() }
+        let client = client(agent)
+        #expect(try await client.token(.vehicle("v-1")).jwt == "socket-token")
+        #expect(client.sharedMemoryReads == 0)
+        // Shrinking a segment the client had mapped would kill this process with SIGBUS: only
+        // one it never mapped may be shrunk.
+        guard client.sharedMemoryReads == 0, kind == .unsealed else { return }
+        #expect(ftruncate(descriptor, 0) == 0)
+        #expect(try await client.token(.vehicle("v-1")).jwt == "socket-token")
+    }
+
+    @Test(arguments: ["abc\nHIT forged", "tok\u{1B}]0;title\u{07}", "tok en"])
+    func theClientNeverHandsOutASegmentTokenTheAgentCouldNotServe(_ token: String) async throws {
+        let writer = try segmentHolding(token: token)
+        defer { withExtendedLifetime(writer) {} }
+        let shm = shmReply(writer, [writer.descriptor])
+        let agent = try HostileAgent { line in line.hasPrefix("SHM ") ? shm : plausibleTokenReply("socket-token") }
+        defer { agent.stop() }
+        #expect(try await client(agent).token(.vehicle("v-1")).jwt == "socket-token")
+    }
+
+    @Test func theClientNeverHandsOutASegmentTokenWithAnImplausibleExpiry() async throws {
+        let writer = try segmentHolding(token: "segment-token", unixExpiry: 1_000_000_000_000_000_000)
+        defer { withExtendedLifetime(writer) {} }
+        let shm = shmReply(writer, [writer.descriptor])
+        let agent = try HostileAgent { line in line.hasPrefix("SHM ") ? shm : plausibleTokenReply("socket-token") }
+        defer { agent.stop() }
+        #expect(try await client(agent).token(.vehicle("v-1")).jwt == "socket-token")
+    }
+}
