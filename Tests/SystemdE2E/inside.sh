@@ -120,6 +120,14 @@ if [[ "$open_kind" == OK\ * ]]; then pass "a kind without rules stays open to th
 other_uid=$(id -u e2e-other)
 check "the denial is logged with the peer's real uid and process" sh -c \
     "journalctl -u fleet-tokend.service -o verbose --no-pager | grep -q 'PEER_UID=$other_uid' && journalctl -u fleet-tokend.service -o verbose --no-pager | grep -q 'PEER_PROCESS=socat'"
+# The reload gave vehicle a new segment generation; nobody held the old one, so the kernel freed it
+# and told the agent (inotify, allowed by the unit's system-call filter).
+mapped=$(stat_field shm_mapped_bytes); current=$(stat_field shm_bytes); retired=$(stat_field shm_retired_mapped)
+if [ -n "$mapped" ] && [ "$mapped" = "$current" ] && [ "$retired" = 0 ]; then
+    pass "a retired segment nobody holds is counted as freed under the unit's sandbox"
+else
+    fail "retired segments counted" "mapped=$mapped current=$current retired=$retired"
+fi
 denied_count=$(stat_field denied)
 if [ "$denied_count" = 1 ]; then pass "STATS counts denied=1"; else fail "denied count" "$denied_count"; fi
 
