@@ -79,6 +79,29 @@ struct ProtocolDocsTests {
         expectSame(table.rows.compactMap { DocText.codeSpans($0[0]).first }, codes, "PROTOCOL.md error table")
     }
 
+    /// The parser's `bad-request` texts for each verb's wrong field counts (`usage: …`, `… takes no
+    /// arguments`) are in PROTOCOL.md's error table.
+    @Test func everyUsageTextIsInTheErrorTable() throws {
+        let text = try DocText.read("docs/PROTOCOL.md")
+        let section = try #require(DocText.section("Errors", in: text))
+        let table = try #require(DocText.tables(section).first { $0.header.first == "Code" })
+        let row = try #require(table.rows.first { DocText.codeSpans($0[0]).first == "bad-request" })
+        let texts = try #require(table.column("Texts")?[table.rows.firstIndex { $0 == row } ?? 0])
+        let spans = DocText.codeSpans(texts)
+        for verb in WireRequest.Verb.allCases {
+            for line in [verb.rawValue, verb.rawValue + " a b c d e f"] {
+                guard case .failure(let error) = RequestParser.parse(text: line), error.code == .badRequest else {
+                    continue
+                }
+                if error.message == "\(verb.rawValue) takes no arguments" {
+                    #expect(spans.contains("<VERB> takes no arguments") && spans.contains(verb.rawValue), "\(line)")
+                } else {
+                    #expect(spans.contains(error.message), "`\(error.message)` (to `\(line)`) is not in PROTOCOL.md")
+                }
+            }
+        }
+    }
+
     @Test func readmeProtocolTableAndErrorSentence() throws {
         let text = try DocText.read("README.md")
         let section = try #require(DocText.section("The protocol", in: text))
