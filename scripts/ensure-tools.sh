@@ -11,6 +11,7 @@ command -v swift >/dev/null 2>&1 || { echo "swift toolchain not found on PATH" >
 missing=()
 command -v socat >/dev/null 2>&1 || missing+=(socat)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v jq >/dev/null 2>&1 || missing+=(jq)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 [ -f /usr/include/systemd/sd-daemon.h ] || missing+=(libsystemd-dev)
 command -v systemd-socket-activate >/dev/null 2>&1 || missing+=(systemd)

@@ -33,10 +33,13 @@ public enum RequestParser {
         guard let verbField = fields.first else {
             return .failure(WireError(.badRequest, "empty request"))
         }
-        let verb = String(decoding: verbField.utf8.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }, as: UTF8.self)
+        let name = String(decoding: verbField.utf8.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }, as: UTF8.self)
+        guard let verb = WireRequest.Verb(rawValue: name) else {
+            return .failure(WireError(.badRequest, "unknown verb; try HELP"))
+        }
         let arguments = fields.dropFirst()
         switch verb {
-        case "GET":
+        case .get:
             guard arguments.count == 2 || arguments.count == 3 else {
                 return .failure(WireError(.badRequest, "usage: GET <kind> <id> [<min-validity-s>]"))
             }
@@ -59,7 +62,7 @@ public enum RequestParser {
                 minValidity = value
             }
             return .success(.get(kind: String(kind), id: String(id), minValiditySeconds: minValidity))
-        case "REFRESH":
+        case .refresh:
             guard arguments.count == 2 || arguments.count == 3 else {
                 return .failure(WireError(.badRequest, "usage: REFRESH <kind> <id> [<refused-token>]"))
             }
@@ -75,7 +78,7 @@ public enum RequestParser {
                 refused = String(token)
             }
             return .success(.refresh(kind: String(kind), id: String(id), refusedToken: refused))
-        case "DROP":
+        case .drop:
             guard arguments.count == 2 else {
                 return .failure(WireError(.badRequest, "usage: DROP <kind> <id>"))
             }
@@ -83,7 +86,7 @@ public enum RequestParser {
             let id = arguments[arguments.startIndex + 1]
             if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
             return .success(.drop(kind: String(kind), id: String(id)))
-        case "SHM":
+        case .shm:
             guard arguments.count == 1 else {
                 return .failure(WireError(.badRequest, "usage: SHM <kind>"))
             }
@@ -92,7 +95,7 @@ public enum RequestParser {
                 return .failure(WireError(.badKind, "kind must be 1 to 32 of a-z, 0-9 and -"))
             }
             return .success(.shm(kind: String(kind)))
-        case "TOUCH":
+        case .touch:
             guard arguments.count >= 2 else {
                 return .failure(WireError(.badRequest, "usage: TOUCH <kind> <id> [<id> ...]"))
             }
@@ -103,7 +106,7 @@ public enum RequestParser {
                 ids.append(String(id))
             }
             return .success(.touch(kind: String(kind), ids: ids))
-        case "INFO":
+        case .info:
             guard arguments.count == 2 else {
                 return .failure(WireError(.badRequest, "usage: INFO <kind> <id>"))
             }
@@ -111,19 +114,17 @@ public enum RequestParser {
             let id = arguments[arguments.startIndex + 1]
             if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
             return .success(.info(kind: String(kind), id: String(id)))
-        case "PING", "STATS", "METRICS", "HELP", "QUIT":
+        case .ping, .stats, .metrics, .help, .quit:
             guard arguments.isEmpty else {
-                return .failure(WireError(.badRequest, "\(verb) takes no arguments"))
+                return .failure(WireError(.badRequest, "\(verb.rawValue) takes no arguments"))
             }
             switch verb {
-            case "PING": return .success(.ping)
-            case "STATS": return .success(.stats)
-            case "METRICS": return .success(.metrics)
-            case "HELP": return .success(.help)
+            case .ping: return .success(.ping)
+            case .stats: return .success(.stats)
+            case .metrics: return .success(.metrics)
+            case .help: return .success(.help)
             default: return .success(.quit)
             }
-        default:
-            return .failure(WireError(.badRequest, "unknown verb; try HELP"))
         }
     }
 

@@ -26,10 +26,42 @@ public enum WireRequest: Sendable, Hashable {
     /// refreshing them. Never fetches; always answered `OK`.
     case touch(kind: String, ids: [String])
 
+    /// A verb of protocol v1, as written on the wire (upper case). ``RequestParser`` knows exactly
+    /// these: it looks a line's first field up here, so a verb missing from this list is an
+    /// unknown verb. Declared in the order `HELP` lists them.
+    public enum Verb: String, Sendable, CaseIterable, Hashable {
+        case get = "GET"
+        case refresh = "REFRESH"
+        case drop = "DROP"
+        case info = "INFO"
+        case ping = "PING"
+        case stats = "STATS"
+        case metrics = "METRICS"
+        case help = "HELP"
+        case quit = "QUIT"
+        case shm = "SHM"
+        case touch = "TOUCH"
+    }
+
     /// The verbs of protocol v1, in the order `HELP` lists them.
-    public static let verbs = [
-        "GET", "REFRESH", "DROP", "INFO", "PING", "STATS", "METRICS", "HELP", "QUIT", "SHM", "TOUCH",
-    ]
+    public static let verbs = Verb.allCases.map(\.rawValue)
+
+    /// This request's verb.
+    public var verb: Verb {
+        switch self {
+        case .get: return .get
+        case .refresh: return .refresh
+        case .drop: return .drop
+        case .info: return .info
+        case .ping: return .ping
+        case .stats: return .stats
+        case .metrics: return .metrics
+        case .help: return .help
+        case .quit: return .quit
+        case .shm: return .shm
+        case .touch: return .touch
+        }
+    }
 
     /// The request as one line, without the trailing LF (what a client writes).
     public var line: String {

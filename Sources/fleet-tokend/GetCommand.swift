@@ -8,7 +8,7 @@ struct GetCommand: AsyncParsableCommand {
         commandName: "get",
         abstract: "Print a token from the running agent.",
         discussion:
-            "Exit status: 0 ok, 65 bad input or an invalid reply, 69 unavailable or agent unreachable, 77 denied or rejected."
+            "Exit status: 0 ok, 65 bad input or an invalid reply, 69 unavailable, busy, agent unreachable or no reply in time, 77 denied or rejected."
     )
 
     @Argument(help: "Token kind (vehicle, trip, ...).")

@@ -39,7 +39,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Entries not read for this many seconds are not refreshed (default 600).")
     var idleTimeout: Double?
 
-    @Option(help: "Most cache entries; least recently used go first (default 100000).")
+    @Option(help: "Most cache entries, shared fairly between kinds; least recently used go first (default 100000).")
     var maxEntries: Int?
 
     @Option(help: "Most concurrent fetches to one kind's provider (default 16).")

@@ -102,6 +102,15 @@ public enum ConfigurationFile {
         }
     }
 
+    /// The keys the file accepts at the top level; any other is refused.
+    public static let topLevelKeys = Contents.CodingKeys.allCases.map(\.rawValue)
+
+    /// The keys each entry of `providers` accepts; any other is refused.
+    public static let providerKeys = ProviderSettings.CodingKeys.allCases.map(\.rawValue)
+
+    /// The keys `admin` and each entry of `allow` accept; any other is refused.
+    public static let principalListKeys = PrincipalListContents.CodingKeys.allCases.map(\.rawValue)
+
     /// Reads the file at `path` over `base` (the defaults). Throws ``ConfigurationError``.
     public static func load(path: String, over base: AgentConfiguration) throws -> AgentConfiguration {
         let data: Data
@@ -124,14 +133,14 @@ public enum ConfigurationFile {
         guard let top = object as? [String: Any] else {
             throw ConfigurationError(key: "config", "must be a JSON object")
         }
-        try refuseUnknownKeys(top, allowed: Contents.CodingKeys.allCases.map(\.rawValue), path: "")
+        try refuseUnknownKeys(top, allowed: topLevelKeys, path: "")
         for (path, value) in principalLists(top) {
             guard let list = value as? [String: Any] else {
                 throw ConfigurationError(key: path, "must be an object with users and groups")
             }
             try refuseUnknownKeys(
                 list,
-                allowed: PrincipalListContents.CodingKeys.allCases.map(\.rawValue),
+                allowed: principalListKeys,
                 path: path + "."
             )
         }
@@ -140,7 +149,7 @@ public enum ConfigurationFile {
                 guard let settings = settings as? [String: Any] else { continue }
                 try refuseUnknownKeys(
                     settings,
-                    allowed: ProviderSettings.CodingKeys.allCases.map(\.rawValue),
+                    allowed: providerKeys,
                     path: "providers.\(kind)."
                 )
             }

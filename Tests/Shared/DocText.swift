@@ -1,0 +1,187 @@
+import Foundation
+
+/// The repository's documents, read by the doc tests: Markdown sections, tables and fenced blocks,
+/// and the man page. Shared by several test targets (symbolic links to Tests/Shared).
+enum DocText {
+    /// The repository root: the first directory above this file holding `Package.swift` and
+    /// `Sources/TokenWire`.
+    static func root(_ file: String = #filePath) -> URL {
+        var directory = URL(fileURLWithPath: file).deletingLastPathComponent()
+        while directory.path != "/" {
+            let manifest = directory.appendingPathComponent("Package.swift").path
+            let wire = directory.appendingPathComponent("Sources/TokenWire").path
+            if FileManager.default.fileExists(atPath: manifest), FileManager.default.fileExists(atPath: wire) {
+                return directory
+            }
+            directory = directory.deletingLastPathComponent()
+        }
+        fatalError("no repository root above \(file)")
+    }
+
+    /// The text of `path`, relative to the repository root.
+    static func read(_ path: String) throws -> String {
+        try String(contentsOf: root().appendingPathComponent(path), encoding: .utf8)
+    }
+
+    /// A Markdown section: a heading and the lines up to the next heading of any level.
+    struct Section {
+        var level: Int
+        var title: String
+        /// 1-based line number of the heading in the document (0 for the text before any heading).
+        var line: Int
+        var lines: [String]
+    }
+
+    /// The document's sections, in order. `#` lines inside fenced code blocks are not headings.
+    static func sections(_ text: String) -> [Section] {
+        var sections = [Section(level: 0, title: "", line: 0, lines: [])]
+        var fence: String?
+        for (index, line) in text.components(separatedBy: "\n").enumerated() {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if let open = fence {
+                if trimmed.hasPrefix(open), trimmed.allSatisfy({ $0 == "`" || $0 == "~" }) { fence = nil }
+            } else if trimmed.hasPrefix("```") || trimmed.hasPrefix("~~~") {
+                fence = String(trimmed.prefix(while: { $0 == "`" || $0 == "~" }))
+            } else if line.hasPrefix("#") {
+                let level = line.prefix(while: { $0 == "#" }).count
+                let rest = line.dropFirst(level)
+                if level <= 6, rest.first == " " {
+                    sections.append(
+                        Section(
+                            level: level,
+                            title: rest.trimmingCharacters(in: .whitespaces),
+                            line: index + 1,
+                            lines: []
+                        )
+                    )
+                    continue
+                }
+            }
+            sections[sections.count - 1].lines.append(line)
+        }
+        return sections
+    }
+
+    /// The lines of the section titled `title` and of every section under it.
+    static func section(_ title: String, in text: String) -> [String]? {
+        let all = sections(text)
+        guard let start = all.firstIndex(where: { $0.title == title }) else { return nil }
+        var lines = all[start].lines
+        for section in all[(start + 1)...] {
+            if section.level <= all[start].level { break }
+            lines.append("#" + String(repeating: "#", count: section.level - 1) + " " + section.title)
+            lines += section.lines
+        }
+        return lines
+    }
+
+    /// A Markdown table: its header cells and its rows' cells, trimmed.
+    struct Table {
+        var header: [String]
+        var rows: [[String]]
+
+        /// The cells of the column headed `name`.
+        func column(_ name: String) -> [String]? {
+            guard let index = header.firstIndex(of: name) else { return nil }
+            return rows.map { index < $0.count ? $0[index] : "" }
+        }
+    }
+
+    /// The tables among `lines` (outside fenced code blocks). `\|` inside a cell is a literal bar.
+    static func tables(_ lines: [String]) -> [Table] {
+        var tables: [Table] = []
+        var current: [[String]] = []
+        var fenced = false
+        func flush() {
+            // A table is a header row, a delimiter row of dashes, then rows.
+            if current.count >= 2, current[1].allSatisfy({ !$0.isEmpty && $0.allSatisfy { "-:".contains($0) } }) {
+                tables.append(Table(header: current[0], rows: Array(current.dropFirst(2))))
+            }
+            current = []
+        }
+        for line in lines {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.hasPrefix("```") {
+                fenced.toggle()
+                flush()
+                continue
+            }
+            if !fenced, trimmed.hasPrefix("|") {
+                current.append(cells(trimmed))
+            } else {
+                flush()
+            }
+        }
+        flush()
+        return tables
+    }
+
+    private static func cells(_ row: String) -> [String] {
+        let bar = "\u{E000}"
+        var text = row.replacingOccurrences(of: "\\|", with: bar)
+        if text.hasPrefix("|") { text.removeFirst() }
+        if text.hasSuffix("|") { text.removeLast() }
+        return text.components(separatedBy: "|").map {
+            $0.replacingOccurrences(of: bar, with: "|").trimmingCharacters(in: .whitespaces)
+        }
+    }
+
+    /// The `code spans` of a piece of Markdown, in order.
+    static func codeSpans(_ text: String) -> [String] {
+        var spans: [String] = []
+        var rest = Substring(text)
+        while let open = rest.firstIndex(of: "`") {
+            let ticks = rest[open...].prefix(while: { $0 == "`" })
+            let after = rest[ticks.endIndex...]
+            guard let close = after.range(of: String(ticks)) else { break }
+            spans.append(after[..<close.lowerBound].trimmingCharacters(in: .whitespaces))
+            rest = after[close.upperBound...]
+        }
+        return spans
+    }
+
+    /// A fenced code block.
+    struct FencedBlock {
+        /// The info string's first word (`sh`, `console`, `json`, ...), or empty.
+        var language: String
+        /// 1-based line number of the opening fence.
+        var line: Int
+        var lines: [String]
+        /// The last non-blank line before the opening fence.
+        var before: String
+    }
+
+    /// The fenced code blocks of a Markdown document.
+    static func fencedBlocks(_ text: String) -> [FencedBlock] {
+        var blocks: [FencedBlock] = []
+        var open: (fence: String, block: FencedBlock)?
+        var lastText = ""
+        for (index, line) in text.components(separatedBy: "\n").enumerated() {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if var current = open {
+                if trimmed.hasPrefix(current.fence), trimmed.allSatisfy({ $0 == current.fence.first }) {
+                    blocks.append(current.block)
+                    open = nil
+                    lastText = trimmed
+                } else {
+                    current.block.lines.append(line)
+                    open = current
+                }
+            } else if trimmed.hasPrefix("```") || trimmed.hasPrefix("~~~") {
+                let fence = String(trimmed.prefix(while: { $0 == trimmed.first }))
+                let info = trimmed.dropFirst(fence.count).split(separator: " ").first.map(String.init) ?? ""
+                open = (fence, FencedBlock(language: info, line: index + 1, lines: [], before: lastText))
+            } else if !trimmed.isEmpty {
+                lastText = trimmed
+            }
+        }
+        return blocks
+    }
+
+    /// Backslash escapes of roff undone (`\-` to `-`, `\\` to `\`), for reading the man page.
+    static func unroff(_ text: String) -> String {
+        text.replacingOccurrences(of: "\\-", with: "-").replacingOccurrences(of: "\\\\", with: "\\")
+            .replacingOccurrences(of: "\\fB", with: "").replacingOccurrences(of: "\\fI", with: "")
+            .replacingOccurrences(of: "\\fR", with: "").replacingOccurrences(of: "\\fP", with: "")
+    }
+}

@@ -1,0 +1,139 @@
+import Foundation
+import Testing
+import TokenAgent
+
+/// docs/CONFIG.md and the example configs against the keys the configuration parser accepts
+/// (`ConfigurationFile`'s lists, derived from its coding keys): every key table both ways, the
+/// reload table, every JSON snippet, and the example that claims to show every key.
+@Suite("Config docs")
+struct ConfigDocsTests {
+    /// The section of CONFIG.md that holds each key table, and the keys the parser accepts there.
+    /// A key table (first column headed `Key`) in any other section fails: map it here.
+    private static let keyTables: [String: [String]] = [
+        "Top-level keys": ConfigurationFile.topLevelKeys,
+        "Provider keys": ConfigurationFile.providerKeys,
+        "Access rules": ConfigurationFile.principalListKeys,
+    ]
+
+    private let config: String
+
+    init() throws {
+        config = try DocText.read("docs/CONFIG.md")
+    }
+
+    /// `expected` once each, in any order, and nothing else.
+    private func expectSame(
+        _ found: [String],
+        _ expected: [String],
+        _ what: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let duplicates = Dictionary(grouping: found, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted()
+        #expect(duplicates.isEmpty, "\(what): listed twice: \(duplicates)", sourceLocation: sourceLocation)
+        let missing = Set(expected).subtracting(found).sorted()
+        let unknown = Set(found).subtracting(expected).sorted()
+        #expect(
+            missing.isEmpty,
+            "\(what): the parser accepts \(missing), not documented",
+            sourceLocation: sourceLocation
+        )
+        #expect(unknown.isEmpty, "\(what): documented \(unknown), the parser refuses", sourceLocation: sourceLocation)
+    }
+
+    @Test func everyKeyTableMatchesTheParser() throws {
+        var seen: [String: Int] = [:]
+        for section in DocText.sections(config) {
+            for table in DocText.tables(section.lines) where table.header.first == "Key" {
+                guard let accepted = Self.keyTables[section.title] else {
+                    Issue.record("CONFIG.md: a key table under '\(section.title)' that this test does not check")
+                    continue
+                }
+                seen[section.title, default: 0] += 1
+                let keys = table.rows.map { DocText.codeSpans($0[0]).first ?? $0[0] }
+                expectSame(keys, accepted, "CONFIG.md '\(section.title)' table")
+            }
+        }
+        for title in Self.keyTables.keys.sorted() {
+            #expect(seen[title] == 1, "CONFIG.md: one key table under '\(title)', found \(seen[title] ?? 0)")
+        }
+    }
+
+    @Test func theReloadTableNamesEveryTopLevelKeyOnce() throws {
+        let section = try #require(DocText.section("Reload", in: config))
+        let table = try #require(DocText.tables(section).first { $0.header.first == "Applied on reload" })
+        let keys = table.rows.flatMap { row in
+            row.flatMap { DocText.codeSpans($0) }
+        }
+        expectSame(keys, ConfigurationFile.topLevelKeys, "CONFIG.md reload table")
+    }
+
+    @Test func theFlagColumnIsTheKeyWithDashes() throws {
+        let section = try #require(DocText.section("Top-level keys", in: config))
+        let table = try #require(DocText.tables(section).first { $0.header.first == "Key" })
+        let flags = try #require(table.column("Flag"))
+        for (row, flag) in zip(table.rows, flags) {
+            let key = DocText.codeSpans(row[0]).first ?? row[0]
+            let named = DocText.codeSpans(flag)
+            if flag == "none" { continue }
+            // The exceptions CONFIG.md lists: providers by `--provider KIND=URL`, and a boolean
+            // with its `--no-` form.
+            let expected = "--" + key.replacingOccurrences(of: "_", with: "-")
+            var allowed: [String] = [expected, "--no-" + String(expected.dropFirst(2))]
+            if key == "providers" { allowed.append("--provider KIND=URL") }
+            #expect(!named.isEmpty && named.allSatisfy(allowed.contains), "CONFIG.md: `\(key)` has flag \(flag)")
+        }
+    }
+
+    /// The example that claims to show every key, and the packaged default config.
+    @Test func theExampleConfigParsesAndHoldsEveryKey() throws {
+        let path = "packaging/fleet-tokend.example.json"
+        let data = Data(try DocText.read(path).utf8)
+        let configuration = try ConfigurationFile.parse(data, over: AgentConfiguration())
+        try configuration.validate()
+        try configuration.checkAccessKinds()
+        let object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        expectSame(Array(object.keys), ConfigurationFile.topLevelKeys, "\(path) top level")
+        let providers = try #require(object["providers"] as? [String: [String: Any]])
+        #expect(!providers.isEmpty)
+        expectSame(Array(Set(providers.values.flatMap(\.keys))), ConfigurationFile.providerKeys, "\(path) providers")
+        var lists = (object["allow"] as? [String: [String: Any]] ?? [:]).map(\.value)
+        lists += [object["admin"] as? [String: Any] ?? [:]]
+        expectSame(Array(Set(lists.flatMap(\.keys))), ConfigurationFile.principalListKeys, "\(path) allow and admin")
+
+        let packaged = Data(try DocText.read("packaging/fleet-tokend.default.json").utf8)
+        try ConfigurationFile.parse(packaged, over: AgentConfiguration()).validate()
+    }
+
+    /// CONFIG.md's complete example says it is the example file: it must be the same JSON.
+    @Test func configMdCompleteExampleIsTheExampleFile() throws {
+        let section = try #require(DocText.section("Complete example", in: config))
+        let block = try #require(
+            DocText.fencedBlocks(section.joined(separator: "\n")).first { $0.language == "json" }
+        )
+        let shown = try JSONSerialization.jsonObject(with: Data(block.lines.joined(separator: "\n").utf8))
+        let file = try JSONSerialization.jsonObject(
+            with: Data(try DocText.read("packaging/fleet-tokend.example.json").utf8)
+        )
+        #expect(
+            (shown as? NSDictionary) == (file as? NSDictionary),
+            "CONFIG.md's complete example differs from the file"
+        )
+    }
+
+    /// Every JSON snippet in CONFIG.md is read by the real parser: a whole file, or one provider
+    /// (`"vehicle": {…}`).
+    @Test func everyJSONSnippetParses() throws {
+        let blocks = DocText.fencedBlocks(config).filter { $0.language == "json" }
+        #expect(blocks.count >= 3)
+        for block in blocks {
+            var text = block.lines.joined(separator: "\n").trimmingCharacters(in: .whitespacesAndNewlines)
+            if text.hasPrefix("\"") { text = #"{"providers": {"# + text + "}}" }
+            do {
+                let configuration = try ConfigurationFile.parse(Data(text.utf8), over: AgentConfiguration())
+                try configuration.validate()
+            } catch {
+                Issue.record("CONFIG.md line \(block.line): \(error)")
+            }
+        }
+    }
+}
