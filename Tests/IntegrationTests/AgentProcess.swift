@@ -55,6 +55,9 @@ final class AgentProcess: @unchecked Sendable {
             if (try? await SocketClient.exchange(self.socketPath, "PING\n", lines: 1)) == ["PONG"] { return }
             try await Task.sleep(for: .milliseconds(50))
         }
+        // Not left running behind the failed test.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
         throw AgentError("agent did not answer PING in time:\n\(self.log)")
     }
 
