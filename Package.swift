@@ -107,15 +107,24 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // The reference model the request-line fuzzer checks against, shared by the tests that
+        // replay its corpus; scripts/fuzz compiles the same file into the fuzzer.
+        .target(
+            name: "TestOracles",
+            dependencies: ["TokenWire"],
+            path: "Tests/TestOracles",
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "TokenWireTests",
-            dependencies: ["TokenWire"],
+            dependencies: ["TokenWire", "TestOracles"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "TokenAgentServerTests",
             dependencies: [
                 "TokenAgentServer",
+                "TestOracles",
                 "TokenAgent",
                 "TokenSegment",
                 "CSharedMemory",

@@ -1,6 +1,6 @@
 // The libFuzzer entry point for the request-line path. scripts/fuzz compiles it with
-// `-sanitize=fuzzer,address` together with Sources/TokenWire/*.swift and RequestLinesOracle.swift
-// into one module; libFuzzer supplies `main`.
+// `-sanitize=fuzzer,address` together with Sources/TokenWire/*.swift and
+// Tests/TestOracles/RequestLinesOracle.swift into one module; libFuzzer supplies `main`.
 
 /// Runs one fuzz input through ``RequestLinesOracle`` and traps on the first problem, so libFuzzer
 /// saves the input as a crash.

@@ -5,11 +5,12 @@ import NIOTestUtils
 import Testing
 import TokenWire
 
+@testable import TestOracles
 @testable import TokenAgentServer
 
 /// ``LineFrameDecoder`` on NIO: NIO's decoder verifier, the 4096-byte limit, CRLF, partial-line
 /// news, and the fuzz corpus replayed through an `EmbeddedChannel` in random chunks against
-/// ``RequestLinesOracle`` (`RequestLinesOracle.swift` here is a symlink to `Tests/Fuzz/`).
+/// ``RequestLinesOracle`` (`Tests/TestOracles/RequestLinesOracle.swift`).
 @Suite("Line frame decoder")
 struct LineFrameDecoderTests {
     private static let limit = WireLimits.maxRequestLineBytes

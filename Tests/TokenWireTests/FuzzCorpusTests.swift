@@ -2,8 +2,10 @@ import Foundation
 import Testing
 import TokenWire
 
+@testable import TestOracles
+
 /// Replays the libFuzzer seed corpus (`Tests/Fuzz/corpus`, see `scripts/fuzz`) through
-/// ``RequestLinesOracle`` (`RequestLinesOracle.swift` here is a symlink to `Tests/Fuzz/`): each
+/// ``RequestLinesOracle`` (`Tests/TestOracles/RequestLinesOracle.swift`): each
 /// file's stream cut as the file asks, in one chunk, a byte at a time and in random chunks.
 @Suite("Fuzz corpus replay")
 struct FuzzCorpusTests {

@@ -2,6 +2,10 @@ import TokenWire
 
 /// One shard of the token store: its entries in use order, its due queue, and its counters.
 /// Every method runs under the shard's lock; none waits or allocates on a cache hit.
+///
+/// This file holds the shard's state, its decisions on requests and what it tells about its
+/// entries; what a fetch brings and the other changes to entries are in `StoreShard+Records.swift`,
+/// the due queue and reloads in `StoreShard+Scheduler.swift`.
 struct StoreShard {
     var runtime: EngineRuntime
     var table: LRUTable<EntryKey, CacheEntry>
@@ -28,7 +32,7 @@ struct StoreShard {
     }
 
     /// The table group of `kind`, given the next number the first time it is seen.
-    private mutating func group(of kind: String) -> Int {
+    mutating func group(of kind: String) -> Int {
         if let group = groups[kind] { return group }
         let group = groups.count
         groups[kind] = group
@@ -207,123 +211,6 @@ struct StoreShard {
         return served
     }
 
-    // MARK: Fetch results
-
-    /// Stores what a fetch of `key` (an owned key) started in `generation` returned, unless the
-    /// kind has moved on to a newer generation.
-    mutating func record(
-        _ key: EntryKey,
-        generation: Int,
-        result: Result<FetchedToken, ProviderError>,
-        now: MonotonicInstant,
-        unixNow: UnixTime,
-        jitterUnit: Double
-    ) -> RecordedFetch {
-        guard runtime.generations[key.kind] == generation else { return .superseded }
-        let policy = runtime.policy
-        var result = result
-        if case .success(let fetched) = result, !policy.isServable(remaining: fetched.expiresAt - unixNow) {
-            result = .failure(.failed("token expires in under \(Int(policy.servingFloor)) s"))
-        }
-        var entry = table.peek(key) ?? CacheEntry(lastRead: now)
-        let recorded: RecordedFetch
-        switch result {
-        case .success(let fetched):
-            entry.hold(
-                .owned(fetched.token),
-                unixExpiry: fetched.expiresAt,
-                remaining: fetched.expiresAt - unixNow,
-                now: now,
-                policy: policy,
-                jitterUnit: jitterUnit
-            )
-            entry.failures = 0
-            entry.retryAfter = .origin
-            entry.rejectedUntil = .origin
-            recorded = .stored(fetched)
-            mirrorHeld(&entry, key: key)
-        case .failure(let error):
-            entry.failures += 1
-            entry.lastError = "\(error)"
-            entry.lastErrorAt = now
-            entry.lastErrorReason = FetchFailureReason(error)
-            var backoff = policy.backoff(failures: entry.failures, jitterUnit: jitterUnit)
-            switch error {
-            case .rejected(let text):
-                entry.rejectedUntil = now + policy.rejectionMemory
-                entry.rejection = text
-            case .throttled(_, let retryAfter):
-                backoff = max(backoff, min(retryAfter, policy.retryAfterCap))
-            case .failed:
-                break
-            }
-            entry.retryAfter = now + backoff
-            recorded = .failed(error)
-        }
-        store(key, entry, now: now)
-        return recorded
-    }
-
-    /// Puts the token `entry` owns into the mirror; when the mirror takes it, the entry keeps no
-    /// copy of its own.
-    func mirrorHeld(_ entry: inout CacheEntry, key: EntryKey) {
-        guard case .owned(let token) = entry.token, let mirror else { return }
-        let held = mirror.tokenStored(
-            kind: key.kind,
-            id: key.tokenKey.id,
-            token: token,
-            expiry: entry.expiry,
-            lifetime: entry.lifetime,
-            unixExpiry: entry.unixExpiry
-        )
-        if held { entry.token = .mirrored }
-    }
-
-    /// Inserts or replaces `key`'s entry and schedules its next look. A new key past the store's
-    /// bound evicts the least recently used entry of the kind holding the most entries in this
-    /// shard (its own kind when that is one of the largest): a kind flooded with new ids evicts
-    /// its own entries, never those of a kind holding fewer.
-    mutating func store(_ key: EntryKey, _ entry: CacheEntry, now: MonotonicInstant) {
-        let group = self.group(of: key.kind)
-        if table.slot(of: key) == nil, !budget.claim() {
-            // At the bound: the largest kind's least recently used entry makes room (an empty
-            // shard goes one over rather than evict from another shard under its lock).
-            if let largest = table.largestGroup(preferring: group), let victim = table.oldestKey(inGroup: largest) {
-                table.remove(victim)
-                evictions += 1
-                mirror?.tokenRemoved(kind: victim.kind, id: victim.tokenKey.id)
-            } else {
-                budget.forceClaim()
-            }
-        }
-        table.set(key, entry, capacity: .max, group: group)
-        if let slot = table.slot(of: key) { schedule(slot: slot, at: nextCheck(entry, now: now)) }
-    }
-
-    /// Removes `key`'s entry, giving its place in the bound back.
-    mutating func forget(_ key: EntryKey) {
-        guard let entry = table.remove(key) else { return }
-        budget.release()
-        if entry.token.isHeld, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
-    }
-
-    /// Marks the cached ones of `keys` (with their hashes) as read at `now` (TOUCH: keys read
-    /// through shared memory). Never creates an entry. Returns how many were cached.
-    mutating func touch(_ keys: [(key: EntryKey, hash: Int)], now: MonotonicInstant) -> Int {
-        var touched = 0
-        for (key, hash) in keys {
-            guard let slot = table.slot(of: key, hashValue: hash) else { continue }
-            let reactivated = table.update(slot: slot, touch: true) { entry -> Bool in
-                let idle = !runtime.policy.isActive(lastRead: entry.lastRead, now: now)
-                entry.lastRead = now
-                return idle
-            }!
-            if reactivated { schedule(slot: slot, at: now) }
-            touched += 1
-        }
-        return touched
-    }
-
     // MARK: Inspection
 
     /// What `INFO` tells about `key` at `now` (`unixNow` on the wall clock), without touching it:
@@ -349,7 +236,7 @@ struct StoreShard {
     }
 
     /// The fingerprint of `entry`'s token; `nil` when it has none (or the mirror let it go).
-    private func fingerprint(_ entry: CacheEntry, key: EntryKey) -> String? {
+    func fingerprint(_ entry: CacheEntry, key: EntryKey) -> String? {
         if case .unservable(let fingerprint) = entry.token { return fingerprint }
         var fingerprint: String?
         _ = Self.hand(entry, key: key, mirror: mirror) { fingerprint = TokenFingerprint.of(bytes: $0.bytes) }
@@ -374,97 +261,5 @@ struct StoreShard {
             }
             surveys[key.kind] = survey
         }
-    }
-
-    // MARK: The scheduler
-
-    /// When the entry in `slot` needs looking at next: a refresh falling due while it is read, the
-    /// moment it turns idle, or, once idle, the moment it can be forgotten.
-    private func nextCheck(_ entry: CacheEntry, now: MonotonicInstant) -> MonotonicInstant {
-        let policy = runtime.policy
-        let idleAt = entry.lastRead + policy.idleTimeout + 0.001
-        if now < idleAt {
-            guard entry.token.isHeld else { return idleAt }
-            let next = min(idleAt, max(entry.refreshAt, entry.retryAfter, entry.rejectedUntil))
-            // Also when it stops being servable: then it leaves shared memory.
-            let unservableAt = entry.expiry - policy.servingFloor + 0.001
-            return unservableAt > now ? min(next, unservableAt) : next
-        }
-        let unservableAt = !entry.token.isHeld ? now : entry.expiry - policy.servingFloor + 0.001
-        return max(unservableAt, entry.retryAfter)
-    }
-
-    /// Makes sure the entry in `slot` is looked at no later than `at`.
-    mutating func schedule(slot: Int, at: MonotonicInstant) {
-        let current = table.update(slot: slot) { entry -> MonotonicInstant? in
-            if entry.scheduled != .origin, entry.scheduled <= at { return entry.scheduled }
-            entry.scheduled = at
-            return nil
-        }
-        guard let current, current == nil else { return }
-        due.push(at, slot: slot)
-    }
-
-    /// One scheduler pass at `now`: looks only at the entries whose record is due. Entries idle
-    /// and no longer servable are forgotten; entries read within the idle time-out whose refresh
-    /// is due are returned for a background refresh.
-    mutating func takeDue(now: MonotonicInstant) -> [TokenKey] {
-        if due.count > 2 * table.count + 1024 { rebuildDueQueue(at: now) }
-        var records: [DueQueue.Record] = []
-        while let record = due.popDue(at: now) { records.append(record) }
-        let policy = runtime.policy
-        var refresh: [TokenKey] = []
-        for record in records {
-            let slot = Int(record.slot)
-            guard let (key, entry) = table.entry(inSlot: slot), entry.scheduled == record.at else { continue }
-            table.update(slot: slot) { $0.scheduled = .origin }
-            examined += 1
-            let active = policy.isActive(lastRead: entry.lastRead, now: now)
-            if entry.token.isHeld, !policy.isServable(remaining: entry.remaining(at: now)), let mirror {
-                // It leaves shared memory; the entry remembers only its fingerprint.
-                if entry.token == .mirrored {
-                    let fingerprint = fingerprint(entry, key: key) ?? "-"
-                    table.update(slot: slot) { $0.token = .unservable(fingerprint: fingerprint) }
-                }
-                mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id)
-            }
-            if !active, !policy.isServable(remaining: entry.remaining(at: now)), now >= entry.retryAfter {
-                forget(key)
-            } else if active, entry.token.isHeld, now >= entry.refreshAt, now >= entry.retryAfter,
-                now >= entry.rejectedUntil
-            {
-                refresh.append(key.tokenKey)
-                // Looked at again after the fetch is recorded, or in a second if none started.
-                schedule(slot: slot, at: now + 1)
-            } else {
-                schedule(slot: slot, at: max(nextCheck(entry, now: now), now + 0.001))
-            }
-        }
-        return refresh
-    }
-
-    /// Forgets every record and schedules every entry for `now`.
-    mutating func rebuildDueQueue(at now: MonotonicInstant) {
-        due.removeAll()
-        for slot in table.slotsNewestFirst {
-            table.update(slot: slot) { $0.scheduled = now }
-            due.push(now, slot: slot)
-        }
-    }
-
-    // MARK: Reload and hand-over
-
-    /// Puts `runtime` in force, forgets the entries of the kinds in `moved`, and looks at every
-    /// other entry at the next pass (the policy may have changed).
-    mutating func install(_ runtime: EngineRuntime, moved: Set<String>, now: MonotonicInstant) {
-        self.runtime = runtime
-        if !moved.isEmpty {
-            var gone: [EntryKey] = []
-            table.forEachKey { key, _ in
-                if moved.contains(key.kind) { gone.append(key) }
-            }
-            for key in gone { forget(key) }
-        }
-        rebuildDueQueue(at: now)
     }
 }

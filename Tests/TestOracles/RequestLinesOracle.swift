@@ -1,6 +1,6 @@
 // The checks shared by the libFuzzer target (Tests/Fuzz/FuzzRequestLines.swift, built by
 // scripts/fuzz together with the TokenWire sources, so TokenWire is not a separate module there)
-// and the test targets that replay the corpus (through a symlink to this file).
+// and the test targets that replay the corpus (through the TestOracles target, this file alone).
 #if !TOKENWIRE_FUZZ_BUILD
     import TokenWire
 #endif

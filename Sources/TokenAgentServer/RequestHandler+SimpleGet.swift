@@ -1,0 +1,75 @@
+// The cached GET's fast path: recognised and answered from the line's bytes, no parse.
+import NIOCore
+import TokenAgent
+import TokenWire
+
+extension RequestHandler {
+    /// The fast path: a plain `GET` of a configured kind, recognised and looked up straight from
+    /// the line's bytes; a cache hit allocates nothing. Returns `false` for any other line.
+    func handleSimpleGet(_ line: ByteBuffer, context: ChannelHandlerContext) -> Bool {
+        line.withUnsafeReadableBytes { bytes -> Bool in
+            guard let get = SimpleGet.recognise(bytes),
+                let kind = configuredKind(UnsafeRawBufferPointer(rebasing: bytes[get.kind]))
+            else {
+                return false
+            }
+            // Read before the check: a reload after it makes the reply be checked again.
+            let rulesVersion = status.access.version
+            if let denied = status.access.check(peer, kind: kind) {
+                append(Slot(reply: .error(denied), verb: .get))
+                return true
+            }
+            let id = UnsafeRawBufferPointer(rebasing: bytes[get.id])
+            // First in line, a cached token is written straight into the output from where the
+            // agent keeps it (shared memory, mostly): its one copy. Behind another reply, it is
+            // copied into the reply's slot.
+            let first = slots.isEmpty
+            var queued: ServedToken?
+            let lookup = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity, requester: peer?.uid) {
+                token in
+                if first {
+                    prepareOutput()
+                    Self.encodeToken(token.bytes, expiresAt: token.expiresAt, into: &output)
+                } else {
+                    queued = token.served
+                }
+            }
+            if let lookup {
+                answer(
+                    lookup,
+                    verb: .get,
+                    kind: kind,
+                    rulesVersion: rulesVersion,
+                    key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) },
+                    context: context
+                )
+            } else if let queued {
+                append(
+                    Slot(
+                        reply: .token(queued),
+                        verb: .get,
+                        key: (kind, String(decoding: id, as: UTF8.self), get.minValidity),
+                        kind: kind,
+                        rulesVersion: rulesVersion
+                    )
+                )
+            } else {
+                status.metrics.requests.count(.get, .ok)
+            }
+            return true
+        }
+    }
+
+    /// The configured kind named by `bytes`, as the engine's own string; `nil` when none is.
+    private func configuredKind(_ bytes: UnsafeRawBufferPointer) -> String? {
+        let version = engine.kindsVersion
+        if version != kindNamesVersion {
+            kindNames = engine.kinds.map { ($0, Array($0.utf8)) }
+            kindNamesVersion = version
+        }
+        for kind in kindNames where kind.bytes.count == bytes.count {
+            if kind.bytes.withUnsafeBytes({ $0.elementsEqual(bytes) }) { return kind.name }
+        }
+        return nil
+    }
+}

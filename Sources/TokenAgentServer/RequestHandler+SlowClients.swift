@@ -1,0 +1,51 @@
+// The two clocks on a slow peer: a partial line that never ends, and replies left unread.
+import Logging
+import NIOCore
+import TokenWire
+
+extension RequestHandler {
+    /// Starts the partial-line clock, unless reading is paused (then the client is not the one
+    /// holding the line up) or it already runs.
+    func startPartialTimer(context: ChannelHandlerContext) {
+        guard partialPending, partialTimer == nil, !readHeld, !closed, acceptingRequests else { return }
+        partialTimer = context.eventLoop.assumeIsolated().scheduleTask(in: requestTimeout) { [self] in
+            partialTimer = nil
+            guard partialPending, acceptingRequests, !closed else { return }
+            acceptingRequests = false
+            logger.debug("partial request line timed out")
+            append(Slot(reply: .error(WireError(.badRequest, "request timed out")), closeAfter: true))
+            // Counted under `other`.
+            writeReadyReplies(context: context)
+        }
+    }
+
+    func stopPartialTimer() {
+        partialPending = false
+        pausePartialTimer()
+    }
+
+    func pausePartialTimer() {
+        partialTimer?.cancel()
+        partialTimer = nil
+    }
+
+    /// Starts the clock on a peer that leaves its replies unread: once it runs out, the
+    /// connection is closed, and what it was owed with it.
+    func startStallTimer(context: ChannelHandlerContext) {
+        guard stallTimer == nil else { return }
+        stallTimer = context.eventLoop.assumeIsolated().scheduleTask(in: stallTimeout) { [self] in
+            stallTimer = nil
+            guard !context.channel.isWritable else { return }
+            logger.info(
+                "closing a connection that does not read its replies",
+                metadata: [
+                    "peer_uid": "\(peer?.uid ?? UInt32.max)", "peer_pid": "\(peer?.pid ?? -1)",
+                    "stall_timeout_s": "\(stallTimeout.nanoseconds / 1_000_000_000)",
+                ]
+            )
+            closed = true
+            acceptingRequests = false
+            context.close(promise: nil)
+        }
+    }
+}

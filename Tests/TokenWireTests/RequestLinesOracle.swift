@@ -1,1 +1,0 @@
-../Fuzz/RequestLinesOracle.swift
