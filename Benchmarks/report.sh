@@ -2,7 +2,7 @@
 # The headline figures of docs/BENCHMARKS.md, measured in one sitting on this commit and printed as
 # the doc's table (markdown on standard output; progress on standard error), so a later run's
 # output replaces the table verbatim. Not part of `swift test` or CI.
-#   bash Benchmarks/report.sh                         # every row (about 30 min on 2 cores, built)
+#   bash Benchmarks/report.sh                         # every row (about 11 min on 2 cores, built)
 #   bash Benchmarks/report.sh --only memory           # some groups: --only a,b or --only a --only b
 # Groups (in the table's order): shm, socket, instructions, allocations, client, memory, startup.
 # Environment (defaults in brackets), to trade time for noise while iterating:
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
             shift 2
             ;;
         -h | --help)
-            sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 64 ;;
@@ -179,6 +179,10 @@ def lat(value):  # load-gen's latencies, µs with one decimal
     return f"{value:.1f}" if value < 1000 else n(value)
 
 
+def ms(value):
+    return f"{value:.1f}" if value < 1000 else n(value)
+
+
 def us(value):
     return f"{value:.3f}" if value < 10 else f"{value:.1f}" if value < 1000 else n(value)
 
@@ -316,16 +320,16 @@ if "startup" in groups:
     plain = startup["HTTP provider, empty cache"]["ready_ms"]
     demo = startup["demo issuer, empty cache"]["ready_ms"]
     print(
-        f"| start to READY, empty cache | median {median(plain):.1f} ms (max {max(plain):.1f}) "
-        f"| demo issuer: median {median(demo):.1f} ms (max {max(demo):.1f}) |"
+        f"| start to READY, empty cache | median {ms(median(plain))} ms (max {ms(max(plain))}) "
+        f"| demo issuer: median {ms(median(demo))} ms (max {ms(max(demo))}) |"
     )
     handover = [name for name in startup if name.endswith("-token hand-over (via sh)")]
     if handover:
         passed = startup[handover[0]]["ready_ms"]
         via_sh = startup["issuer key, empty cache (via sh)"]["ready_ms"]
         print(
-            f"| hand-over of {n(handover_tokens)} tokens | **+{median(passed) - median(via_sh):.0f} ms** to READY "
-            f"| {median(passed):.0f} ms against {median(via_sh):.1f} ms without; snapshot "
+            f"| hand-over of {n(handover_tokens)} tokens | **+{n(median(passed) - median(via_sh))} ms** to READY "
+            f"| {ms(median(passed))} ms against {ms(median(via_sh))} ms without; snapshot "
             f"{startup['snapshot_bytes'] / 1048576:.1f} MiB |"
         )
 PY
