@@ -7,7 +7,8 @@ let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingL
 let rootIdentity = root.lastPathComponent.lowercased()
 
 // The benchmarks are their own package, so `swift test` at the root never builds them.
-// Run them with `bash Benchmarks/run.sh` (see docs/BENCHMARKS.md).
+// Run them with `bash Benchmarks/report.sh` (every headline figure) or `bash Benchmarks/run.sh`
+// (token-bench alone); see docs/BENCHMARKS.md.
 let package = Package(
     name: "fleet-tokend-benchmarks",
     platforms: [.macOS(.v15)],

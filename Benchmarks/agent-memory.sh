@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # What holding KEYS tokens costs the agent's own process, with shared memory on and off: VmRSS,
 # RssAnon (its private heap: the cache's entries, and the tokens it keeps itself), RssShmem (the
-# segment pages it touched) and VmHWM from /proc/PID/status, after load-gen sent each key once.
+# segment pages it touched), RssFile (the binary's and libraries' file-backed pages) and VmHWM
+# (the peak of VmRSS) from /proc/PID/status, after load-gen sent each key once.
 #   bash Benchmarks/agent-memory.sh                                   # KEYS=100000, this tree
 #   AGENTS="before=/path/to/old/fleet-tokend after=.build-bench-release/release/fleet-tokend" \
 #       bash Benchmarks/agent-memory.sh                               # builds side by side
-# Method and results: docs/BENCHMARKS.md ("What the segments cost the agent").
+#   MODES=on bash Benchmarks/agent-memory.sh                          # shared memory on only
+# Method and results: docs/BENCHMARKS.md ("Agent memory at 100,000 tokens").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 KEYS=${KEYS:-100000}
+MODES=${MODES:-"on off"}
 if [ -z "${AGENTS:-}" ]; then
     swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2
     AGENTS="this=.build-bench-release/release/fleet-tokend"
@@ -28,12 +31,12 @@ status_mib() { awk -v f="$1:" '$1 == f {printf "%.1f", $2 / 1024}' "/proc/$2/sta
 
 echo "## The agent's memory with $KEYS tokens ($(date -u '+%Y-%m-%d %H:%M UTC'))"
 echo
-echo "| agent | shared memory | VmRSS MiB | RssAnon MiB | RssShmem MiB | VmHWM MiB | segments MiB | tokens held outside |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| agent | shared memory | VmRSS MiB | RssAnon MiB | RssShmem MiB | RssFile MiB | VmHWM MiB | segments MiB | tokens held outside |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for entry in $AGENTS; do
     label=${entry%%=*}
     binary=${entry#*=}
-    for mode in on off; do
+    for mode in $MODES; do
         flags=()
         [ "$mode" = off ] && flags=(--no-shared-memory)
         rm -f "$work/agent.sock"
@@ -47,7 +50,7 @@ for entry in $AGENTS; do
         shm_bytes=$(sed -n 's/.* shm_bytes=\([0-9]*\).*/\1/p' <<<"$stats")
         outside=$(sed -n 's/.* shm_held_outside=\([0-9]*\).*/\1/p' <<<"$stats")
         echo "| $label | $mode | $(status_mib VmRSS $agent) | $(status_mib RssAnon $agent) |" \
-            "$(status_mib RssShmem $agent) | $(status_mib VmHWM $agent) |" \
+            "$(status_mib RssShmem $agent) | $(status_mib RssFile $agent) | $(status_mib VmHWM $agent) |" \
             "$(awk -v b="${shm_bytes:-0}" 'BEGIN {printf "%.1f", b / 1048576}') | ${outside:--} |"
         kill "$agent"
         wait "$agent" 2>/dev/null || true

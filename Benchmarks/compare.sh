@@ -5,8 +5,12 @@
 # Environment (defaults in brackets):
 #   DURATION [10]  measured seconds per run     WARMUP [2]        seconds run before measuring
 #   CONNECTIONS ["1 64"]  DEPTHS ["1 32"]  KEYSETS ["64 100000"]  the matrix
+#   LOADS  connections x in flight as "1x1 64x1 1x32", instead of every CONNECTIONS x DEPTHS pair
+#   REPEATS [1]  runs of each server per cell, alternated (agent, Redis, agent, ...); each side's
+#                median run (by req/s) is the one printed
+#   JSON_OUT  also write each cell's two median runs (load-gen's JSON) to this file, one line a cell
 #   THREADS [1]  load-gen threads               CLIENT_ROWS [1]   also run token-bench (0: skip)
-#   AGENT_BINARY  the agent to measure (default: this tree's release build)
+#   AGENT_BINARY  the agent to measure (default: this tree's release build, built first)
 #   CLIENT_ITERATIONS [20000]  token-bench --iterations
 # Builds the agent (release, .build-bench-release) and the Benchmarks package (release), installs
 # redis-server when missing (root), starts the agent on its demo issuer and redis-server on Unix
@@ -24,6 +28,15 @@ KEYSETS=${KEYSETS:-"64 100000"}
 THREADS=${THREADS:-1}
 CLIENT_ROWS=${CLIENT_ROWS:-1}
 CLIENT_ITERATIONS=${CLIENT_ITERATIONS:-20000}
+REPEATS=${REPEATS:-1}
+LOADS=${LOADS:-}
+if [ -z "$LOADS" ]; then
+    for connections in $CONNECTIONS; do
+        for depth in $DEPTHS; do LOADS+="${connections}x$depth "; done
+    done
+fi
+JSON_OUT=${JSON_OUT:-}
+[ -z "$JSON_OUT" ] || : >"$JSON_OUT"
 
 if ! command -v redis-server >/dev/null 2>&1; then
     if [ "$(id -u)" -ne 0 ]; then
@@ -36,7 +49,9 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 echo "building (release)..." >&2
-swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2
+if [ -z "${AGENT_BINARY:-}" ]; then
+    swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2
+fi
 if [ "$CLIENT_ROWS" != 0 ]; then
     swift build -c release --package-path Benchmarks >&2
 else
@@ -118,47 +133,63 @@ for warm in "$agent_warm" "$redis_warm"; do
     fi
 done
 
-run() { # protocol, socket, keys, connections, depth
+run() { # protocol, socket, keys, connections, depth, output file
     # In the background and waited for, so a signal stops the script at once, not after the run.
     "$LOADGEN" --unix "$2" --protocol "$1" --keys "$3" --connections "$4" --depth "$5" \
-        --duration "$DURATION" --warmup "$WARMUP" --threads "$THREADS" --json >"$work/run.json" &
+        --duration "$DURATION" --warmup "$WARMUP" --threads "$THREADS" --json >"$6" &
     loadgen_pid=$!
     wait "$loadgen_pid"
     loadgen_pid=""
 }
+median_run() { # the run files of one side: the one whose req/s is the median (the lower middle)
+    local rated=()
+    for file in "$@"; do rated+=("$(field req_per_s "$(<"$file")") $file"); done
+    printf '%s\n' "${rated[@]}" | sort -n | sed -n "$(((${#rated[@]} + 1) / 2))p" | cut -d' ' -f2
+}
+rates() { for file in "$@"; do field req_per_s "$(<"$file")"; done | paste -sd, -; }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
 errors_note=""
 for keys in $KEYSETS; do
-    for connections in $CONNECTIONS; do
-        for depth in $DEPTHS; do
-            echo "  $connections conn x $depth in flight x $keys keys..." >&2
-            run agent "$work/agent.sock" "$keys" "$connections" "$depth"
-            agent=$(<"$work/run.json")
-            run redis "$work/redis.sock" "$keys" "$connections" "$depth"
-            redis=$(<"$work/run.json")
-            a_rate=$(field req_per_s "$agent")
-            r_rate=$(field req_per_s "$redis")
-            # The yardsticks for the shared-memory client row: Redis at 64 connections with one GET
-            # in flight each (issue 8's "64 connections" load), and its best 64-connection row
-            # (pipelined), both the highest over the key sets.
-            if [ "$connections" = 64 ] && awk -v r="$r_rate" -v b="${redis_64_best:-0}" 'BEGIN {exit !(r > b)}'; then
-                redis_64_best=$r_rate
-            fi
-            if [ "$connections" = 64 ] && [ "$depth" = 1 ] \
-                && awk -v r="$r_rate" -v b="${redis_64_single:-0}" 'BEGIN {exit !(r > b)}'; then
-                redis_64_single=$r_rate
-            fi
-            ratio=$(awk -v a="$a_rate" -v r="$r_rate" 'BEGIN {printf (r > 0 ? "%.2fx" : "–"), a / r}')
-            for pair in "agent:$agent" "redis:$redis"; do
-                errors=$(field errors "${pair#*:}")
-                broken=$(field broken_connections "${pair#*:}")
-                if [ "$errors" != 0 ] || [ "$broken" != 0 ]; then
-                    errors_note+="- ${pair%%:*}, $connections conn x $depth x $keys keys: $errors error replies, $broken broken connections"$'\n'
-                fi
-            done
-            rows+=("| $connections x $depth x $keys | $a_rate | $(field p50_us "$agent") | $(field p99_us "$agent") | $(field p999_us "$agent") | $r_rate | $(field p50_us "$redis") | $(field p99_us "$redis") | $(field p999_us "$redis") | $ratio |")
+    for load in $LOADS; do
+        connections=${load%x*}
+        depth=${load#*x}
+        agent_runs=()
+        redis_runs=()
+        for repeat in $(seq "$REPEATS"); do
+            echo "  $connections conn x $depth in flight x $keys keys (run $repeat of $REPEATS)..." >&2
+            run agent "$work/agent.sock" "$keys" "$connections" "$depth" "$work/agent-$repeat.json"
+            agent_runs+=("$work/agent-$repeat.json")
+            run redis "$work/redis.sock" "$keys" "$connections" "$depth" "$work/redis-$repeat.json"
+            redis_runs+=("$work/redis-$repeat.json")
         done
+        agent=$(<"$(median_run "${agent_runs[@]}")")
+        redis=$(<"$(median_run "${redis_runs[@]}")")
+        if [ -n "$JSON_OUT" ]; then
+            echo "{\"keys\": $keys, \"connections\": $connections, \"depth\": $depth, \"agent\": $agent, \"redis\": $redis, \"agent_runs\": [$(rates "${agent_runs[@]}")], \"redis_runs\": [$(rates "${redis_runs[@]}")]}" >>"$JSON_OUT"
+        fi
+        a_rate=$(field req_per_s "$agent")
+        r_rate=$(field req_per_s "$redis")
+        # The yardsticks for the shared-memory client row: Redis at 64 connections with one GET
+        # in flight each (issue 8's "64 connections" load), and its best 64-connection row
+        # (pipelined), both the highest over the key sets.
+        if [ "$connections" = 64 ] && awk -v r="$r_rate" -v b="${redis_64_best:-0}" 'BEGIN {exit !(r > b)}'; then
+            redis_64_best=$r_rate
+        fi
+        if [ "$connections" = 64 ] && [ "$depth" = 1 ] \
+            && awk -v r="$r_rate" -v b="${redis_64_single:-0}" 'BEGIN {exit !(r > b)}'; then
+            redis_64_single=$r_rate
+        fi
+        ratio=$(awk -v a="$a_rate" -v r="$r_rate" 'BEGIN {printf (r > 0 ? "%.2fx" : "–"), a / r}')
+        for file in "${agent_runs[@]}" "${redis_runs[@]}"; do
+            result=$(<"$file")
+            errors=$(field errors "$result")
+            broken=$(field broken_connections "$result")
+            if [ "$errors" != 0 ] || [ "$broken" != 0 ]; then
+                errors_note+="- $(field protocol "$result"), $connections conn x $depth x $keys keys: $errors error replies, $broken broken connections"$'\n'
+            fi
+        done
+        rows+=("| $connections x $depth x $keys | $a_rate | $(field p50_us "$agent") | $(field p99_us "$agent") | $(field p999_us "$agent") | $r_rate | $(field p50_us "$redis") | $(field p99_us "$redis") | $(field p999_us "$redis") | $ratio |")
     done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -173,6 +204,9 @@ echo
 echo "$(nproc) cores, $(uname -sr), $(swift --version 2>/dev/null | head -1 | sed 's/ (.*//'), $(redis-server --version | awk '{print $1, $2, $3}')."
 echo "load-gen: closed loop, $THREADS thread(s), ${DURATION} s measured after ${WARMUP} s warm-up per run; keys walked in order from"
 echo "a different start per connection; agent \`GET vehicle bench-<n>\`, Redis inline \`GET bench-<n>\`; tokens/values $token_bytes bytes."
+if [ "$REPEATS" -gt 1 ]; then
+    echo "$REPEATS runs of each server per cell, alternated (agent, Redis, agent, ...); each side's median run (by req/s) is shown."
+fi
 echo "Preload: agent $(field requests "$agent_warm") tokens minted in $(field seconds "$agent_warm") s ($(field req_per_s "$agent_warm")/s), Redis $(field requests "$redis_warm") SETs in $(field seconds "$redis_warm") s."
 echo "Load average before/after the matrix: $load_before / $load_after."
 echo

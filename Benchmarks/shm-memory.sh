@@ -32,12 +32,15 @@ token_bytes=$(printf 'GET vehicle mem-0\n' | socat -t5 - "UNIX-CONNECT:$work/tok
 echo "starting $READERS readers, each reading every key once..." >&2
 for r in $(seq "$READERS"); do
     mkfifo "$work/in-$r"
-    "$work/shm-reader" "$work/tokens.sock" vehicle < "$work/in-$r" > "$work/out-$r" 2>&1 &
+    # Its replies are only counted (written out, 100,000 keys x 50 readers would be 3.5 GB): the
+    # count is written when the reader's input is closed, after the memory is read.
+    "$work/shm-reader" "$work/tokens.sock" vehicle < "$work/in-$r" 2>"$work/err-$r" \
+        > >(awk '/^HIT/ {n++} END {print n + 0}' > "$work/out-$r") &
     pids+=("$!")
     exec {fd}> "$work/in-$r"
     eval "reader_fd_$r=$fd"
     # Every key once: every page of the segment's table is touched by every reader.
-    for i in $(seq 0 $((KEYS - 1))); do echo "mem-$i"; done >&$fd
+    seq -f 'mem-%.0f' 0 $((KEYS - 1)) >&$fd
 done
 sleep 2
 total_pss=0; total_rss=0; total_shmem=0
@@ -46,8 +49,14 @@ for r in $(seq "$READERS"); do
     read -r rss pss shmem < <(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Pss_Shmem:/ {s=$2} END {print r, p, s}' "/proc/$pid/smaps_rollup")
     total_rss=$((total_rss + rss)); total_pss=$((total_pss + pss)); total_shmem=$((total_shmem + shmem))
 done
-hits=$(cat "$work"/out-* | grep -c '^HIT' || true)
 read -r arss apss ashmem < <(awk '/^Rss:/ {r=$2} /^Pss:/ {p=$2} /^Pss_Shmem:/ {s=$2} END {print r, p, s}' "/proc/$agent/smaps_rollup")
+for r in $(seq "$READERS"); do eval "exec {reader_fd_$r}>&-"; done
+for r in $(seq "$READERS"); do wait "${pids[$r]}" 2>/dev/null || true; done
+hits=0
+for r in $(seq "$READERS"); do
+    for _ in $(seq 100); do [ -s "$work/out-$r" ] && break; sleep 0.1; done
+    hits=$((hits + $(cat "$work/out-$r" 2>/dev/null || echo 0)))
+done
 mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
 shm_bytes=$(sed -n 's/.* shm_bytes=\([0-9]*\).*/\1/p' <<<"$stats")
 echo

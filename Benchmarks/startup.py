@@ -138,6 +138,25 @@ def stop_agent(process, notify, keep_cache=False):
     return notify.drain(keep_cache=keep_cache)
 
 
+def issuer_key(work):
+    """`--issuer-key` and a Google service-account JSON file with a new RSA-2048 key (openssl)."""
+    pem_path = os.path.join(work, "issuer.pem")
+    subprocess.run(
+        ["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", pem_path],
+        check=True, capture_output=True,
+    )
+    with open(pem_path) as file:
+        pem = file.read()
+    account = {
+        "type": "service_account", "project_id": "bench", "private_key_id": "bench",
+        "private_key": pem, "client_email": "fleet-engine@bench.iam.gserviceaccount.com",
+    }
+    account_path = os.path.join(work, "issuer.json")
+    with open(account_path, "w") as file:
+        json.dump(account, file)
+    return ["--issuer-key", account_path]
+
+
 def summary(values):
     return {"median": statistics.median(values), "max": max(values), "min": min(values)}
 
@@ -194,13 +213,17 @@ def run(options):
 
     cache_fd = None
     if options.handover_tokens > 0:
-        # A real snapshot: an agent with the provider kind served by the demo issuer mints the
-        # tokens, and its stop hands the cache to "the fd store" (this script), as under systemd.
+        # A real snapshot: an agent minting with a service-account key (the local issuer) fetches
+        # the tokens, and its stop hands the cache to "the fd store" (this script), as under
+        # systemd. The next agent takes a kind's tokens only from the same provider (the snapshot
+        # records a digest of each kind's), so every start below uses the same key file.
         count = options.handover_tokens
+        issuer = issuer_key(work)
         path = socket_path()
         argv = [options.agent, "serve", "--socket", path, "--log-level", "warning", "--max-entries", str(count)]
+        argv += issuer
         process, _, _ = start(argv, env, notify, path)
-        log(f"minting {count} tokens with the demo issuer for the hand-over snapshot...")
+        log(f"minting {count} tokens with the local issuer for the hand-over snapshot...")
         warm = subprocess.run(
             [options.load_gen, "--unix", path, "--warm", "--keys", str(count), "--connections", "8", "--depth", "32",
              "--json"],
@@ -224,15 +247,15 @@ def run(options):
             f'export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=cache; exec "$0" "$@" 3<&{cache_fd}',
         ]
         kinds = {
-            "HTTP provider, empty cache (via sh)": (sh_plain, ()),
-            f"HTTP provider, {count}-token hand-over (via sh)": (sh_passing, (cache_fd,)),
+            "issuer key, empty cache (via sh)": (sh_plain, ()),
+            f"issuer key, {count}-token hand-over (via sh)": (sh_passing, (cache_fd,)),
         }
         figures = {name: ([], []) for name in kinds}
         for _ in range(options.runs):
             for name, (wrapper, fds) in kinds.items():
                 path = socket_path()
                 argv = wrapper + [options.agent, "serve", "--socket", path, "--log-level", "info",
-                                  "--max-entries", str(count)] + provider
+                                  "--max-entries", str(count)] + issuer
                 process, to_ready, to_pong = start(argv, env, notify, path, pass_fds=fds)
                 stop_agent(process, notify)
                 figures[name][0].append(to_ready)

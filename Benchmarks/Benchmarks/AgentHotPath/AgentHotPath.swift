@@ -6,7 +6,7 @@
 // everything the agent does for a cached GET after the socket read is measured: frame, parse,
 // access check, look up, encode, write. The "harness" rows run the same loop with a handler that
 // answers with pre-built replies, allocating nothing itself: what they count is the
-// EmbeddedChannel's own cost, to subtract. See docs/BENCHMARKS.md ("Counts per cached GET").
+// EmbeddedChannel's own cost, to subtract. See docs/BENCHMARKS.md ("allocations per socket GET").
 import Benchmark
 import Foundation
 import Logging

@@ -22,9 +22,12 @@ func option(_ name: String, _ fallback: String) -> String {
 let agentBinary = option("--agent", ".build/release/fleet-tokend")
 let operations = Int(option("--iterations", "20000"))!
 let concurrency = Int(option("--concurrency", "32"))!
-// `--only <text>` runs only the benchmarks whose name contains the text (e.g. to profile one).
-let only = option("--only", "")
-func wanted(_ name: String) -> Bool { only.isEmpty || name.contains(only) }
+// `--only <text>` runs only the benchmarks whose name contains the text (e.g. to profile one);
+// given more than once, those whose name contains any of them.
+let only: [String] = zip(arguments, arguments.dropFirst()).compactMap { $0 == "--only" ? $1 : nil }
+func wanted(_ name: String) -> Bool { only.isEmpty || only.contains { name.contains($0) } }
+// `--json <path>` also writes every row measured to that file, as a JSON array (for report.sh).
+let jsonPath = option("--json", "")
 
 let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
 try? FileManager.default.removeItem(at: directory)
@@ -349,5 +352,15 @@ if let sharedRow = table["client.token, shared memory, 64 ready keys"]?[concurre
             sharedReads
         )
     )
+}
+if !jsonPath.isEmpty {
+    let rows: [[String: Any]] = results.map {
+        [
+            "name": $0.name, "concurrency": $0.concurrency, "operations": $0.operations,
+            "p50_us": $0.median * 1e6, "p99_us": $0.percentile(0.99) * 1e6, "ops_per_s": $0.opsPerSecond,
+        ]
+    }
+    try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
+        .write(to: URL(fileURLWithPath: jsonPath))
 }
 try? FileManager.default.removeItem(at: directory)

@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# The headline figures of docs/BENCHMARKS.md, measured in one sitting on this commit and printed as
+# the doc's table (markdown on standard output; progress on standard error), so a later run's
+# output replaces the table verbatim. Not part of `swift test` or CI.
+#   bash Benchmarks/report.sh                         # every row (9 to 11 min on 2 cores, built)
+#   bash Benchmarks/report.sh --only memory           # some groups: --only a,b or --only a --only b
+# Groups (in the table's order): shm, socket, instructions, allocations, client, memory, startup.
+# Environment (defaults in brackets), to trade time for noise while iterating:
+#   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated)
+#   SHM_ITERATIONS [400000]  CLIENT_ITERATIONS [20000]            token-bench --iterations
+#   CALLGRIND_REQUESTS [20000]  CALLGRIND_ROUNDS [2]              callgrind.sh's windows
+#   MEMORY_KEYS [100000]  READERS [50]                            agent-memory.sh, shm-memory.sh
+#   STARTUP_RUNS [20]  HANDOVER_TOKENS [100000]                   startup.sh
+# Builds the release agent (.build-bench-release) and the Benchmarks package (release) once, then
+# runs the existing programs and scripts (token-bench, compare.sh with load-gen, callgrind.sh,
+# the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh) against that one agent.
+# Their own outputs are kept in Benchmarks/.report/. Rows and method: docs/BENCHMARKS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/ensure-tools.sh
+
+all_groups="shm socket instructions allocations client memory startup"
+groups=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --only)
+            [ $# -ge 2 ] || { echo "--only needs a group: $all_groups" >&2; exit 64; }
+            for group in ${2//,/ }; do
+                case " $all_groups " in
+                    *" $group "*) groups+="$group " ;;
+                    *) echo "unknown group $group (groups: $all_groups)" >&2; exit 64 ;;
+                esac
+            done
+            shift 2
+            ;;
+        -h | --help)
+            sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *) echo "unknown option $1 (see --help)" >&2; exit 64 ;;
+    esac
+done
+groups=${groups:-$all_groups}
+wants() { case " $groups " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+# The knobs and their defaults; any set otherwise is named in the table's header line.
+knobs=""
+knob() { # name, default
+    local value=${!1:-$2}
+    printf -v "$1" '%s' "$value"
+    [ "$value" = "$2" ] || knobs+="$1=$value "
+}
+knob SOCKET_DURATION 10
+knob SOCKET_WARMUP 2
+knob SOCKET_REPEATS 3
+knob SHM_ITERATIONS 400000
+knob CLIENT_ITERATIONS 20000
+knob CALLGRIND_REQUESTS 20000
+knob CALLGRIND_ROUNDS 2
+knob MEMORY_KEYS 100000
+knob READERS 50
+knob STARTUP_RUNS 20
+knob HANDOVER_TOKENS 100000
+
+began=$(date +%s)
+# What is measured is the commit's code (documents aside), as it stands when the run starts.
+commit=$(git rev-parse --short HEAD)
+dirty=""
+[ -z "$(git status --porcelain --untracked-files=no -- . ':!docs' ':!*.md')" ] || dirty=" with uncommitted changes"
+started_at=$(date -u '+%Y-%m-%d %H:%M UTC')
+load_at_start=$(cut -d' ' -f1 /proc/loadavg)
+out=Benchmarks/.report
+rm -rf "$out"
+mkdir -p "$out"
+step() { echo "== $* ($(date -u '+%H:%M:%S'), load $(cut -d' ' -f1 /proc/loadavg))" >&2; }
+
+if wants socket && ! command -v redis-server >/dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "redis-server is missing: apt-get install -y redis-server, or run as root" >&2
+        exit 1
+    fi
+    echo "installing redis-server" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+
+step "building (release): the agent, then the Benchmarks package"
+swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2
+swift build -c release --package-path Benchmarks >&2
+export AGENT_BINARY=.build-bench-release/release/fleet-tokend
+TOKENBENCH=Benchmarks/.build/release/token-bench
+built=$(date +%s)
+
+if wants shm; then
+    step "shared-memory reads (token-bench, $SHM_ITERATIONS iterations)"
+    "$TOKENBENCH" --agent "$AGENT_BINARY" --iterations "$SHM_ITERATIONS" \
+        --only "client.token, shared memory, 64 ready keys" --only "timer floor" \
+        --json "$out/shm.json" >"$out/shm.txt" 2>&1
+fi
+if wants socket; then
+    step "socket GET against Redis (compare.sh: 3 loads, $SOCKET_REPEATS runs a side, alternated)"
+    KEYSETS=64 LOADS="1x1 64x1 1x32" REPEATS="$SOCKET_REPEATS" DURATION="$SOCKET_DURATION" \
+        WARMUP="$SOCKET_WARMUP" CLIENT_ROWS=0 JSON_OUT="$out/socket.jsonl" \
+        bash Benchmarks/compare.sh >"$out/socket.txt"
+    redis-server --version >"$out/redis-version.txt"
+fi
+if wants instructions; then
+    step "instructions per GET (callgrind.sh)"
+    REQUESTS="$CALLGRIND_REQUESTS" ROUNDS="$CALLGRIND_ROUNDS" DEPTHS="1 32" KEYS=64 OUT="$out/callgrind" \
+        bash Benchmarks/callgrind.sh >"$out/instructions.txt"
+fi
+if wants allocations; then
+    step "allocations per GET (AgentHotPath)"
+    swift package --package-path Benchmarks benchmark --target AgentHotPath --filter 'agent .*' \
+        --metric mallocCountTotal --scale --format markdown --no-progress >"$out/allocations.txt" 2>&1 \
+        || { cat "$out/allocations.txt" >&2; exit 1; }
+fi
+if wants client; then
+    step "the client's call and the HTTP fetch (token-bench, $CLIENT_ITERATIONS iterations)"
+    "$TOKENBENCH" --agent "$AGENT_BINARY" --iterations "$CLIENT_ITERATIONS" \
+        --only "client.token via agent, memo off" --only "client.token, memo on" --only "HTTP GET, URLSession" \
+        --only "timer floor" \
+        --json "$out/client.json" >"$out/client.txt" 2>&1
+fi
+if wants memory; then
+    step "agent memory at $MEMORY_KEYS tokens (agent-memory.sh)"
+    KEYS="$MEMORY_KEYS" MODES=on AGENTS="this=$AGENT_BINARY" bash Benchmarks/agent-memory.sh >"$out/memory.txt"
+    step "$READERS readers of $MEMORY_KEYS tokens (shm-memory.sh)"
+    KEYS="$MEMORY_KEYS" READERS="$READERS" bash Benchmarks/shm-memory.sh >"$out/readers.txt"
+fi
+if wants startup; then
+    step "start to READY and the hand-over (startup.sh, $STARTUP_RUNS starts a row)"
+    RUNS="$STARTUP_RUNS" HANDOVER_TOKENS="$HANDOVER_TOKENS" \
+        bash Benchmarks/startup.sh --json "$(realpath "$out")/startup.json" >"$out/startup.txt"
+fi
+ended=$(date +%s)
+
+# The machine and the run, in the header line.
+memory_gib=$(awk '/^MemTotal:/ {printf "%.1f", $2 / 1048576}' /proc/meminfo)
+os=$(. /etc/os-release && echo "$PRETTY_NAME")
+swift_version=$(swift --version 2>/dev/null | head -1 | sed 's/.*Swift version \([^ ]*\).*/\1/')
+step "done"
+
+# The table, from the programs' outputs in $out.
+export OUT=$out GROUPS_RUN=$groups BEGAN=$began BUILT=$built ENDED=$ended COMMIT=$commit DIRTY=$dirty KNOBS=$knobs STARTED_AT=$started_at \
+    CORES=$(nproc) MEMORY_GIB=$memory_gib OS=$os KERNEL=$(uname -r) SWIFT_VERSION=$swift_version \
+    LOAD_AT_START=$load_at_start MEMORY_KEYS READERS HANDOVER_TOKENS
+python3 - <<'PY'
+import json, os, re
+from statistics import median
+
+env = os.environ
+out = env["OUT"]
+groups = env["GROUPS_RUN"].split()
+began, built, ended = int(env["BEGAN"]), int(env["BUILT"]), int(env["ENDED"])
+memory_keys, readers, handover_tokens = int(env["MEMORY_KEYS"]), int(env["READERS"]), int(env["HANDOVER_TOKENS"])
+minutes = lambda seconds: f"{seconds / 60:.0f} min"
+run_note = minutes(ended - built) + (f" (and {minutes(built - began)} of builds)" if built - began >= 60 else "")
+subset = "" if len(groups) == 7 else f" --only {','.join(groups)}"
+redis = ""
+if os.path.exists(f"{out}/redis-version.txt"):
+    match = re.search(r"v=([0-9.]+)", open(f"{out}/redis-version.txt").read())
+    redis = f", Redis {match.group(1)}" if match else ""
+print(
+    f"Commit `{env['COMMIT']}`{env['DIRTY']}, {env['STARTED_AT']}; {env['CORES']} cores, {env['MEMORY_GIB']} GiB, {env['OS']}, "
+    f"Linux {env['KERNEL']}, Swift {env['SWIFT_VERSION']}{redis}; load average {env['LOAD_AT_START']} at the start. "
+    f"`{env['KNOBS']}bash Benchmarks/report.sh{subset}`: {run_note}."
+)
+print()
+print("| row | figure | compared with |")
+print("|---|---|---|")
+
+
+def n(value, digits=0):
+    return f"{value:,.{digits}f}"
+
+
+def lat(value):  # load-gen's latencies, µs with one decimal
+    return f"{value:.1f}" if value < 1000 else n(value)
+
+
+def ms(value):
+    return f"{value:.1f}" if value < 1000 else n(value)
+
+
+def us(value):
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}" if value < 1000 else n(value)
+
+
+def rows_of(name):
+    path = f"{out}/{name}.json"
+    return json.load(open(path)) if os.path.exists(path) else []
+
+
+def find(rows, name, concurrency):
+    for row in rows:
+        if row["name"] == name and row["concurrency"] == concurrency:
+            return row
+    raise SystemExit(f"report.sh: no row '{name}' at concurrency {concurrency}")
+
+
+socket = {}
+if os.path.exists(f"{out}/socket.jsonl"):
+    for line in open(f"{out}/socket.jsonl"):
+        cell = json.loads(line)
+        socket[(cell["connections"], cell["depth"])] = cell
+
+if "shm" in groups:
+    rows = rows_of("shm")
+    one = find(rows, "client.token, shared memory, 64 ready keys", 1)
+    many = find(rows, "client.token, shared memory, 64 ready keys", 32)
+    floor = find(rows, "timer floor (empty indexed call)", 1)
+    print(
+        f"| shared-memory read, one task | p50 {us(one['p50_us'])} µs, p99 {us(one['p99_us'])} µs "
+        f"| timer floor {us(floor['p50_us'])} µs (included) |"
+    )
+    against = "–"
+    if (64, 1) in socket:
+        redis_rate = socket[(64, 1)]["redis"]["req_per_s"]
+        against = f"Redis GET at 64 x 1: {n(redis_rate)}/s; {many['ops_per_s'] / redis_rate:.1f}x"
+    print(f"| shared-memory reads, 32 tasks | {n(many['ops_per_s'])} tokens/s | {against} |")
+
+if "socket" in groups:
+    for connections, depth in [(1, 1), (64, 1), (1, 32)]:
+        cell = socket[(connections, depth)]
+        agent, redis_run = cell["agent"], cell["redis"]
+        print(
+            f"| socket GET, {connections} x {depth} | {n(agent['req_per_s'])} GET/s, p50 {lat(agent['p50_us'])} µs, "
+            f"p99 {lat(agent['p99_us'])} µs | Redis {n(redis_run['req_per_s'])} GET/s, p50 {lat(redis_run['p50_us'])} "
+            f"µs, p99 {lat(redis_run['p99_us'])} µs: **{agent['req_per_s'] / redis_run['req_per_s']:.2f}x** |"
+        )
+
+if "instructions" in groups:
+    per = {}
+    for line in open(f"{out}/instructions.txt"):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].isdigit():
+            per.setdefault(int(cells[0]), []).append(int(cells[4]))
+    def spread(values):
+        return (max(values) - min(values)) / min(values) * 100
+    windows = len(per[1])
+    agreement = f"{windows} windows a depth, within {max(spread(per[1]), spread(per[32])):.2f}%" if windows > 1 else "–"
+    print(
+        f"| instructions per socket GET | {n(sum(per[1]) / windows)} at depth 1, "
+        f"{n(sum(per[32]) / len(per[32]))} at depth 32 | {agreement} |"
+    )
+
+if "allocations" in groups:
+    # The markdown tables of ordo-one/benchmark: a "### <benchmark>" heading, then a "Malloc (total)"
+    # row whose cells are the percentiles of mallocs per iteration (--scale) over the samples.
+    text = open(f"{out}/allocations.txt").read()
+    counts = {}
+    current = None
+    for line in text.splitlines():
+        heading = re.search(r"(agent GET(?: x32 pipelined)?)\b", line)
+        if heading and "Malloc" not in line:
+            current = heading.group(1)
+        if current and line.startswith("| Malloc (total)"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            # p0 ... p100, then the number of samples.
+            counts[current] = [int(cell.replace(",", "")) for cell in cells[1:-1]]
+    if set(counts) != {"agent GET", "agent GET x32 pipelined"}:
+        raise SystemExit(f"report.sh: no malloc counts in {out}/allocations.txt")
+    single, burst = counts["agent GET"], counts["agent GET x32 pipelined"]
+    fmt = lambda value: f"{value:g}"
+    print(
+        f"| allocations per socket GET | {fmt(max(single))} (one GET a read), "
+        f"{fmt(max(burst) / 32)} (32 in one read) | every sample alike: {'yes' if len(set(single)) == 1 and len(set(burst)) == 1 else 'no'} |"
+    )
+
+if "client" in groups:
+    rows = rows_of("client")
+    memo_off = find(rows, "client.token via agent, memo off", 1)
+    memo_on = find(rows, "client.token, memo on", 1)
+    http = find(rows, "HTTP GET, URLSession", 1)
+    print(
+        f"| client call, memo off | p50 {us(memo_off['p50_us'])} µs, p99 {us(memo_off['p99_us'])} µs "
+        f"| the HTTP fetch below: {http['p50_us'] / memo_off['p50_us']:.1f}x slower (p50) |"
+    )
+    floor = find(rows, "timer floor (empty call)", 1)
+    print(
+        f"| client call, memo on | p50 {us(memo_on['p50_us'])} µs, p99 {us(memo_on['p99_us'])} µs "
+        f"| timer floor {us(floor['p50_us'])} µs (included) |"
+    )
+    print(
+        f"| HTTP fetch (URLSession, local provider) | p50 {us(http['p50_us'])} µs, p99 {us(http['p99_us'])} µs | – |"
+    )
+
+if "memory" in groups:
+    memory = None
+    for line in open(f"{out}/memory.txt"):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[1] == "on":
+            memory = cells
+    if memory is None:
+        raise SystemExit(f"report.sh: no memory row in {out}/memory.txt")
+    vmrss, anon, shmem, file_backed, hwm, segments = (float(cell) for cell in memory[2:8])
+    print(
+        f"| agent memory, {n(memory_keys)} tokens | RssAnon {anon:.1f} + RssShmem {shmem:.1f} = "
+        f"**{anon + shmem:.1f} MiB** | segments {segments:.1f} MiB; file-backed pages {file_backed:.1f} MiB left out |"
+    )
+    print(
+        f"| agent memory, peak during growth | **{hwm - file_backed:.1f} MiB** (VmHWM {hwm:.1f} less RssFile) | – |"
+    )
+    readers_text = open(f"{out}/readers.txt").read()
+    one = re.search(r"^\| one reader, average \| [0-9.]+ \| ([0-9.]+) \| ([0-9.]+) \|", readers_text, re.M)
+    everyone = re.search(r"^\| all processes, summed \| [0-9.]+ \| ([0-9.]+) \| ([0-9.]+) \|", readers_text, re.M)
+    hits = re.search(r"Reads that hit: ([0-9]+) of ([0-9]+)", readers_text)
+    if not (one and everyone and hits):
+        raise SystemExit(f"report.sh: no reader figures in {out}/readers.txt")
+    print(
+        f"| {readers} readers of {n(memory_keys)} tokens | PSS {one.group(1)} MiB a reader, "
+        f"{float(one.group(1)) - float(one.group(2)):.1f} MiB of it its own | segment pages counted once: "
+        f"Pss_Shmem {everyone.group(2)} MiB over all {readers + 1} processes; {n(int(hits.group(1)))} of "
+        f"{n(int(hits.group(2)))} reads hit |"
+    )
+
+if "startup" in groups:
+    startup = json.load(open(f"{out}/startup.json"))
+    plain = startup["HTTP provider, empty cache"]["ready_ms"]
+    demo = startup["demo issuer, empty cache"]["ready_ms"]
+    print(
+        f"| start to READY, empty cache | median {ms(median(plain))} ms (max {ms(max(plain))}) "
+        f"| demo issuer: median {ms(median(demo))} ms (max {ms(max(demo))}) |"
+    )
+    handover = [name for name in startup if name.endswith("-token hand-over (via sh)")]
+    if handover:
+        passed = startup[handover[0]]["ready_ms"]
+        via_sh = startup["issuer key, empty cache (via sh)"]["ready_ms"]
+        print(
+            f"| hand-over of {n(handover_tokens)} tokens | **+{n(median(passed) - median(via_sh))} ms** to READY "
+            f"| {ms(median(passed))} ms against {ms(median(via_sh))} ms without; snapshot "
+            f"{startup['snapshot_bytes'] / 1048576:.1f} MiB |"
+        )
+PY
