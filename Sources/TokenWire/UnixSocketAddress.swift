@@ -23,10 +23,21 @@ public enum UnixSocketAddress {
         }
     }
 
-    /// Opens a stream socket connected to `path`: the descriptor, or `-errno` on failure.
-    public static func connectStream(to path: String) -> Int32 {
+    /// Opens a stream socket connected to `path`: the descriptor, or `-errno` on failure. With
+    /// `timeout` (seconds), the socket's send time-out (`SO_SNDTIMEO`) is set before connecting:
+    /// on a Unix socket it bounds `connect` too, which otherwise waits for as long as the
+    /// listener's queue is full (`-EAGAIN` once it runs out).
+    public static func connectStream(to path: String, timeout: Double? = nil) -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return -errno }
+        if let timeout {
+            let seconds = timeout.isFinite ? min(max(timeout, 0.001), 86_400) : 86_400
+            var interval = timeval(
+                tv_sec: Int(seconds),
+                tv_usec: Int((seconds - seconds.rounded(.down)) * 1_000_000)
+            )
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &interval, socklen_t(MemoryLayout<timeval>.size))
+        }
         let result = with(path: path) { connect(fd, $0, $1) == 0 ? 0 : errno } ?? ENAMETOOLONG
         guard result == 0 else {
             close(fd)

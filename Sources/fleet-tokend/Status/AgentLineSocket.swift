@@ -40,13 +40,17 @@ struct AgentLineSocket {
         let bounded = timeout.isFinite ? min(max(timeout, 0.001), 86_400) : 86_400
         self.timeout = bounded
         deadline = .now + .milliseconds(Int64(bounded * 1000))
-        let connected = UnixSocketAddress.connectStream(to: path)
+        // The send time-out, set before connecting, bounds the connect as well: a listener whose
+        // queue is full makes it wait.
+        let connected = UnixSocketAddress.connectStream(to: path, timeout: bounded)
         guard connected >= 0 else {
-            throw Unreachable(description: "connect \(path): \(String(cString: strerror(-connected)))")
+            let reason =
+                -connected == EAGAIN
+                ? "the agent's connection queue stayed full for \(bounded) s"
+                : String(cString: strerror(-connected))
+            throw Unreachable(description: "connect \(path): \(reason)")
         }
         descriptor = connected
-        var interval = timeval(tv_sec: Int(bounded), tv_usec: Int((bounded - bounded.rounded(.down)) * 1_000_000))
-        setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &interval, socklen_t(MemoryLayout<timeval>.size))
     }
 
     /// Writes `text` whole.
