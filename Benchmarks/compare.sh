@@ -38,15 +38,7 @@ fi
 JSON_OUT=${JSON_OUT:-}
 [ -z "$JSON_OUT" ] || : >"$JSON_OUT"
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "redis-server is missing: apt-get install -y redis-server, or run as root" >&2
-        exit 1
-    fi
-    echo "installing redis-server" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-fi
+source Benchmarks/ensure-redis.sh
 
 echo "building (release)..." >&2
 if [ -z "${AGENT_BINARY:-}" ]; then

@@ -74,15 +74,8 @@ rm -rf "$out"
 mkdir -p "$out"
 step() { echo "== $* ($(date -u '+%H:%M:%S'), load $(cut -d' ' -f1 /proc/loadavg))" >&2; }
 
-if wants socket && ! command -v redis-server >/dev/null 2>&1; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "redis-server is missing: apt-get install -y redis-server, or run as root" >&2
-        exit 1
-    fi
-    echo "installing redis-server" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-fi
+# Before the long builds: a missing Redis that cannot be installed stops the run now.
+if wants socket; then source Benchmarks/ensure-redis.sh; fi
 
 step "building (release): the agent, then the Benchmarks package"
 swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2

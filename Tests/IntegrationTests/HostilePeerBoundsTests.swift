@@ -53,22 +53,9 @@ struct HostilePeerBoundsTests {
     }
 
     /// A non-blocking TCP connection to 127.0.0.1:`port`; -1 when it cannot connect.
-    static func connectLoopback(port: Int) -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else {
-            close(fd)
-            return -1
-        }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+    static func connectNonBlocking(port: Int) -> Int32 {
+        let fd = connectLoopback(port: port)
+        if fd >= 0 { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
         return fd
     }
 
@@ -99,7 +86,7 @@ struct HostilePeerBoundsTests {
             let closed = try await offPool { () -> Int in
                 var closed = 0
                 for _ in 0..<4 {
-                    let fd = Self.connectLoopback(port: port)
+                    let fd = Self.connectNonBlocking(port: port)
                     guard fd >= 0 else { continue }
                     defer { close(fd) }
                     // Write until the agent stops taking more (or closes), reading nothing.
@@ -134,7 +121,7 @@ struct HostilePeerBoundsTests {
                 if !up { try await Task.sleep(for: .milliseconds(50)) }
             }
             #expect(up)
-            let connections = try await offPool { (0..<64).map { _ in Self.connectLoopback(port: port) } }
+            let connections = try await offPool { (0..<64).map { _ in Self.connectNonBlocking(port: port) } }
             defer { for fd in connections where fd >= 0 { close(fd) } }
             #expect(connections.allSatisfy { $0 >= 0 })
             // Past the cap (16), connections are closed as soon as they are accepted.

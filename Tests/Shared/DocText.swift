@@ -1,8 +1,28 @@
 import Foundation
+import Testing
 
 /// The repository's documents, read by the doc tests: Markdown sections, tables and fenced blocks,
 /// and the man page. Shared by several test targets (symbolic links to Tests/Shared).
 enum DocText {
+    /// Expects `found` to list each of `expected` once, in any order, and nothing else: a name
+    /// listed twice, one `expected` lacks (worded by `missing`) and one it does not know (worded by
+    /// `unknown`) are each an issue.
+    static func expectSame(
+        _ found: [String],
+        _ expected: [String],
+        _ what: String,
+        missing: ([String]) -> String,
+        unknown: ([String]) -> String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let duplicates = Dictionary(grouping: found, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted()
+        #expect(duplicates.isEmpty, "\(what): listed twice: \(duplicates)", sourceLocation: sourceLocation)
+        let absent = Set(expected).subtracting(found).sorted()
+        let extra = Set(found).subtracting(expected).sorted()
+        #expect(absent.isEmpty, "\(what): \(missing(absent))", sourceLocation: sourceLocation)
+        #expect(extra.isEmpty, "\(what): \(unknown(extra))", sourceLocation: sourceLocation)
+    }
+
     /// The repository root: the first directory above this file holding `Package.swift` and
     /// `Sources/TokenWire`.
     static func root(_ file: String = #filePath) -> URL {

@@ -28,16 +28,14 @@ struct ConfigDocsTests {
         _ what: String,
         sourceLocation: SourceLocation = #_sourceLocation
     ) {
-        let duplicates = Dictionary(grouping: found, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted()
-        #expect(duplicates.isEmpty, "\(what): listed twice: \(duplicates)", sourceLocation: sourceLocation)
-        let missing = Set(expected).subtracting(found).sorted()
-        let unknown = Set(found).subtracting(expected).sorted()
-        #expect(
-            missing.isEmpty,
-            "\(what): the parser accepts \(missing), not documented",
+        DocText.expectSame(
+            found,
+            expected,
+            what,
+            missing: { "the parser accepts \($0), not documented" },
+            unknown: { "documented \($0), the parser refuses" },
             sourceLocation: sourceLocation
         )
-        #expect(unknown.isEmpty, "\(what): documented \(unknown), the parser refuses", sourceLocation: sourceLocation)
     }
 
     @Test func everyKeyTableMatchesTheParser() throws {

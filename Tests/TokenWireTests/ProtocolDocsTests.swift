@@ -30,12 +30,14 @@ struct ProtocolDocsTests {
         _ what: String,
         sourceLocation: SourceLocation = #_sourceLocation
     ) {
-        let duplicates = Dictionary(grouping: found, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted()
-        #expect(duplicates.isEmpty, "\(what): listed twice: \(duplicates)", sourceLocation: sourceLocation)
-        let missing = Set(expected).subtracting(found).sorted()
-        let unknown = Set(found).subtracting(expected).sorted()
-        #expect(missing.isEmpty, "\(what): missing \(missing)", sourceLocation: sourceLocation)
-        #expect(unknown.isEmpty, "\(what): not in TokenWire: \(unknown)", sourceLocation: sourceLocation)
+        DocText.expectSame(
+            found,
+            expected,
+            what,
+            missing: { "missing \($0)" },
+            unknown: { "not in TokenWire: \($0)" },
+            sourceLocation: sourceLocation
+        )
     }
 
     @Test func theParserKnowsEveryListedVerbAndNoOther() {
