@@ -1,4 +1,5 @@
 import CSharedMemory
+import TokenSegment
 
 #if canImport(Glibc)
     import Glibc
@@ -34,10 +35,11 @@ final class MappedGenerations {
         if watch >= 0 { close(watch) }
     }
 
-    /// Starts counting the generation behind `descriptor`, which the caller still holds.
-    func add(_ generation: Generation, descriptor: Int32) {
+    /// Starts counting `writer`'s generation, which the writer still holds.
+    func add(_ writer: SegmentWriter) {
+        let generation = Generation(kind: writer.kind, generation: writer.generation, bytes: writer.size)
         if watch >= 0 {
-            let number = fsm_release_watch_add(watch, descriptor)
+            let number = fsm_release_watch_add(watch, writer.descriptor)
             if number >= 0 {
                 generations[number] = generation
                 return
@@ -79,14 +81,8 @@ final class MappedGenerations {
             + unwatched.reduce(0) { $0 + ($1.kind == kind && $1.retired ? $1.bytes : 0) }
     }
 
-    /// How many retired generations a reader still holds, and their bytes.
-    var retired: (count: Int, bytes: Int) {
-        var count = 0
-        var bytes = 0
-        for generation in generations.values + unwatched where generation.retired {
-            count += 1
-            bytes += generation.bytes
-        }
-        return (count, bytes)
+    /// How many retired generations a reader still holds.
+    var retiredCount: Int {
+        generations.values.reduce(0) { $0 + ($1.retired ? 1 : 0) } + unwatched.reduce(0) { $0 + ($1.retired ? 1 : 0) }
     }
 }

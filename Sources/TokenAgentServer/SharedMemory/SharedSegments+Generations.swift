@@ -45,10 +45,7 @@ extension SharedSegments {
             state.statistics.generations += 1
             state.writers[kind] = writer
             state.createdAt[kind] = fsm_boottime_ns()
-            state.mapped.add(
-                .init(kind: kind, generation: writer.generation, bytes: writer.size),
-                descriptor: writer.descriptor
-            )
+            state.mapped.add(writer)
         } catch {
             logger.error(
                 "no shared-memory segment for a kind",
@@ -190,10 +187,7 @@ extension SharedSegments {
         state.statistics.generations += 1
         state.writers[kind] = writer
         state.createdAt[kind] = now
-        state.mapped.add(
-            .init(kind: kind, generation: writer.generation, bytes: writer.size),
-            descriptor: writer.descriptor
-        )
+        state.mapped.add(writer)
         logger.debug(
             "shared-memory segment replaced",
             metadata: [

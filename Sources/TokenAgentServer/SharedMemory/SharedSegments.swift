@@ -274,7 +274,7 @@ public final class SharedSegments: TokenMirror, Sendable {
             statistics.heldOutside = state.orphans.values.reduce(0) { $0 + $1.count }
             state.mapped.collect()
             statistics.mappedBytes = state.mapped.totalBytes
-            statistics.retiredMapped = state.mapped.retired.count
+            statistics.retiredMapped = state.mapped.retiredCount
             return statistics
         }
     }
