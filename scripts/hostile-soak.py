@@ -13,7 +13,6 @@ client's p99 under load stayed within --max-p99-ratio of the baseline's.
 import argparse
 import json
 import os
-import resource
 import select
 import socket
 import subprocess
@@ -22,13 +21,12 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from soak import proc_status, raise_fd_limit  # noqa: E402  (the soak's helpers, one copy)
+
 
 def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return proc_status(pid)["VmRSS"] * 1024
 
 
 class MemoryGroup:
@@ -150,8 +148,7 @@ def main() -> int:
     parser.add_argument("--max-p99-ratio", type=float, default=2.0)
     args = parser.parse_args()
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    raise_fd_limit(8192)
     directory = tempfile.mkdtemp(prefix="ftd-hostile-")
     path = os.path.join(directory, "agent.sock")
     log = open(os.path.join(directory, "agent.log"), "wb")
