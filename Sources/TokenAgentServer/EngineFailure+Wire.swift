@@ -8,7 +8,8 @@ extension EngineFailure {
         case .unknownKind: return WireError(.badKind, description)
         case .busy, .busyForUID: return WireError(.busy, description)
         case .rejected: return WireError(.rejected, description)
-        case .backingOff, .fetchFailed, .throttled, .refusedTokenReissued, .providerChanged, .reportedRecently:
+        case .backingOff, .fetchFailed, .throttled, .refusedTokenReissued, .providerChanged, .reportedRecently,
+            .misconfigured:
             return WireError(.unavailable, description)
         }
     }

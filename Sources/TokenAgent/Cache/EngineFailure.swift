@@ -24,6 +24,9 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
     /// A REFRESH reported the cached token refused, but its replacement was fetched (and failed,
     /// or was refused too) less than the re-fetch guard ago: the next try in `seconds`.
     case reportedRecently(seconds: Int)
+    /// The kind's signer or credentials need the operator (a permission, an account, a refused
+    /// credential): nothing is tried again for `retryAfter` seconds. Never a refusal of the id.
+    case misconfigured(String, retryAfter: Int)
 
     /// The failure a provider error becomes.
     init(_ error: ProviderError) {
@@ -31,6 +34,8 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .failed(let text): self = .fetchFailed(text)
         case .rejected(let text): self = .rejected(text)
         case .throttled(let text, let retryAfter): self = .throttled(text, retryAfter: Int(saturating: retryAfter))
+        case .misconfigured(let text, let retryAfter):
+            self = .misconfigured(text, retryAfter: Int(saturating: retryAfter.rounded(.up)))
         }
     }
 
@@ -48,6 +53,7 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .providerChanged: return "the provider changed while fetching; try again"
         case .reportedRecently(let seconds):
             return "a replacement for the refused token was fetched moments ago; next try in \(seconds) s"
+        case .misconfigured(let text, let retryAfter): return "\(text); retry after \(retryAfter) s"
         }
     }
 }

@@ -20,6 +20,9 @@ public enum FetchFailureReason: String, Sendable, Hashable, CaseIterable {
     case claimMismatch = "claim_mismatch"
     /// The token is already expired, or has under the serving floor (10 s) left.
     case expired
+    /// The signer or the host's credentials need the operator: IAM refused the signature (403),
+    /// has no such account (404) or our request (400), or the credentials were refused.
+    case misconfigured
     /// Anything else (a local issuer that cannot sign).
     case other
 
@@ -29,6 +32,8 @@ public enum FetchFailureReason: String, Sendable, Hashable, CaseIterable {
         switch error {
         case .throttled(let text, _), .failed(let text), .rejected(let text):
             self = Self.classify(text)
+        case .misconfigured:
+            self = .misconfigured
         }
     }
 

@@ -19,6 +19,10 @@ public struct ProviderHealth: Sendable, Hashable {
     public var lastSuccessAt: MonotonicInstant?
     /// Fetches that failed in a row (refusals not counted).
     public var consecutiveFailures = 0
+    /// Whether a failure since the last successful fetch needs the operator (a signer's permission
+    /// or account, refused credentials: ``ProviderError/misconfigured(_:retryAfter:)``). Such a
+    /// kind is degraded at once, not after `degraded_after`.
+    public var needsOperator = false
 
     /// A record of `kind` with nothing seen yet.
     public init(kind: String) { self.kind = kind }
@@ -36,6 +40,7 @@ public struct ProviderHealth: Sendable, Hashable {
         lastSuccessAt = now
         failingSince = nil
         consecutiveFailures = 0
+        needsOperator = false
     }
 
     /// Records a failed fetch.
@@ -44,6 +49,7 @@ public struct ProviderHealth: Sendable, Hashable {
         lastFailure = "\(error)"
         lastFailureReason = FetchFailureReason(error)
         if case .rejected = error { return }
+        if case .misconfigured = error { needsOperator = true }
         consecutiveFailures += 1
         if failingSince == nil { failingSince = now }
     }

@@ -46,7 +46,7 @@ extension StoreShard {
             case .rejected(let text):
                 entry.rejectedUntil = now + policy.rejectionMemory
                 entry.rejection = text
-            case .throttled(_, let retryAfter):
+            case .throttled(_, let retryAfter), .misconfigured(_, let retryAfter):
                 backoff = max(backoff, min(retryAfter, policy.retryAfterCap))
             case .failed:
                 break

@@ -29,6 +29,11 @@ public enum ProviderError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The provider asked to be left alone for `retryAfter` seconds (429 or 503 with
     /// `Retry-After`): retried no sooner than that (capped at 300 s).
     case throttled(String, retryAfter: Double)
+    /// The operator must fix something before any token of the kind can be had: a signer's
+    /// permission or account (IAM 403/404), the host's credentials (a second 401, a refused
+    /// refresh token). Never remembered as a refusal of the id; the kind is degraded at once, and
+    /// nothing is tried again for `retryAfter` seconds.
+    case misconfigured(String, retryAfter: Double)
 
     public var description: String {
         switch self {
@@ -36,6 +41,8 @@ public enum ProviderError: Error, Sendable, Hashable, CustomStringConvertible {
         case .throttled(let text, let retryAfter):
             return "provider failed: \(text), retry after \(Int(saturating: retryAfter)) s"
         case .rejected(let text): return "provider rejected the id: \(text)"
+        case .misconfigured(let text, let retryAfter):
+            return "\(text); retry after \(Int(saturating: retryAfter)) s"
         }
     }
 }

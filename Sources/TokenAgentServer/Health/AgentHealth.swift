@@ -33,6 +33,14 @@ public struct AgentHealth: Sendable {
         let now = engine.now
         let forgetAfter = engine.policy.idleTimeout
         for provider in providers {
+            if provider.needsOperator, provider.failingSince != nil {
+                var detail = "needs the operator"
+                if let last = provider.lastFailure { detail += " (\(last))" }
+                report.problems.append(
+                    HealthReport.Problem(kind: provider.kind, reason: .misconfigured, detail: detail)
+                )
+                continue
+            }
             guard let failing = provider.failingFor(now: now, forgetAfter: forgetAfter),
                 failing >= settings.degradedAfter
             else { continue }

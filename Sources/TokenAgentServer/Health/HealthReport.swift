@@ -4,6 +4,9 @@ public struct HealthReport: Sendable, Hashable {
     public enum Reason: String, Sendable, Hashable, CaseIterable {
         /// The kind's provider has failed for longer than `degraded_after`.
         case providerFailing = "provider_failing"
+        /// The kind's signer or credentials need the operator (a permission, an account, refused
+        /// credentials): degraded from the first such failure.
+        case misconfigured
         /// A token of the kind read within the idle time-out has less time left than a default GET
         /// requires (the refresh is late).
         case expirySoon = "expiry_soon"

@@ -106,6 +106,10 @@ struct StatusReport {
                     var text = "\(kind.name): provider failing for \(Int(saturating: kind.failingSeconds)) s"
                     if let last = kind.lastFailureReason { text += " (last error: \(last))" }
                     problems.append(text)
+                case "misconfigured":
+                    var text = "\(kind.name): signer or credentials need the operator"
+                    if let last = kind.lastFailureReason { text += " (last error: \(last))" }
+                    problems.append(text)
                 case "expiry_soon":
                     let soon = kind.soonestExpiry.map { " (soonest in \(Int(saturating: $0)) s)" } ?? ""
                     problems.append("\(kind.name): tokens in use close to expiry\(soon)")
