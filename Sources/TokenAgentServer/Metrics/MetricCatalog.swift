@@ -225,7 +225,9 @@ public enum MetricCatalog {
             name: "fleet_tokend_degraded",
             kind: .gauge,
             labels: ["kind", "reason"],
-            help: "1 when the kind makes the agent degraded for the reason (provider_failing, misconfigured, expiry_soon)."
+            help:
+                "1 when the kind makes the agent degraded for the reason (provider_failing, misconfigured, "
+                + "expiry_soon)."
         ),
         Entry(
             name: "fleet_tokend_healthy",
