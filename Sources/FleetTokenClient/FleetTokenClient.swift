@@ -130,7 +130,8 @@ public final class FleetTokenClient: Sendable {
     func tokenFromMemory(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
         // `*`, `.` and `..` are refused before anything is read (a segment written by an older
         // agent might hold them); tokenAfterMemory says why.
-        guard configuration.sharedMemory, !TokenIdentifier.isReserved(subject.id.utf8) else { return nil }
+        guard configuration.sharedMemory, TokenIdentifier.keyProblem(kind: subject.kind, id: subject.id.utf8) == nil
+        else { return nil }
         return segments.cachedToken(subject, minimumValidity: minimumValidity)
     }
 
@@ -141,7 +142,7 @@ public final class FleetTokenClient: Sendable {
         _ subject: TokenSubject,
         minimumValidity: TimeInterval?
     ) async throws(FleetTokenError) -> Token {
-        if let problem = TokenIdentifier.reservedProblem(subject.id.utf8) {
+        if let problem = TokenIdentifier.keyProblem(kind: subject.kind, id: subject.id.utf8) {
             throw FleetTokenError(WireError(.badID, problem))
         }
         var memoMayAnswer = true

@@ -132,7 +132,7 @@ public enum RequestParser {
         guard TokenIdentifier.isWellFormedKind(kind) else {
             return WireError(.badKind, "kind must be 1 to 32 of a-z, 0-9 and -")
         }
-        if let problem = TokenIdentifier.problem(withID: id) { return WireError(.badID, problem) }
+        if let problem = TokenIdentifier.problem(kind: kind, id: id) { return WireError(.badID, problem) }
         return nil
     }
 }

@@ -72,6 +72,34 @@ public enum TokenIdentifier {
         }
     }
 
+    /// The kinds whose one token acts for the whole fleet (the wildcard token types of Google's
+    /// Fleet Engine auth library): each is asked for with the id `*` and no other. The agent
+    /// serves them only from an issuer configured for them by name, with an `allow` rule.
+    public static let wildcardKinds: Set<String> = [
+        "server", "delivery-server", "fleet-reader", "delivery-fleet-reader",
+    ]
+
+    /// The one id of a wildcard kind.
+    public static let wildcardID = "*"
+
+    /// Why `id` cannot be asked for under `kind`, or `nil`: a wildcard kind (``wildcardKinds``)
+    /// takes only `*`; every other kind follows ``problem(withID:)``, which refuses `*`.
+    public static func problem(kind: some StringProtocol, id: Substring) -> String? {
+        if wildcardKinds.contains(String(kind)) {
+            return id == "*" ? nil : "kind \(kind) acts for the whole fleet: its only id is *"
+        }
+        return problem(withID: id)
+    }
+
+    /// Why the key `kind`/`id` is refused before any fetch: a reserved id (``reservedProblem(_:)``)
+    /// under a kind that is not a wildcard kind, or an id other than `*` under a wildcard kind.
+    public static func keyProblem(kind: String, id: some Collection<UInt8>) -> String? {
+        if wildcardKinds.contains(kind) {
+            return id.count == 1 && id.first == 0x2A ? nil : "kind \(kind) acts for the whole fleet: its only id is *"
+        }
+        return reservedProblem(id)
+    }
+
     /// Whether `kind` is a well-formed kind name: 1 to 32 bytes of `a-z`, `0-9` and `-`.
     public static func isWellFormedKind(_ kind: some StringProtocol) -> Bool {
         let utf8 = kind.utf8

@@ -307,7 +307,7 @@ enum RequestLinesOracle {
         // The kind's or the id's error, if either breaks its rules (the kind is checked first).
         func keyError() -> Outcome? {
             if let error = kindError() { return error }
-            if !isValidID(arguments[1]) { return .error(.badID) }
+            if !isValidID(arguments[1], kind: arguments[0]) { return .error(.badID) }
             return nil
         }
         switch verb {
@@ -342,7 +342,7 @@ enum RequestLinesOracle {
             guard arguments.count >= 2 else { return .error(.badRequest) }
             // The kind's rule first, then each id in turn.
             if let error = kindError() { return error }
-            for id in arguments[1...] where !isValidID(id) { return .error(.badID) }
+            for id in arguments[1...] where !isValidID(id, kind: arguments[0]) { return .error(.badID) }
             return .request(.touch(kind: arguments[0], ids: Array(arguments[1...])))
         case Array("INFO".utf8):
             guard arguments.count == 2 else { return .error(.badRequest) }
@@ -355,6 +355,14 @@ enum RequestLinesOracle {
         case Array("QUIT".utf8): return arguments.isEmpty ? .request(.quit) : .error(.badRequest)
         default: return .error(.badRequest)
         }
+    }
+
+    /// The protocol's rule for `id` under `kind`: the four kinds that act for the whole fleet take
+    /// `*` and nothing else; every other kind takes Fleet Engine's ids.
+    private static func isValidID(_ id: String, kind: String) -> Bool {
+        let wholeFleet = ["server", "delivery-server", "fleet-reader", "delivery-fleet-reader"]
+        if wholeFleet.contains(where: { $0.utf8.elementsEqual(kind.utf8) }) { return id.utf8.elementsEqual("*".utf8) }
+        return isValidID(id)
     }
 
     /// Fleet Engine's id rules, as the protocol's table states them, and not one of the ids with

@@ -12,6 +12,7 @@ struct ConfigDocsTests {
     private static let keyTables: [String: [String]] = [
         "Top-level keys": ConfigurationFile.topLevelKeys,
         "Provider keys": ConfigurationFile.providerKeys,
+        "Issuer keys": ConfigurationFile.issuerKeys,
         "Access rules": ConfigurationFile.principalListKeys,
     ]
 
@@ -94,6 +95,8 @@ struct ConfigDocsTests {
         let providers = try #require(object["providers"] as? [String: [String: Any]])
         #expect(!providers.isEmpty)
         expectSame(Array(Set(providers.values.flatMap(\.keys))), ConfigurationFile.providerKeys, "\(path) providers")
+        let issuers = try #require(object["issuers"] as? [String: [String: Any]])
+        expectSame(Array(Set(issuers.values.flatMap(\.keys))), ConfigurationFile.issuerKeys, "\(path) issuers")
         var lists = (object["allow"] as? [String: [String: Any]] ?? [:]).map(\.value)
         lists += [object["admin"] as? [String: Any] ?? [:]]
         expectSame(Array(Set(lists.flatMap(\.keys))), ConfigurationFile.principalListKeys, "\(path) allow and admin")

@@ -151,3 +151,28 @@ struct RequestParserTests {
         }
     }
 }
+
+@Suite("Request parser: wildcard kinds")
+struct WildcardKindParserTests {
+    @Test func wildcardKindsTakeStarAndNothingElse() {
+        for kind in ["server", "delivery-server", "fleet-reader", "delivery-fleet-reader"] {
+            #expect(
+                RequestParser.parse(text: "GET \(kind) *")
+                    == .success(.get(kind: kind, id: "*", minValiditySeconds: nil))
+            )
+            #expect(RequestParser.parse(text: "REFRESH \(kind) *") == .success(.refresh(kind: kind, id: "*")))
+            for id in ["v-1", "..", "＊", "**"] {
+                guard case .failure(let error) = RequestParser.parse(text: "GET \(kind) \(id)") else {
+                    Issue.record("GET \(kind) \(id) parsed")
+                    continue
+                }
+                #expect(error.code == .badID)
+            }
+        }
+        guard case .failure(let error) = RequestParser.parse(text: "GET vehicle *") else {
+            Issue.record("GET vehicle * parsed")
+            return
+        }
+        #expect(error.code == .badID)
+    }
+}

@@ -103,7 +103,7 @@ final class FetchCoordinator: Sendable {
     func flight(for key: TokenKey, owner: UInt32? = nil) -> Result<Flight, EngineFailure> {
         // The parser refuses these ids first; this keeps any other caller of the engine from
         // sending one to a provider or a signer.
-        if let problem = TokenIdentifier.reservedProblem(key.id.utf8) {
+        if let problem = TokenIdentifier.keyProblem(kind: key.kind, id: key.id.utf8) {
             return .failure(.rejected("\(problem); never fetched"))
         }
         return state.withLock { state in

@@ -180,7 +180,7 @@ final class TokenStore: Sendable {
     /// Returns how many were taken.
     func take(_ tokens: [CachedToken], now: MonotonicInstant, unixNow: UnixTime) -> Int {
         var taken = 0
-        for cached in tokens where !TokenIdentifier.isReserved(cached.id.utf8) {
+        for cached in tokens where TokenIdentifier.keyProblem(kind: cached.kind, id: cached.id.utf8) == nil {
             let key = EntryKey(kind: cached.kind, id: cached.id)
             let jitter = random()
             let took = shard(key).state.withLock { shard -> Bool in

@@ -14,8 +14,15 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var socketGroup: String?
     /// The HTTP provider of each kind.
     public var providers: [String: ProviderSettings] = [:]
+    /// The issuer of each kind that has one of its own (`issuers`): a key file or a service
+    /// account signing key-less through IAM Credentials.
+    public var issuers: [String: IssuerSettings] = [:]
+    /// The IAM Credentials API that key-less issuers call (`iam_endpoint`).
+    public var iamEndpoint = AgentConfiguration.defaultIAMEndpoint
+    /// Google's IAM Credentials API.
+    public static let defaultIAMEndpoint = "https://iamcredentials.googleapis.com"
     /// A Google service-account JSON key; when set, the local issuer mints tokens for the
-    /// well-known kinds that have no HTTP provider.
+    /// well-known kinds that have no HTTP provider and no issuer of their own.
     public var issuerKeyPath: String?
     /// The lifetime of locally minted tokens, seconds (at most 3600).
     public var issuerLifetime: Double = 3600
@@ -90,7 +97,10 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var wildcardKinds: [String] { providers.filter { $0.value.acceptWildcard == true }.keys.sorted() }
 
     /// Whether no provider and no key is configured, so the demo issuer runs.
-    public var usesDemoIssuer: Bool { providers.isEmpty && issuerKeyPath == nil }
+    public var usesDemoIssuer: Bool { providers.isEmpty && issuers.isEmpty && issuerKeyPath == nil }
+
+    /// Whether some issuer signs key-less, so the host's credentials are needed.
+    public var needsHostCredentials: Bool { issuers.values.contains { $0.serviceAccount != nil } }
 
     /// Reads an octal file mode such as `0660`; the key is `socket_mode`.
     public static func parseMode(_ text: String) throws -> UInt32 {
@@ -103,7 +113,7 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// The kinds this configuration serves: those with an HTTP provider, and the well-known kinds
     /// when the local (or demo) issuer runs.
     public var configuredKinds: Set<String> {
-        var kinds = Set(providers.keys)
+        var kinds = Set(providers.keys).union(issuers.keys)
         if issuerKeyPath != nil || usesDemoIssuer { kinds.formUnion(FleetEngineKinds.all) }
         return kinds
     }
@@ -117,6 +127,16 @@ public struct AgentConfiguration: Sendable, Hashable {
                 key: "allow.\(kind)",
                 "kind \(kind) is not configured; configured: \(kinds.sorted().joined(separator: ","))"
             )
+        }
+        // A wildcard kind's one token acts for the whole fleet: it is served only to whom a rule
+        // names, never to everyone with access to the socket.
+        for kind in issuers.keys.sorted() where TokenIdentifier.wildcardKinds.contains(kind) {
+            guard access.allow[kind] != nil else {
+                throw ConfigurationError(
+                    key: "allow.\(kind)",
+                    "kind \(kind) acts for the whole fleet and needs an allow entry naming who may have it"
+                )
+            }
         }
     }
 
@@ -134,6 +154,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         for (kind, settings) in providers {
             if let path = settings.headersFile { resolved.providers[kind]?.headersFile = resolve(path) }
+        }
+        for (kind, settings) in issuers {
+            if let path = settings.keyFile { resolved.issuers[kind]?.keyFile = resolve(path) }
         }
         return resolved
     }
@@ -200,10 +223,17 @@ public struct AgentConfiguration: Sendable, Hashable {
         guard Self.logLevels.contains(logLevel) else {
             throw ConfigurationError(key: "log_level", "must be one of \(Self.logLevels.joined(separator: ", "))")
         }
+        try validateIssuers()
         for (kind, provider) in providers {
             let key = "providers.\(kind)"
             guard TokenIdentifier.isWellFormedKind(kind) else {
                 throw ConfigurationError(key: key, "kind names are 1 to 32 of a-z, 0-9 and -")
+            }
+            guard !TokenIdentifier.wildcardKinds.contains(kind) else {
+                throw ConfigurationError(
+                    key: key,
+                    "kind \(kind) acts for the whole fleet and is minted only by an issuer (issuers.\(kind))"
+                )
             }
             let lower = provider.url.lowercased()
             guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else {

@@ -6,6 +6,8 @@ public enum ConfigurationFile {
     private struct Contents: Decodable {
         var socket: String?
         var providers: [String: ProviderSettings]?
+        var issuers: [String: IssuerSettings]?
+        var iamEndpoint: String?
         var issuerKey: String?
         var issuerLifetime: Double?
         var refreshMargin: Double?
@@ -33,7 +35,8 @@ public enum ConfigurationFile {
         var refresherStallAfter: Double?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case socket, providers
+            case socket, providers, issuers
+            case iamEndpoint = "iam_endpoint"
             case issuerKey = "issuer_key"
             case issuerLifetime = "issuer_lifetime"
             case refreshMargin = "refresh_margin"
@@ -108,6 +111,9 @@ public enum ConfigurationFile {
     /// The keys each entry of `providers` accepts; any other is refused.
     public static let providerKeys = ProviderSettings.CodingKeys.allCases.map(\.rawValue)
 
+    /// The keys each entry of `issuers` accepts; any other is refused.
+    public static let issuerKeys = IssuerSettings.CodingKeys.allCases.map(\.rawValue)
+
     /// The keys `admin` and each entry of `allow` accept; any other is refused.
     public static let principalListKeys = PrincipalListContents.CodingKeys.allCases.map(\.rawValue)
 
@@ -154,6 +160,12 @@ public enum ConfigurationFile {
                 )
             }
         }
+        if let issuers = top["issuers"] as? [String: Any] {
+            for (kind, settings) in issuers {
+                guard let settings = settings as? [String: Any] else { continue }
+                try refuseUnknownKeys(settings, allowed: issuerKeys, path: "issuers.\(kind).")
+            }
+        }
         let contents: Contents
         do {
             contents = try JSONDecoder().decode(Contents.self, from: data)
@@ -171,6 +183,8 @@ public enum ConfigurationFile {
         var configuration = base
         if let value = contents.socket { configuration.socketPath = value }
         if let value = contents.providers { configuration.providers = value }
+        if let value = contents.issuers { configuration.issuers = value }
+        if let value = contents.iamEndpoint { configuration.iamEndpoint = value }
         if let value = contents.issuerKey { configuration.issuerKeyPath = value }
         if let value = contents.issuerLifetime { configuration.issuerLifetime = value }
         if let value = contents.refreshMargin { configuration.refreshMargin = value }

@@ -11,6 +11,8 @@ public enum ProviderSet {
         /// What each kind's provider is made of (settings, and digests of its headers or key
         /// file); never a secret itself.
         public var identities: [String: String]
+        /// The host's credentials, which key-less issuers share; `nil` when no issuer is key-less.
+        public var credentials: (any AccessTokenSource)?
 
         /// A digest of each kind's identity: what a cache hand-over records, so the next process
         /// takes a kind's tokens only from the same provider (no URL or setting in clear).
@@ -31,12 +33,20 @@ public enum ProviderSet {
         try build(from: configuration, clock: clock).providers
     }
 
+    /// Finds the host's credentials (Application Default Credentials); called only when some
+    /// issuer is key-less.
+    public typealias CredentialsDiscovery = @Sendable () throws -> any AccessTokenSource
+
     /// Builds the providers for `configuration`, reusing from `previous` every provider whose
     /// identity did not change (so its connections and, for the demo issuer, its key stay).
+    /// Key-less issuers get their access tokens from what `discoverCredentials` finds; when it
+    /// finds the same source as `previous` had (its ``AccessTokenSource/summary``), that one is
+    /// kept, with its cached access token.
     public static func build(
         from configuration: AgentConfiguration,
         reusing previous: Built? = nil,
-        clock: any AgentClock = SystemAgentClock()
+        clock: any AgentClock = SystemAgentClock(),
+        discoverCredentials: CredentialsDiscovery? = nil
     ) throws -> Built {
         var claimNames = FleetEngineKinds.claimNames
         for (kind, settings) in configuration.providers {
@@ -64,6 +74,26 @@ public enum ProviderSet {
             }
             identities[kind] = identity
         }
+        var issuers = try readIssuers(configuration, clock: clock)
+        for (kind, issuer) in issuers { identities[kind] = issuer.identity }
+        var credentials: (any AccessTokenSource)?
+        if configuration.needsHostCredentials {
+            guard let discoverCredentials else {
+                throw ConfigurationError(key: "issuers", "key-less signing needs the host's credentials")
+            }
+            let found = try discoverCredentials()
+            if let kept = previous?.credentials, kept.summary == found.summary {
+                credentials = kept
+                Task { await found.shutdown() }
+            } else {
+                credentials = found
+            }
+            let credentialsSummary = credentials!.summary
+            for (kind, issuer) in issuers where issuer.settings.serviceAccount != nil {
+                issuers[kind]!.identity += " credentials=\(credentialsSummary)"
+                identities[kind] = issuers[kind]!.identity
+            }
+        }
         var issuer: LocalIssuer?
         var issuerIdentity = ""
         if let path = configuration.issuerKeyPath {
@@ -90,6 +120,10 @@ public enum ProviderSet {
                 providers[kind] = reused
                 continue
             }
+            if let issuer = issuers[kind] {
+                providers[kind] = try issuer.make(configuration: configuration, credentials: credentials, clock: clock)
+                continue
+            }
             let settings = configuration.providers[kind]!
             providers[kind] = HTTPTokenProvider(
                 urlTemplate: settings.url,
@@ -106,7 +140,7 @@ public enum ProviderSet {
             )
         }
         if !issuerIdentity.isEmpty {
-            for kind in FleetEngineKinds.all where providers[kind] == nil {
+            for kind in FleetEngineKinds.all where providers[kind] == nil && issuers[kind] == nil {
                 let identity = "\(issuerIdentity) claim=\(claimNames[kind] ?? "")"
                 identities[kind] = identity
                 if let previous, previous.identities[kind] == identity, let reused = previous.providers[kind] {
@@ -123,7 +157,7 @@ public enum ProviderSet {
                 }
             }
         }
-        return Built(providers: providers, identities: identities)
+        return Built(providers: providers, identities: identities, credentials: credentials)
     }
 
     private static func readFile(_ path: String, key: String) throws -> String {

@@ -8,7 +8,8 @@ import _CryptoExtras
 ///
 /// Header `{"alg":"RS256","typ":"JWT","kid":<private_key_id>}`; claims `iss` and `sub` =
 /// `client_email`, `aud` = `https://fleetengine.googleapis.com/`, `iat` = now, `exp` = now +
-/// lifetime, and `authorization` = `{<claim>: id}` (`vehicleid`, `tripid`, ...).
+/// lifetime, and `authorization` from ``IssuerClaims`` (`{<claim>: id}`, or a wildcard kind's
+/// fixed entries).
 public struct LocalIssuer: TokenProvider {
     /// The audience of Fleet Engine tokens.
     public static let audience = "https://fleetengine.googleapis.com/"
@@ -24,7 +25,7 @@ public struct LocalIssuer: TokenProvider {
     public let lifetime: Double
     /// Whether this is the throw-away demo issuer.
     public let isDemo: Bool
-    private let claimNames: [String: String]
+    private let claims: IssuerClaims
     private let clock: any AgentClock
 
     /// Creates an issuer from a service-account key in JSON form.
@@ -32,6 +33,21 @@ public struct LocalIssuer: TokenProvider {
         serviceAccountJSON: Data,
         lifetime: Double = LocalIssuer.maxLifetime,
         claimNames: [String: String] = FleetEngineKinds.claimNames,
+        clock: any AgentClock = SystemAgentClock()
+    ) throws {
+        try self.init(
+            serviceAccountJSON: serviceAccountJSON,
+            lifetime: lifetime,
+            claims: IssuerClaims(claimNames: claimNames),
+            clock: clock
+        )
+    }
+
+    /// Creates an issuer from a service-account key in JSON form, writing `claims`.
+    public init(
+        serviceAccountJSON: Data,
+        lifetime: Double = LocalIssuer.maxLifetime,
+        claims: IssuerClaims,
         clock: any AgentClock = SystemAgentClock()
     ) throws {
         let account: ServiceAccountKey
@@ -51,7 +67,7 @@ public struct LocalIssuer: TokenProvider {
             email: account.client_email,
             lifetime: lifetime,
             isDemo: false,
-            claimNames: claimNames,
+            claims: claims,
             clock: clock
         )
     }
@@ -69,7 +85,7 @@ public struct LocalIssuer: TokenProvider {
             email: "demo-issuer@fleet-tokend.invalid",
             lifetime: lifetime,
             isDemo: true,
-            claimNames: claimNames,
+            claims: IssuerClaims(claimNames: claimNames),
             clock: clock
         )
     }
@@ -79,14 +95,14 @@ public struct LocalIssuer: TokenProvider {
         email: String,
         lifetime: Double,
         isDemo: Bool,
-        claimNames: [String: String],
+        claims: IssuerClaims,
         clock: any AgentClock
     ) {
         self.signingKey = signingKey
         self.email = email
         self.lifetime = min(max(lifetime, 60), Self.maxLifetime)
         self.isDemo = isDemo
-        self.claimNames = claimNames
+        self.claims = claims
         self.clock = clock
     }
 
@@ -103,16 +119,16 @@ public struct LocalIssuer: TokenProvider {
     }
 
     public func fetchToken(for key: TokenKey) async throws -> FetchedToken {
-        guard let claim = claimNames[key.kind] else {
-            throw ProviderError.rejected("the local issuer has no authorization claim for kind \(key.kind)")
-        }
         // A token for `*` would act for every id of the kind: never signed for a per-id kind.
-        if let problem = TokenIdentifier.reservedProblem(key.id.utf8) {
+        if let problem = TokenIdentifier.keyProblem(kind: key.kind, id: key.id.utf8) {
             throw ProviderError.rejected("\(problem); not signed")
+        }
+        guard let authorization = claims.authorization(kind: key.kind, id: key.id) else {
+            throw ProviderError.rejected("the issuer has no authorization claim for kind \(key.kind)")
         }
         let ready = await signingKey.ready()
         do {
-            return try mint(claim: claim, id: key.id, now: clock.wallSeconds.rounded(.down), key: ready)
+            return try mint(authorization: authorization, now: clock.wallSeconds.rounded(.down), key: ready)
         } catch {
             throw ProviderError.failed("signing failed")
         }
@@ -120,30 +136,25 @@ public struct LocalIssuer: TokenProvider {
 
     /// Mints a token whose `authorization` claim is `{claim: id}`, issued at `now`.
     public func mint(claim: String, id: String, now: Double) throws -> FetchedToken {
-        try mint(claim: claim, id: id, now: now, key: signingKey.key)
+        try mint(authorization: [claim: id], now: now, key: signingKey.key)
     }
 
-    private func mint(claim: String, id: String, now: Double, key: _RSA.Signing.PrivateKey) throws -> FetchedToken {
+    private func mint(
+        authorization: [String: String],
+        now: Double,
+        key: _RSA.Signing.PrivateKey
+    ) throws -> FetchedToken {
         let keyID = signingKey.keyID
-        let issuedAt = Int64(now)
-        let expiresAt = issuedAt + Int64(lifetime)
+        let claims = IssuedClaims(email: email, now: now, lifetime: lifetime, authorization: authorization)
         let header: [String: String] = ["alg": "RS256", "typ": "JWT", "kid": keyID]
-        let claims = IssuedClaims(
-            iss: email,
-            sub: email,
-            aud: Self.audience,
-            iat: issuedAt,
-            exp: expiresAt,
-            authorization: [claim: id]
-        )
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let signingInput =
             JWTClaims.base64URLEncode(try encoder.encode(header)) + "."
-            + JWTClaims.base64URLEncode(try encoder.encode(claims))
+            + JWTClaims.base64URLEncode(try claims.json())
         let signature = try key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
         let token = signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
-        return FetchedToken(token: token, expiresAtUnixSeconds: Double(expiresAt))
+        return FetchedToken(token: token, expiresAtUnixSeconds: Double(claims.exp))
     }
 }
 
@@ -213,16 +224,6 @@ private final class SigningKey: Sendable {
         }
         return state.withLock { $0.key! }
     }
-}
-
-/// The claims the local issuer writes.
-private struct IssuedClaims: Encodable {
-    var iss: String
-    var sub: String
-    var aud: String
-    var iat: Int64
-    var exp: Int64
-    var authorization: [String: String]
 }
 
 /// The fields of a Google service-account JSON key that the issuer needs.

@@ -1,0 +1,81 @@
+import Foundation
+
+extension ProviderSet {
+    /// One kind's issuer as configured, read (its key file) but not made yet.
+    struct ConfiguredIssuer {
+        var kind: String
+        var settings: IssuerSettings
+        /// What the issuer is made of: equal identities mean an unchanged issuer.
+        var identity: String
+        /// The key file's contents, for a key-file issuer.
+        var key: Data?
+        var lifetime: Double
+        var claims: IssuerClaims
+
+        /// The issuer: a ``LocalIssuer`` for a key file, an ``IAMSigner`` for a service account.
+        func make(
+            configuration: AgentConfiguration,
+            credentials: (any AccessTokenSource)?,
+            clock: any AgentClock
+        ) throws -> any TokenProvider {
+            if let key {
+                do {
+                    return try LocalIssuer(serviceAccountJSON: key, lifetime: lifetime, claims: claims, clock: clock)
+                } catch {
+                    throw ConfigurationError(key: "issuers.\(kind).key_file", "\(error)")
+                }
+            }
+            guard let account = settings.serviceAccount, let credentials else {
+                throw ConfigurationError(key: "issuers.\(kind)", "needs exactly one of key_file and service_account")
+            }
+            return IAMSigner(
+                account: account,
+                endpoint: configuration.iamEndpoint,
+                claims: claims,
+                lifetime: lifetime,
+                credentials: credentials,
+                clock: clock
+            )
+        }
+    }
+
+    /// Reads every configured issuer's settings and key file; nothing is made yet, so a bad
+    /// configuration leaves nothing to shut down.
+    static func readIssuers(_ configuration: AgentConfiguration, clock: any AgentClock) throws -> [String:
+        ConfiguredIssuer]
+    {
+        var issuers: [String: ConfiguredIssuer] = [:]
+        for (kind, settings) in configuration.issuers.sorted(by: { $0.key < $1.key }) {
+            var claimNames = FleetEngineKinds.claimNames
+            if let claim = settings.claim { claimNames[kind] = claim }
+            let lifetime = settings.lifetime ?? configuration.issuerLifetime
+            var identity = "issuer lifetime=\(lifetime) claim=\(claimNames[kind] ?? "*")"
+            identity += " budget=\(settings.signsPerMinute.map { "\(Int($0))" } ?? "default")"
+            var key: Data?
+            if let path = settings.keyFile {
+                guard let data = FileManager.default.contents(atPath: path) else {
+                    throw ConfigurationError(key: "issuers.\(kind).key_file", "cannot read \(path)")
+                }
+                // Checked now, so a bad key is a configuration error at start and at reload.
+                do {
+                    _ = try LocalIssuer(serviceAccountJSON: data, claims: IssuerClaims(), clock: clock)
+                } catch {
+                    throw ConfigurationError(key: "issuers.\(kind).key_file", "\(error)")
+                }
+                key = data
+                identity += " key=\(digest(Array(data)))"
+            } else if let account = settings.serviceAccount {
+                identity += " account=\(account) endpoint=\(configuration.iamEndpoint)"
+            }
+            issuers[kind] = ConfiguredIssuer(
+                kind: kind,
+                settings: settings,
+                identity: identity,
+                key: key,
+                lifetime: lifetime,
+                claims: IssuerClaims(claimNames: claimNames)
+            )
+        }
+        return issuers
+    }
+}

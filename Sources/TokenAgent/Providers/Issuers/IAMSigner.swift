@@ -1,0 +1,229 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+import TokenWire
+
+/// Mints Fleet Engine JWTs without a key: the claims are signed by Google as a service account,
+/// through the IAM Credentials API `signJwt`
+/// (`POST {endpoint}/v1/projects/-/serviceAccounts/{account}:signJwt`, body `{"payload": <claims
+/// JSON as a string>}`, reply `{"keyId", "signedJwt"}`), authorized by an access token from the
+/// host's credentials (``AccessTokenSource``).
+///
+/// Faults are the operator's, never an id's: a 401 refreshes the access token and tries once more;
+/// a second 401, a 403 (its `details[].reason` logged with its fix), a 404 or refused credentials
+/// end as ``ProviderError/misconfigured(_:retryAfter:)``, and every fetch of the kind fails at once
+/// with that error for ``faultHold`` seconds before the next call to IAM. A 429 throttles; 5xx,
+/// time-outs and network errors fail and back off as providers do.
+public final class IAMSigner: TokenProvider {
+    /// The service account whose name signs (written as `iss` and `sub`).
+    public let account: String
+    /// The lifetime of minted tokens, seconds.
+    public let lifetime: Double
+    /// How long a fault that needs the operator holds every fetch off, seconds.
+    public let faultHold: Double
+
+    private let url: String
+    private let claims: IssuerClaims
+    private let credentials: any AccessTokenSource
+    private let timeout: TimeAmount
+    private let client: HTTPClient
+    private let clock: any AgentClock
+    private let logger: Logger
+    /// The operator's fault in force: until when (wall clock) and its text.
+    private let heldFault = Mutex<(until: Double, text: String)?>(nil)
+
+    /// The largest reply body read.
+    static let maxBodyBytes = 64 * 1024
+
+    /// Creates a signer for `account` at `endpoint` (the IAM Credentials API's base URL).
+    public init(
+        account: String,
+        endpoint: String = "https://iamcredentials.googleapis.com",
+        claims: IssuerClaims = IssuerClaims(),
+        lifetime: Double = LocalIssuer.maxLifetime,
+        credentials: any AccessTokenSource,
+        faultHold: Double = 30,
+        connectTimeout: Double = 2,
+        timeout: Double = 10,
+        clock: any AgentClock = SystemAgentClock(),
+        logger: Logger = Logger(label: "fleet-tokend.issuer")
+    ) {
+        self.account = account
+        self.lifetime = min(max(lifetime, 60), LocalIssuer.maxLifetime)
+        self.faultHold = faultHold
+        var base = endpoint
+        while base.hasSuffix("/") { base.removeLast() }
+        self.url = base + "/v1/projects/-/serviceAccounts/" + account + ":signJwt"
+        self.claims = claims
+        self.credentials = credentials
+        self.timeout = .milliseconds(Int64(timeout * 1000))
+        self.clock = clock
+        self.logger = logger
+        var configuration = HTTPClient.Configuration()
+        configuration.timeout = .init(
+            connect: .milliseconds(Int64(connectTimeout * 1000)),
+            read: .milliseconds(Int64(timeout * 1000) + 1000)
+        )
+        configuration.redirectConfiguration = .disallow
+        configuration.decompression = .disabled
+        self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }
+
+    public var summary: String { "key-less issuer \(account) (IAM signJwt)" }
+
+    public func fetchToken(for key: TokenKey) async throws -> FetchedToken {
+        if let problem = TokenIdentifier.keyProblem(kind: key.kind, id: key.id.utf8) {
+            throw ProviderError.rejected("\(problem); not signed")
+        }
+        guard let authorization = claims.authorization(kind: key.kind, id: key.id) else {
+            throw ProviderError.rejected("the issuer has no authorization claim for kind \(key.kind)")
+        }
+        let now = clock.wallSeconds
+        if let held = heldFault.withLock({ $0 }), now < held.until {
+            throw ProviderError.misconfigured(held.text, retryAfter: held.until - now)
+        }
+        let issued = IssuedClaims(email: account, now: now, lifetime: lifetime, authorization: authorization)
+        let payload: String
+        do {
+            payload = String(decoding: try issued.json(), as: UTF8.self)
+        } catch {
+            throw ProviderError.failed("the claims could not be encoded")
+        }
+        var access = try await accessToken()
+        var reply = try await sign(payload, with: access)
+        if reply.status == 401 {
+            // The access token expired or was revoked early: one more try with a new one.
+            credentials.invalidate(access)
+            access = try await accessToken()
+            reply = try await sign(payload, with: access)
+        }
+        switch reply.status {
+        case 200:
+            return try accept(reply.body, issued: issued)
+        case 401:
+            throw hold(
+                "IAM signJwt for \(account): HTTP 401 twice with fresh access tokens from \(credentials.summary); "
+                    + "check the host's credentials",
+                logReason: "UNAUTHENTICATED"
+            )
+        case 400, 403, 404:
+            let fault = SignerFault(status: reply.status, body: reply.body)
+            if reply.status == 400 {
+                logger.error(
+                    "IAM signJwt refused the request as malformed",
+                    metadata: [
+                        "service_account": "\(account)", "payload_bytes": "\(payload.utf8.count)",
+                        "claims": "iss,sub,aud,iat,exp,authorization",
+                        "authorization_keys": "\(authorization.keys.sorted().joined(separator: ","))",
+                    ]
+                )
+            }
+            throw hold(fault.text(account: account), logReason: fault.reason ?? fault.googleStatus ?? "")
+        case 429:
+            let wait = ProviderReply.retryAfter(reply.retryAfter, now: clock.wallSeconds) ?? 30
+            throw ProviderError.throttled("IAM signJwt HTTP 429", retryAfter: wait)
+        default:
+            throw ProviderError.failed("IAM signJwt HTTP \(reply.status)")
+        }
+    }
+
+    /// The access token, or the provider error its failure is.
+    private func accessToken() async throws -> AccessToken {
+        do {
+            return try await credentials.accessToken()
+        } catch {
+            switch error.fault {
+            case .transient:
+                if let wait = error.retryAfter {
+                    throw ProviderError.throttled("host credentials: \(error.message)", retryAfter: wait)
+                }
+                throw ProviderError.failed("host credentials: \(error.message)")
+            case .credentials:
+                throw hold("host credentials refused: \(error.message)", logReason: "CREDENTIALS")
+            }
+        }
+    }
+
+    /// Holds every fetch off for ``faultHold`` seconds with `text`, logging the fault when it is new.
+    private func hold(_ text: String, logReason: String) -> ProviderError {
+        let until = clock.wallSeconds + faultHold
+        let previous = heldFault.withLock { held in
+            defer { held = (until, text) }
+            return held?.text
+        }
+        if previous != text {
+            logger.error(
+                "key-less signing needs the operator",
+                metadata: [
+                    "service_account": "\(account)", "api": "signJwt", "reason": "\(logReason)",
+                    "problem": "\(text)",
+                ]
+            )
+        }
+        return .misconfigured(text, retryAfter: faultHold)
+    }
+
+    private struct Reply {
+        var status: Int
+        var body: [UInt8]
+        var retryAfter: String?
+    }
+
+    private func sign(_ payload: String, with access: AccessToken) async throws -> Reply {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Authorization", value: "Bearer " + access.value)
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "Accept", value: "application/json")
+        if let project = credentials.quotaProject { request.headers.add(name: "x-goog-user-project", value: project) }
+        let body: Data
+        do {
+            body = try JSONSerialization.data(withJSONObject: ["payload": payload], options: [.withoutEscapingSlashes])
+        } catch {
+            throw ProviderError.failed("the signJwt request could not be encoded")
+        }
+        request.body = .bytes(ByteBuffer(bytes: body))
+        do {
+            let response = try await client.execute(request, timeout: timeout)
+            let bytes = try await response.body.collect(upTo: Self.maxBodyBytes)
+            return Reply(
+                status: Int(response.status.code),
+                body: Array(buffer: bytes),
+                retryAfter: response.headers.first(name: "retry-after")
+            )
+        } catch is NIOTooManyBytesError {
+            throw ProviderError.failed("IAM signJwt reply body over \(Self.maxBodyBytes / 1024) KiB")
+        } catch let error as HTTPClientError {
+            throw ProviderError.failed("IAM signJwt request failed: \(error.shortDescription)")
+        } catch {
+            throw ProviderError.failed("IAM signJwt request failed: \(type(of: error))")
+        }
+    }
+
+    /// The token in a `signJwt` reply, once its claims are exactly those asked for.
+    private func accept(_ body: [UInt8], issued: IssuedClaims) throws -> FetchedToken {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+            let token = object["signedJwt"] as? String
+        else {
+            throw ProviderError.failed("IAM signJwt reply has no signedJwt")
+        }
+        guard !token.isEmpty, token.utf8.count <= TokenAcceptance.maxTokenBytes,
+            token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
+        else {
+            throw ProviderError.failed("IAM signJwt reply's token is empty, too long, or not printable ASCII")
+        }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let payload = JWTClaims.base64URLDecode(parts[1]),
+            let signed = try? JSONDecoder().decode(IssuedClaims.self, from: payload), signed == issued
+        else {
+            throw ProviderError.failed("IAM signJwt returned a token whose claims are not those asked for")
+        }
+        return FetchedToken(token: token, expiresAtUnixSeconds: Double(issued.exp))
+    }
+
+    public func shutdown() async {
+        try? await client.shutdown()
+    }
+}
