@@ -148,7 +148,8 @@ public final class FakeGoogle: Sendable {
 
     // MARK: Signing accounts
 
-    /// Adds a service account IAM Credentials signs for (its key is made now).
+    /// Adds a service account IAM Credentials signs for. Its RSA key is made once per email per
+    /// process (on a thread of the NIO pool) and shared by every fake; its key id is new per fake.
     public func addAccount(_ email: String) async throws {
         let key = FakeKey(key: try await FakeKeyPool.key(named: email), keyID: FakeJSON.randomHex(20))
         state.withLock { state in
