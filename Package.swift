@@ -67,6 +67,7 @@ let package = Package(
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
             ],
             swiftSettings: strict
@@ -113,6 +114,39 @@ let package = Package(
             name: "TestOracles",
             dependencies: ["TokenWire"],
             path: "Tests/TestOracles",
+            swiftSettings: strict
+        ),
+        // Fakes of Google's metadata server, OAuth token endpoint and IAM Credentials on one loopback
+        // port: for the credential and signer tests, and (fake-google) for scripts and containers.
+        .target(
+            name: "FakeGoogle",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ],
+            path: "Tests/FakeGoogle",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "fake-google",
+            dependencies: ["FakeGoogle"],
+            path: "Tests/FakeGoogleMain",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "CredentialsTests",
+            dependencies: [
+                "TokenAgent",
+                "FakeGoogle",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(

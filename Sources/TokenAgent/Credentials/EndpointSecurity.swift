@@ -1,39 +1,81 @@
 import Foundation
 
-/// Which URLs may carry a Bearer token or a credential: `https://` anywhere, plain `http://` only
-/// to this host (loopback), and the metadata server's own `http://` hosts, as Google's libraries
-/// allow.
+/// Which URLs may carry Bearer tokens and OAuth secrets: `https` anywhere, plain `http` only to
+/// this host (loopback) or to Google's metadata server.
+///
+/// A token endpoint, the metadata server and the IAM Credentials API all see secrets (a signed
+/// assertion, a refresh token and client secret, an access token). Over plain `http` anyone on
+/// the path reads them, so plain `http` is accepted only where nobody is on the path: loopback
+/// (`127.0.0.0/8`, `::1`, `localhost`), which is where test fakes and local proxies live. The one
+/// exception is the one Google's own libraries make: the metadata server
+/// (`metadata.google.internal`, `169.254.169.254`) speaks only `http`, on a link-local path that
+/// never leaves the host's hypervisor.
 public enum EndpointSecurity {
-    /// The metadata server's host names, reached over plain HTTP by design.
-    public static let metadataHosts: Set<String> = ["metadata.google.internal", "169.254.169.254"]
+    /// The metadata server's names that plain `http` is accepted for (with `allowingMetadataServer`).
+    public static let metadataServerHosts: Set<String> = ["metadata.google.internal", "169.254.169.254"]
 
-    /// Checks `url`; throws a ``ConfigurationError`` naming `key` when it is not `https://` and not
-    /// `http://` to a loopback host (or, when `metadata` is set, to the metadata server).
-    public static func check(url: String, key: String, metadata: Bool = false) throws {
+    /// Checks that `url` may carry secrets: an absolute `https` URL with a host, or an `http` URL
+    /// to a loopback host (or, when `allowingMetadataServer`, to the metadata server).
+    ///
+    /// - Parameters:
+    ///   - url: The URL as configured.
+    ///   - key: The configuration key (or file and field) that named it, for the error.
+    ///   - allowingMetadataServer: Whether `http` to ``metadataServerHosts`` is accepted.
+    /// - Throws: ``ConfigurationError`` naming `key` and saying why the URL is refused.
+    public static func check(url: String, key: String, allowingMetadataServer: Bool = false) throws(ConfigurationError)
+    {
         guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
             let host = components.host, !host.isEmpty
         else {
-            throw ConfigurationError(key: key, "must be an https:// URL")
+            throw ConfigurationError(key: key, "\(printable(url)) is not an absolute URL with a host")
+        }
+        if components.user != nil || components.password != nil {
+            throw ConfigurationError(key: key, "\(printable(url)) carries user-info; put no secrets in URLs")
         }
         switch scheme {
-        case "https": return
+        case "https":
+            return
         case "http":
-            if isLoopback(host) || (metadata && metadataHosts.contains(host.lowercased())) { return }
+            let bare = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            if isLoopback(host: bare) { return }
+            if allowingMetadataServer, metadataServerHosts.contains(bare) { return }
+            let allowed = allowingMetadataServer ? "loopback or the metadata server" : "loopback"
             throw ConfigurationError(
                 key: key,
-                "plain http:// is accepted only to a loopback host (it carries Bearer tokens); use https://"
+                "plain http to \(printable(host)) would send tokens and secrets in the clear: use https (plain http is "
+                    + "accepted only to \(allowed))"
             )
         default:
-            throw ConfigurationError(key: key, "must be an https:// URL")
+            throw ConfigurationError(key: key, "\(printable(url)): scheme \(printable(scheme)) is not https")
         }
     }
 
-    /// Whether `host` is this host: `localhost`, an address in 127.0.0.0/8, or `::1`.
-    public static func isLoopback(_ host: String) -> Bool {
-        let host = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        if host == "localhost" || host == "::1" { return true }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "127" else { return false }
-        return parts.allSatisfy { part in UInt8(part) != nil && !part.isEmpty && part.count <= 3 }
+    /// Whether `host` (no brackets, no port) names this machine: `localhost`, an IPv4 address in
+    /// `127.0.0.0/8`, or `::1` in any spelling.
+    public static func isLoopback(host: String) -> Bool {
+        let host = host.lowercased()
+        if host == "localhost" { return true }
+        let octets = host.split(separator: ".", omittingEmptySubsequences: false)
+        if octets.count == 4, octets.allSatisfy({ $0.count <= 3 && UInt8($0) != nil }) {
+            return octets[0] == "127"
+        }
+        if host.contains(":") {
+            var address = in6_addr()
+            guard inet_pton(AF_INET6, host, &address) == 1 else { return false }
+            return withUnsafeBytes(of: &address) { bytes in
+                bytes.prefix(15).allSatisfy { $0 == 0 } && bytes[15] == 1
+            }
+        }
+        return false
+    }
+
+    /// `text` with anything but printable ASCII replaced, at most 200 characters: safe in a message.
+    static func printable(_ text: String) -> String {
+        let cleaned = String(
+            String.UnicodeScalarView(
+                text.unicodeScalars.prefix(200).map { $0.value >= 0x20 && $0.value < 0x7F ? $0 : "?" }
+            )
+        )
+        return "\"" + cleaned + "\"" + (text.unicodeScalars.count > 200 ? "…" : "")
     }
 }

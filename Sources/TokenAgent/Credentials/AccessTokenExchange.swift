@@ -1,0 +1,230 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import Synchronization
+
+/// One way of getting an access token over HTTP: which request, to where, and how its reply reads.
+enum AccessTokenGrant: Sendable {
+    /// A service-account key: a JWT-bearer assertion signed here, posted to its `token_uri`.
+    case serviceAccount(ServiceAccountCredentials)
+    /// A gcloud user: a refresh-token grant posted to its `token_uri`.
+    case authorizedUser(AuthorizedUserCredentials)
+    /// The metadata server at `host` (`host` or `host:port`).
+    case metadataServer(host: String)
+
+    /// The metadata server's token path (the instance's default service account).
+    static let metadataTokenPath = "/computeMetadata/v1/instance/service-accounts/default/token"
+
+    /// The endpoint the grant asks, for messages (no query, no user-info).
+    var endpoint: String {
+        switch self {
+        case .serviceAccount(let account): "token endpoint \(HTTPTokenProvider.redactedURL(account.tokenURI))"
+        case .authorizedUser(let user): "token endpoint \(HTTPTokenProvider.redactedURL(user.tokenURI))"
+        case .metadataServer(let host): "metadata server \(host)"
+        }
+    }
+}
+
+/// A fetched access token and the lifetime it was given, seconds.
+struct FetchedAccessToken: Sendable {
+    var value: String
+    var lifetime: Double
+}
+
+/// Makes the HTTP exchange of an ``AccessTokenGrant``: bounded body, time-outs, no redirects, and
+/// errors that name the endpoint, the status and the OAuth `error`, never a secret.
+final class AccessTokenExchange: Sendable {
+    /// The largest reply body read, bytes.
+    static let maxBodyBytes = 64 * 1024
+
+    let grant: AccessTokenGrant
+    private let connectTimeout: Double
+    private let timeout: Double
+    private let clock: any AgentClock
+    /// Made at the first fetch, so a source that never fetches holds no connections.
+    private let client = Mutex<HTTPClient?>(nil)
+    private let isShutDown = Mutex(false)
+
+    init(grant: AccessTokenGrant, connectTimeout: Double, timeout: Double, clock: any AgentClock) {
+        self.grant = grant
+        self.connectTimeout = connectTimeout
+        self.timeout = timeout
+        self.clock = clock
+    }
+
+    /// Shuts the HTTP client down, if one was made; later fetches fail.
+    func shutdown() async {
+        isShutDown.withLock { $0 = true }
+        let made = client.withLock { client in
+            defer { client = nil }
+            return client
+        }
+        try? await made?.shutdown()
+    }
+
+    private func httpClient() throws(CredentialsError) -> HTTPClient {
+        if isShutDown.withLock({ $0 }) { throw CredentialsError(.transient, "\(grant.endpoint): source shut down") }
+        return client.withLock { client in
+            if let client { return client }
+            var configuration = HTTPClient.Configuration()
+            configuration.timeout = .init(
+                connect: .milliseconds(Int64(connectTimeout * 1000)),
+                read: .milliseconds(Int64(timeout * 1000) + 1000)
+            )
+            configuration.redirectConfiguration = .disallow
+            configuration.decompression = .disabled
+            let made = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+            client = made
+            return made
+        }
+    }
+
+    /// Builds the grant's request.
+    private func request() throws(CredentialsError) -> HTTPClientRequest {
+        let form: [(String, String)]
+        let url: String
+        switch grant {
+        case .metadataServer(let host):
+            var request = HTTPClientRequest(url: "http://\(host)\(AccessTokenGrant.metadataTokenPath)")
+            request.method = .GET
+            request.headers.add(name: "Metadata-Flavor", value: "Google")
+            request.headers.add(name: "Accept", value: "application/json")
+            return request
+        case .serviceAccount(let account):
+            let assertion: String
+            do {
+                assertion = try account.assertion(now: clock.wallSeconds)
+            } catch {
+                throw CredentialsError(.credentials, "signing the assertion for \(account.email) failed")
+            }
+            url = account.tokenURI
+            form = [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", assertion)]
+        case .authorizedUser(let user):
+            url = user.tokenURI
+            form = [
+                ("grant_type", "refresh_token"), ("client_id", user.clientID),
+                ("client_secret", user.clientSecret), ("refresh_token", user.refreshToken),
+            ]
+        }
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+        request.headers.add(name: "Accept", value: "application/json")
+        let body = form.map { HTTPTokenProvider.percentEncode($0) + "=" + HTTPTokenProvider.percentEncode($1) }
+            .joined(separator: "&")
+        request.body = .bytes(ByteBuffer(string: body))
+        return request
+    }
+
+    /// Fetches one access token.
+    func fetch() async throws(CredentialsError) -> FetchedAccessToken {
+        let endpoint = grant.endpoint
+        let client = try httpClient()
+        let request = try request()
+        let response: HTTPClientResponse
+        let body: ByteBuffer
+        do {
+            response = try await client.execute(request, timeout: .milliseconds(Int64(timeout * 1000)))
+        } catch {
+            throw CredentialsError(.transient, "\(endpoint): request failed: \(Self.describe(error))")
+        }
+        do {
+            body = try await response.body.collect(upTo: Self.maxBodyBytes)
+        } catch is NIOTooManyBytesError {
+            throw CredentialsError(.transient, "\(endpoint): reply body over \(Self.maxBodyBytes / 1024) KiB")
+        } catch {
+            throw CredentialsError(.transient, "\(endpoint): reading the reply failed: \(Self.describe(error))")
+        }
+        let status = Int(response.status.code)
+        let bytes = Array(buffer: body)
+        switch status {
+        case 200..<300:
+            return try Self.read(reply: bytes, endpoint: endpoint)
+        case 429, 503:
+            let wait = ProviderReply.retryAfter(response.headers.first(name: "retry-after"), now: clock.wallSeconds)
+            throw CredentialsError(.transient, "\(endpoint): HTTP \(status)\(Self.errorField(bytes))", retryAfter: wait)
+        case 408, 300..<400, 500...:
+            let redirect = (300..<400).contains(status) ? " redirect, not followed" : ""
+            throw CredentialsError(.transient, "\(endpoint): HTTP \(status)\(redirect)\(Self.errorField(bytes))")
+        default:
+            throw CredentialsError(
+                .credentials,
+                "\(endpoint) refused the credentials: HTTP \(status)\(Self.errorField(bytes))\(advice)"
+            )
+        }
+    }
+
+    /// What to fix when the endpoint refuses the credentials.
+    private var advice: String {
+        switch grant {
+        case .serviceAccount(let account):
+            "; check that key \(account.keyID) of \(account.email) (\(account.path)) exists and is enabled"
+        case .authorizedUser(let user):
+            "; the refresh token in \(user.path) may be revoked or expired: run "
+                + "`gcloud auth application-default login` again"
+        case .metadataServer:
+            "; check that the instance has a service account with the cloud-platform scope"
+        }
+    }
+
+    /// Reads a 2xx reply: `access_token`, `expires_in` and, if present, `token_type` Bearer.
+    static func read(reply: [UInt8], endpoint: String) throws(CredentialsError) -> FetchedAccessToken {
+        guard let members = StrictJSON(bytes: reply)?.members else {
+            throw CredentialsError(.transient, "\(endpoint): bad reply: not a JSON object")
+        }
+        func one(_ name: String) throws(CredentialsError) -> StrictJSON? {
+            let matches = members.filter { $0.name == name }
+            guard matches.count <= 1 else {
+                throw CredentialsError(.transient, "\(endpoint): bad reply: \(name) appears twice")
+            }
+            return matches.first?.value
+        }
+        guard case .string(let value)? = try one("access_token"), !value.isEmpty,
+            value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
+        else {
+            throw CredentialsError(.transient, "\(endpoint): bad reply: no usable access_token")
+        }
+        guard case .number(let lifetime)? = try one("expires_in"), lifetime.isFinite, lifetime > 0 else {
+            throw CredentialsError(.transient, "\(endpoint): bad reply: no positive expires_in")
+        }
+        if let type = try one("token_type") {
+            guard case .string(let name) = type, name.lowercased() == "bearer" else {
+                throw CredentialsError(.transient, "\(endpoint): bad reply: token_type is not Bearer")
+            }
+        }
+        return FetchedAccessToken(value: value, lifetime: lifetime)
+    }
+
+    /// `, error "x" (description)` from an OAuth error body (`error`, `error_description`) or a
+    /// Google API error body (`error.status`, `error.message`); empty when neither. Nothing else
+    /// of the body is ever repeated.
+    static func errorField(_ body: [UInt8]) -> String {
+        guard let members = StrictJSON(bytes: body)?.members,
+            let error = members.first(where: { $0.name == "error" })?.value
+        else { return "" }
+        func text(_ value: StrictJSON?) -> String? {
+            if case .string(let text)? = value, !text.isEmpty { return EndpointSecurity.printable(text) }
+            return nil
+        }
+        let name: String?
+        let detail: String?
+        switch error {
+        case .string:
+            name = text(error)
+            detail = text(members.first(where: { $0.name == "error_description" })?.value)
+        case .object(let inner):
+            name = text(inner.first(where: { $0.name == "status" })?.value)
+            detail = text(inner.first(where: { $0.name == "message" })?.value)
+        default:
+            return ""
+        }
+        guard let name else { return "" }
+        return ", error \(name)" + (detail.map { " (\($0))" } ?? "")
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError { return error.shortDescription }
+        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
+        return String(describing: type(of: error))
+    }
+}

@@ -1,0 +1,182 @@
+import Foundation
+import _CryptoExtras
+
+/// An Application Default Credentials file, read: a service-account key or a gcloud user's
+/// refresh token. Other types are refused at start-up with what to use instead.
+enum CredentialsFile: Sendable {
+    case serviceAccount(ServiceAccountCredentials)
+    case authorizedUser(AuthorizedUserCredentials)
+
+    /// Google's OAuth 2.0 token endpoint, for files that name none.
+    static let defaultTokenURI = "https://oauth2.googleapis.com/token"
+
+    /// The types Google's libraries know that this agent does not sign with, and why.
+    static let unsupportedTypes: [String: String] = [
+        "external_account": "workload identity federation",
+        "external_account_authorized_user": "workforce identity federation",
+        "impersonated_service_account": "service-account impersonation",
+        "gdch_service_account": "Google Distributed Cloud Hosted",
+    ]
+
+    /// Reads the file at `path` (named `origin` in errors: how it was found).
+    static func read(path: String, origin: String) throws(ConfigurationError) -> CredentialsFile {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            let reason = FileManager.default.fileExists(atPath: path) ? "cannot be read" : "does not exist"
+            throw ConfigurationError(key: "credentials", "\(origin) \(path) \(reason)")
+        }
+        return try parse(data, path: path)
+    }
+
+    /// Reads credentials JSON from `data`; `path` names the file in errors.
+    static func parse(_ data: Data, path: String) throws(ConfigurationError) -> CredentialsFile {
+        guard data.count <= 1024 * 1024, let json = StrictJSON(bytes: data), let members = json.members else {
+            throw ConfigurationError(key: "credentials", "credentials file \(path) is not a JSON object")
+        }
+        let fields = Fields(members: members, path: path)
+        let type = try fields.string("type")
+        switch type {
+        case "service_account":
+            return .serviceAccount(try ServiceAccountCredentials(fields: fields))
+        case "authorized_user":
+            return .authorizedUser(try AuthorizedUserCredentials(fields: fields))
+        case nil:
+            throw ConfigurationError(
+                key: "credentials",
+                "credentials file \(path) has no \"type\": expected service_account or authorized_user. "
+                    + insteadAdvice
+            )
+        case let type?:
+            let what = unsupportedTypes[type].map { " (\($0))" } ?? ""
+            throw ConfigurationError(
+                key: "credentials",
+                "credentials file \(path) has type \(EndpointSecurity.printable(type))\(what), which fleet-tokend "
+                    + "cannot use: only service_account and authorized_user credentials are supported. "
+                    + insteadAdvice
+            )
+        }
+    }
+
+    static let insteadAdvice =
+        "Instead, use a service-account key file (issuers.<kind>.key_file, where keys are allowed), "
+        + "or an HTTP token provider."
+
+    /// The string fields of a credentials file, read strictly.
+    struct Fields {
+        let members: [StrictJSON.Member]
+        let path: String
+
+        /// The field's value; `nil` when absent; an error when repeated or not a string.
+        func string(_ name: String) throws(ConfigurationError) -> String? {
+            let matches = members.filter { $0.name == name }
+            guard let first = matches.first else { return nil }
+            guard matches.count == 1 else {
+                throw ConfigurationError(key: "credentials", "credentials file \(path): \(name) appears twice")
+            }
+            guard case .string(let value) = first.value else {
+                throw ConfigurationError(key: "credentials", "credentials file \(path): \(name) is not a string")
+            }
+            return value
+        }
+
+        /// The field's non-empty value; an error when missing.
+        func required(_ name: String) throws(ConfigurationError) -> String {
+            guard let value = try string(name), !value.isEmpty else {
+                throw ConfigurationError(key: "credentials", "credentials file \(path) lacks \(name)")
+            }
+            return value
+        }
+
+        /// The token endpoint (`token_uri`, Google's by default), checked by ``EndpointSecurity``.
+        func tokenURI() throws(ConfigurationError) -> String {
+            let uri = try string("token_uri").flatMap { $0.isEmpty ? nil : $0 } ?? CredentialsFile.defaultTokenURI
+            do {
+                try EndpointSecurity.check(url: uri, key: "credentials")
+            } catch {
+                throw ConfigurationError(key: "credentials", "token_uri of \(path): \(error.reason)")
+            }
+            return uri
+        }
+    }
+}
+
+/// A service-account key file: signs its own JWT-bearer assertions (RFC 7523) for the token
+/// endpoint.
+struct ServiceAccountCredentials: Sendable {
+    let email: String
+    let keyID: String
+    let tokenURI: String
+    let path: String
+    private let key: _RSA.Signing.PrivateKey
+
+    /// The scope asked for: every Google Cloud API the account's roles allow (IAM Credentials
+    /// among them).
+    static let scope = "https://www.googleapis.com/auth/cloud-platform"
+    /// The lifetime of an assertion, seconds (the most Google accepts).
+    static let assertionLifetime: Int64 = 3600
+
+    init(fields: CredentialsFile.Fields) throws(ConfigurationError) {
+        email = try fields.required("client_email")
+        keyID = try fields.required("private_key_id")
+        tokenURI = try fields.tokenURI()
+        path = fields.path
+        do {
+            key = try _RSA.Signing.PrivateKey(pemRepresentation: try fields.required("private_key"))
+        } catch let error as ConfigurationError {
+            throw error
+        } catch {
+            throw ConfigurationError(
+                key: "credentials",
+                "credentials file \(fields.path): private_key is not an RSA private key in PEM form"
+            )
+        }
+    }
+
+    /// The signed assertion (header kid = `private_key_id`; claims iss, scope, aud = token URI,
+    /// iat = `now`, exp = iat + one hour).
+    func assertion(now: Double) throws -> String {
+        let issuedAt = Int64(now.rounded(.down))
+        let header: [String: String] = ["alg": "RS256", "typ": "JWT", "kid": keyID]
+        let claims = AssertionClaims(
+            iss: email,
+            scope: Self.scope,
+            aud: tokenURI,
+            iat: issuedAt,
+            exp: issuedAt + Self.assertionLifetime
+        )
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let signingInput =
+            JWTClaims.base64URLEncode(try encoder.encode(header)) + "."
+            + JWTClaims.base64URLEncode(try encoder.encode(claims))
+        let signature = try key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
+        return signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
+    }
+
+    private struct AssertionClaims: Encodable {
+        var iss: String
+        var scope: String
+        var aud: String
+        var iat: Int64
+        var exp: Int64
+    }
+}
+
+/// A gcloud user's credentials (`gcloud auth application-default login`): a refresh token and
+/// the OAuth client it was issued to.
+struct AuthorizedUserCredentials: Sendable {
+    let clientID: String
+    let clientSecret: String
+    let refreshToken: String
+    let tokenURI: String
+    let quotaProject: String?
+    let path: String
+
+    init(fields: CredentialsFile.Fields) throws(ConfigurationError) {
+        clientID = try fields.required("client_id")
+        clientSecret = try fields.required("client_secret")
+        refreshToken = try fields.required("refresh_token")
+        tokenURI = try fields.tokenURI()
+        quotaProject = try fields.string("quota_project_id").flatMap { $0.isEmpty ? nil : $0 }
+        path = fields.path
+    }
+}
