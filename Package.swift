@@ -199,6 +199,7 @@ let package = Package(
                 "TokenSegment",
                 "CSharedMemory",
                 "FleetTokenClient",
+                "FakeGoogle",
                 "Systemd",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -27,6 +27,8 @@ public struct SimpleGet: Sendable, Hashable {
         }
         let kind = kindStart..<index
         guard !kind.isEmpty, kind.count <= WireLimits.maxKindBytes, index < end else { return nil }
+        // A wildcard kind takes only `*`, which RequestParser handles with the rest of its rules.
+        if TokenIdentifier.isWildcardKind(UnsafeRawBufferPointer(rebasing: line[kind])) { return nil }
         index += 1
         // The id: 1 to 64 printable ASCII characters other than / : \ ? #, and not * . or ..
         let idStart = index

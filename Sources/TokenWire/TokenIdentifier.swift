@@ -79,6 +79,19 @@ public enum TokenIdentifier {
         "server", "delivery-server", "fleet-reader", "delivery-fleet-reader",
     ]
 
+    /// Whether `kind`'s bytes name a wildcard kind (``wildcardKinds``); checks lengths first, so
+    /// the common kinds cost a comparison or two.
+    @inlinable
+    public static func isWildcardKind(_ kind: UnsafeRawBufferPointer) -> Bool {
+        switch kind.count {
+        case 6: return kind.elementsEqual("server".utf8)
+        case 12: return kind.elementsEqual("fleet-reader".utf8)
+        case 15: return kind.elementsEqual("delivery-server".utf8)
+        case 21: return kind.elementsEqual("delivery-fleet-reader".utf8)
+        default: return false
+        }
+    }
+
     /// The one id of a wildcard kind.
     public static let wildcardID = "*"
 

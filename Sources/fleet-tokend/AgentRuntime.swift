@@ -14,6 +14,8 @@ struct AgentRuntime {
     let providers: ProviderSet.Built
     let rules: AccessRules
     let load: @Sendable () throws -> AgentConfiguration
+    /// Finds the host's credentials for key-less issuers, at start-up and at every reload.
+    let discoverCredentials: ProviderSet.CredentialsDiscovery
     let logLevel: LogLevelControl
     let logger: Logger
 
@@ -34,6 +36,9 @@ struct AgentRuntime {
             )
         }
         WildcardWarning.log(configuration, logger: logger)
+        if let credentials = providers.credentials {
+            logger.info("host credentials for key-less issuers", metadata: ["credentials": "\(credentials.summary)"])
+        }
         for kind in providers.providers.keys.sorted() {
             logger.info(
                 "kind configured",
@@ -104,6 +109,7 @@ struct AgentRuntime {
         )
         let reload = ReloadService(
             load: load,
+            discoverCredentials: discoverCredentials,
             engine: engine,
             providers: providers,
             access: access,
@@ -152,6 +158,7 @@ struct AgentRuntime {
             logger.critical("agent stopped", metadata: ["error": "\(error)"])
             segments?.retireAll()
             await engine.shutdown()
+            await reload.credentials?.shutdown()
             throw ExitCode(1)
         }
         // The segments hold the cache's tokens: they are handed over first. Then readers stop
@@ -159,6 +166,7 @@ struct AgentRuntime {
         CacheHandover.save(engine, providers: reload.providerDigests, notifier: notifier, logger: logger)
         segments?.retireAll()
         await engine.shutdown()
+        await reload.credentials?.shutdown()
         logger.info("stopped")
     }
 }

@@ -98,9 +98,13 @@ struct ServeCommand: AsyncParsableCommand {
 
         let providers: ProviderSet.Built
         let rules: AccessRules
+        // Looked for only when some issuer is key-less; the source logs token fingerprints only.
+        let discoverCredentials: ProviderSet.CredentialsDiscovery = {
+            try HostCredentials.discover(environment: environment, logger: Logger(label: "fleet-tokend.credentials"))
+        }
         do {
             try configuration.checkAccessKinds()
-            providers = try ProviderSet.build(from: configuration)
+            providers = try ProviderSet.build(from: configuration, discoverCredentials: discoverCredentials)
             // NSS or LDAP may come up after the agent: a name that does not resolve yet is a warning.
             let resolved = try AccessRules.resolve(
                 configuration.access,
@@ -121,6 +125,7 @@ struct ServeCommand: AsyncParsableCommand {
             providers: providers,
             rules: rules,
             load: { [self] in try resolvedConfiguration(environment: environment) },
+            discoverCredentials: discoverCredentials,
             logLevel: logLevel,
             logger: logger
         ).run()

@@ -176,3 +176,20 @@ struct WildcardKindParserTests {
         #expect(error.code == .badID)
     }
 }
+
+@Suite("Fast GET path: wildcard kinds")
+struct WildcardKindFastPathTests {
+    @Test func wildcardKindsAlwaysGoToTheParser() {
+        for kind in TokenIdentifier.wildcardKinds {
+            for id in ["*", "v-1"] {
+                let line = Array("GET \(kind) \(id)".utf8)
+                #expect(line.withUnsafeBytes { SimpleGet.recognise($0) } == nil, "\(kind) \(id)")
+            }
+            #expect(Array(kind.utf8).withUnsafeBytes { TokenIdentifier.isWildcardKind($0) })
+        }
+        for kind in ["vehicle", "servers", "serve", "fleet-readers", "trip"] {
+            #expect(!Array(kind.utf8).withUnsafeBytes { TokenIdentifier.isWildcardKind($0) }, "\(kind)")
+        }
+        #expect(Array("GET vehicle v-1".utf8).withUnsafeBytes { SimpleGet.recognise($0) } != nil)
+    }
+}

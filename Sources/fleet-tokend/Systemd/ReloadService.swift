@@ -12,6 +12,7 @@ import UnixSignals
 /// line, keeping the old one. Tells systemd `RELOADING=1` … `READY=1` around it.
 final class ReloadService: Service, Sendable {
     private let load: @Sendable () throws -> AgentConfiguration
+    private let discoverCredentials: ProviderSet.CredentialsDiscovery
     private let engine: TokenEngine
     private let current: Mutex<ProviderSet.Built>
     private let access: AccessControl
@@ -24,6 +25,7 @@ final class ReloadService: Service, Sendable {
 
     init(
         load: @escaping @Sendable () throws -> AgentConfiguration,
+        discoverCredentials: @escaping ProviderSet.CredentialsDiscovery,
         engine: TokenEngine,
         providers: ProviderSet.Built,
         access: AccessControl,
@@ -37,6 +39,7 @@ final class ReloadService: Service, Sendable {
         self.logLevel = logLevel
         self.statistics = statistics
         self.load = load
+        self.discoverCredentials = discoverCredentials
         self.engine = engine
         self.current = Mutex(providers)
         self.access = access
@@ -48,6 +51,9 @@ final class ReloadService: Service, Sendable {
 
     /// The digest of each kind's provider in force (for the cache hand-over).
     var providerDigests: [String: String] { current.withLock { $0.digests } }
+
+    /// The host's credentials in force, which key-less issuers share.
+    var credentials: (any AccessTokenSource)? { current.withLock { $0.credentials } }
 
     func run() async throws {
         let signals = await UnixSignalsSequence(trapping: .sighup)
@@ -72,7 +78,11 @@ final class ReloadService: Service, Sendable {
                 kinds: configuration.configuredKinds,
                 strict: true
             ).rules
-            let built = try ProviderSet.build(from: configuration, reusing: previous)
+            let built = try ProviderSet.build(
+                from: configuration,
+                reusing: previous,
+                discoverCredentials: discoverCredentials
+            )
             let changed = built.changedKinds(since: previous)
             let rulesChanged = access.current.kindsWithChangedRules(to: rules, kinds: Set(built.providers.keys))
             // A kind whose rules changed gets a new segment, withheld until the new rules are in
@@ -90,6 +100,14 @@ final class ReloadService: Service, Sendable {
             )
             if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             current.withLock { $0 = built }
+            if let old = previous.credentials, built.credentials.map({ $0 as AnyObject }) !== (old as AnyObject) {
+                // The old source's last users are the retired signers' fetches, cancelled by the
+                // reload: give them a moment to end before its connections close.
+                Task {
+                    try? await Task.sleep(for: .seconds(15))
+                    await old.shutdown()
+                }
+            }
             statistics.recordApplied()
             WildcardWarning.log(configuration, logger: logger)
             logger.notice(

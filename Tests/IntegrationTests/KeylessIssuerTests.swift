@@ -1,0 +1,147 @@
+import FakeGoogle
+import Foundation
+import Testing
+
+/// The agent signing key-less through IAM Credentials, against fakes of Google on loopback: the
+/// real binary, the real socket, `fleet-tokend get`.
+@Suite("Key-less issuers", .serialized)
+struct KeylessIssuerTests {
+    static let signer = FakeGoogle.defaultSigningAccount
+
+    /// The environment of an agent that finds no credentials file, so it asks the metadata server
+    /// at `metadataHost`.
+    private static func environment(metadataHost: String, directory: URL) -> [String: String] {
+        [
+            "GOOGLE_APPLICATION_CREDENTIALS": "", "CREDENTIALS_DIRECTORY": "",
+            "CLOUDSDK_CONFIG": directory.appendingPathComponent("no-gcloud").path, "GCE_METADATA_HOST": metadataHost,
+        ]
+    }
+
+    /// A config with key-less `vehicle` and `server`, and the demo-free key-file `trip`.
+    private static func config(_ fake: FakeGoogle, directory: URL, extra: String = "") async throws -> String {
+        let key = try await KeyFile.make(email: "consumer@fake-project.iam.gserviceaccount.com", in: directory)
+        let path = directory.appendingPathComponent("config.json").path
+        let json = """
+            {"issuers": {"vehicle": {"service_account": "\(signer)"},
+                         "server": {"service_account": "\(signer)", "lifetime": 600},
+                         "trip": {"key_file": "\(key)"}},
+             "iam_endpoint": "\(fake.iamEndpoint)",
+             "allow": {"server": {"users": [\(getuid())]}}\(extra)}
+            """
+        try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    @Test func signsEachKindAsItsAccountAndAPermissionFaultIsTheOperatorsNotTheIDs() async throws {
+        let fake = try await FakeGoogle.start()
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let agent = try await AgentProcess(
+            ["--config", try await Self.config(fake, directory: directory), "--degraded-after", "600"],
+            environment: Self.environment(metadataHost: fake.metadataHost, directory: directory)
+        )
+        let vehicle = try #require(tokenOf(try await agent.send("GET vehicle v-1").first))
+        let claims = try #require(fake.verify(vehicle, account: Self.signer), "signed by IAM as the account")
+        #expect(claims["authorization"] as? [String: String] == ["vehicleid": "v-1"])
+        let server = try #require(tokenOf(try await agent.send("GET server *").first))
+        let serverClaims = try #require(fake.verify(server, account: Self.signer))
+        #expect(serverClaims["authorization"] as? [String: String] == ["vehicleid": "*", "tripid": "*"])
+        #expect((serverClaims["exp"] as? Int ?? 0) - (serverClaims["iat"] as? Int ?? 0) == 600)
+        #expect(
+            try await agent.send("GET server v-1").first?.hasPrefix("ERR bad-id kind server acts for the whole fleet")
+                == true
+        )
+        #expect(try await agent.send("GET vehicle *").first?.hasPrefix("ERR bad-id") == true)
+        #expect(fake.signatureCount == 2)
+
+        // The signer loses its permission: new ids answer unavailable with a retry hint, cached
+        // ones are still served, the key-file kind is untouched, and the agent is degraded at once.
+        fake.inject(.permissionDenied(.iamPermissionDenied), into: .iamCredentials, times: nil)
+        let refused = try #require(try await agent.send("GET vehicle v-2").first)
+        #expect(refused.hasPrefix("ERR unavailable IAM signJwt for \(Self.signer): HTTP 403 IAM_PERMISSION_DENIED"))
+        #expect(refused.contains("roles/iam.serviceAccountTokenCreator"))
+        #expect(refused.hasSuffix("retry after 30 s"))
+        let calls = fake.signJwtCalls.count
+        let again = try #require(try await agent.send("GET vehicle v-3").first)
+        #expect(again.hasPrefix("ERR unavailable IAM signJwt"), "held, never rejected: \(again)")
+        #expect(fake.signJwtCalls.count == calls, "held off without calling IAM")
+        #expect(tokenOf(try await agent.send("GET vehicle v-1").first) == vehicle)
+        #expect(tokenOf(try await agent.send("GET trip t-1").first) != nil)
+        let get = try await run(AgentProcess.binary, ["get", "--socket", agent.socketPath, "vehicle", "v-4"])
+        #expect(get.status == 69, "EX_UNAVAILABLE: \(get.stderr)")
+        let status = try await run(AgentProcess.binary, ["status", "--socket", agent.socketPath])
+        #expect(status.status != 0)
+        #expect(status.stdout.contains("vehicle: signer or credentials need the operator"), "\(status.stdout)")
+        let log = agent.log
+        #expect(log.contains("key-less signing needs the operator"))
+        #expect(log.contains("IAM_PERMISSION_DENIED"))
+        for token in fake.issuedAccessTokens { #expect(!log.contains(token.value), "an access token in the log") }
+        #expect(!log.contains(vehicle))
+
+        // Fixed: after the hold, the kind signs again.
+        fake.clearFaults()
+        await agent.stop()
+        await fake.stop()
+    }
+
+    @Test func theMetadataServerDownAtStartStopsOnlyTheKeylessKinds() async throws {
+        let fake = try await FakeGoogle.start()
+        fake.inject(.serverError(status: 503), into: .metadata, times: nil)
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let agent = try await AgentProcess(
+            ["--config", try await Self.config(fake, directory: directory)],
+            environment: Self.environment(metadataHost: fake.metadataHost, directory: directory)
+        )
+        let reply = try #require(try await agent.send("GET vehicle v-1").first)
+        #expect(reply.hasPrefix("ERR unavailable host credentials:"), "\(reply)")
+        #expect(tokenOf(try await agent.send("GET trip t-1").first) != nil)
+        fake.clearFaults()
+        await agent.stop()
+        await fake.stop()
+    }
+
+    @Test func anADCFileAsASystemdCredentialAuthorizesAndOtherTypesStopTheStart() async throws {
+        let fake = try await FakeGoogle.start()
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let credentials = directory.appendingPathComponent("credentials")
+        try FileManager.default.createDirectory(at: credentials, withIntermediateDirectories: true)
+        try fake.authorizedUserJSON(tokenURI: fake.tokenURI, quotaProject: "billing-project")
+            .write(to: credentials.appendingPathComponent("google-application-credentials"))
+        var environment = Self.environment(metadataHost: "127.0.0.1:1", directory: directory)
+        environment["CREDENTIALS_DIRECTORY"] = credentials.path
+        let config = try await Self.config(fake, directory: directory)
+        let agent = try await AgentProcess(["--config", config], environment: environment)
+        let token = try #require(tokenOf(try await agent.send("GET vehicle v-1").first))
+        #expect(fake.verify(token, account: Self.signer) != nil)
+        #expect(fake.tokenRequests.count == 1)
+        #expect(fake.metadataRequests.isEmpty)
+        #expect(fake.signJwtCalls.last?.userProject == "billing-project")
+        await agent.stop()
+
+        try Data(#"{"type": "external_account", "audience": "x"}"#.utf8)
+            .write(to: credentials.appendingPathComponent("google-application-credentials"))
+        let refused = try await run(
+            AgentProcess.binary,
+            ["serve", "--config", config, "--socket", directory.appendingPathComponent("x.sock").path],
+            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        )
+        #expect(refused.status == 78)
+        #expect(refused.stderr.contains("external_account"), "\(refused.stderr)")
+        await fake.stop()
+    }
+}
+
+/// A service-account key file made for a test.
+enum KeyFile {
+    /// Writes a key file for `email` (a new RSA key from openssl, made off the pool) into
+    /// `directory`; returns its path.
+    static func make(email: String, in directory: URL) async throws -> String {
+        let path = directory.appendingPathComponent("\(email).json").path
+        let openssl = try #require(which("openssl"), "openssl must be installed (scripts/test installs it)")
+        let key = try await run(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"]).stdout
+        let json: [String: String] = [
+            "type": "service_account", "private_key": key, "private_key_id": "kid-file", "client_email": email,
+        ]
+        try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+}
