@@ -8,7 +8,9 @@ import Foundation
 let usage = """
     usage: fake-google --port P [--host H] [--iam-latency-ms N] [--expires-in S] [--accounts a@b,c@d]
                        [--write-adc-service-account PATH | --write-adc-authorized-user PATH]
-                       [--quota-project ID] [--write-public-key PATH]
+                       [--quota-project ID] [--write-public-key PATH] [--log-calls yes]
+    --log-calls yes: after `listening`, one line per signJwt call as it is answered:
+    `signJwt <unix-ms received> <status> <account>` (a benchmark counts signatures by them).
     """
 
 func fail(_ message: String) -> Never {
@@ -20,7 +22,7 @@ var options: [String: String] = [:]
 var arguments = CommandLine.arguments.dropFirst()
 let known: Set<String> = [
     "--port", "--host", "--iam-latency-ms", "--expires-in", "--accounts", "--write-adc-service-account",
-    "--write-adc-authorized-user", "--quota-project", "--write-public-key",
+    "--write-adc-authorized-user", "--quota-project", "--write-public-key", "--log-calls",
 ]
 while let name = arguments.popFirst() {
     if name == "--help" || name == "-h" {
@@ -65,7 +67,20 @@ do {
     lines.append("listening \(fake.port)")
     // Unbuffered, so a script reading a pipe sees `listening` at once.
     FileHandle.standardOutput.write(Data((lines.joined(separator: "\n") + "\n").utf8))
-    while true { try await Task.sleep(for: .seconds(3600)) }
+    guard options["--log-calls"] == "yes" else {
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+    var logged = 0
+    while true {
+        try await Task.sleep(for: .milliseconds(100))
+        let calls = fake.signJwtCalls
+        guard calls.count > logged else { continue }
+        let lines = calls[logged...].map { call in
+            "signJwt \(Int64(call.receivedAt.timeIntervalSince1970 * 1000)) \(call.status) \(call.account)\n"
+        }
+        logged = calls.count
+        FileHandle.standardOutput.write(Data(lines.joined().utf8))
+    }
 } catch {
     fail("\(error)")
 }
