@@ -131,6 +131,69 @@ fi
 denied_count=$(stat_field denied)
 if [ "$denied_count" = 1 ]; then pass "STATS counts denied=1"; else fail "denied count" "$denied_count"; fi
 
+echo "== key-less issuer" >> "$log"
+# Google's metadata server, token endpoint and IAM Credentials faked on loopback (fake-google, a
+# transient unit), the host's key file handed to the packaged unit as the systemd credential
+# google-application-credentials, and vehicle tokens signed key-less through signJwt.
+account=fleet-signer@fake-project.iam.gserviceaccount.com
+systemd-run --unit=fake-google --quiet /usr/local/bin/fake-google --port 8089 \
+    --write-adc-service-account /etc/fleet-tokend/adc.json --write-public-key /etc/fleet-tokend/fake-google.pem >> "$log" 2>&1
+fake_out() { journalctl -u fake-google.service -o cat --no-pager 2>/dev/null; }
+for i in $(seq 1 300); do fake_out | grep -q '^listening 8089$' && break; sleep 0.1; done
+fake_out >> "$log"
+check "fake-google listens in the container" sh -c "journalctl -u fake-google.service -o cat --no-pager | grep -q '^listening 8089\$'"
+kid=$(fake_out | sed -n "s/^account $account kid //p" | tail -n1)
+cp /etc/fleet-tokend/fake-google.pem /e2e-out/fake-google.pem 2>>"$log"
+mkdir -p /etc/systemd/system/fleet-tokend.service.d
+printf '[Service]\nLoadCredential=google-application-credentials:/etc/fleet-tokend/adc.json\n' \
+    > /etc/systemd/system/fleet-tokend.service.d/keyless-e2e.conf
+systemctl daemon-reload
+# With issuers set only the kinds under them are served: trip is not.
+printf '{"log_level": "debug", "iam_endpoint": "http://127.0.0.1:8089", "issuers": {"vehicle": {"service_account": "%s"}}}\n' \
+    "$account" > /etc/fleet-tokend/config.json
+check "systemctl restart with a key-less issuer and the credential succeeds" systemctl restart fleet-tokend.service
+keyless=$(get vehicle v-keyless)
+echo "key-less reply: ${keyless:0:40}..." >> "$log"
+if [[ "$keyless" == OK\ * ]]; then pass "a key-less vehicle token is served through IAM signJwt"; else fail "key-less GET" "$keyless"; fi
+ktoken=$(echo "$keyless" | cut -d' ' -f2)
+printf '%s\n' "$ktoken" > /e2e-out/keyless-token
+b64url() { local s=${1//-/+}; s=${s//_//}; while (( ${#s} % 4 )); do s+='='; done; printf '%s' "$s" | base64 -d 2>/dev/null; }
+header=$(b64url "$(echo "$ktoken" | cut -d. -f1)")
+claims=$(b64url "$(echo "$ktoken" | cut -d. -f2)")
+echo "key-less header: $header" >> "$log"
+echo "key-less claims: $claims" >> "$log"
+if [ -n "$kid" ] && [[ "$header" =~ \"kid\"\ *:\ *\"$kid\" ]] && [[ "$header" =~ \"alg\"\ *:\ *\"RS256\" ]]; then
+    pass "the token carries the fake's key id for the signing account"
+else
+    fail "key-less header" "kid=$kid header=$header"
+fi
+if [[ "$claims" =~ \"iss\"\ *:\ *\"$account\" && "$claims" =~ \"sub\"\ *:\ *\"$account\" \
+    && "$claims" =~ \"authorization\"\ *:\ *\{\ *\"vehicleid\"\ *:\ *\"v-keyless\"\ *\} ]]; then
+    pass "the key-less token's claims: iss and sub the signing account, authorization.vehicleid"
+else
+    fail "key-less claims" "$claims"
+fi
+other=$(get trip t-keyless)
+if [[ "$other" == "ERR bad-kind"* ]]; then pass "with issuers only, an unconfigured kind is ERR bad-kind"; else fail "unconfigured kind" "$other"; fi
+journalctl -u fleet-tokend.service -o verbose --no-pager > /tmp/journal-keyless.txt 2>&1
+check "the host credentials were found as the systemd credential" grep -q \
+    'host-agent@fake-project.iam.gserviceaccount.com .*(systemd credential file /run/credentials/fleet-tokend.service/google-application-credentials)' \
+    /tmp/journal-keyless.txt
+check "neither the key-less token nor an access token is in the journal" sh -c \
+    "! grep -qF '$ktoken' /tmp/journal-keyless.txt && ! journalctl --no-pager -o verbose | grep -q 'ya29\\.fake-'"
+check "systemctl reload with a key-less issuer succeeds" systemctl reload fleet-tokend.service
+kept=$(get vehicle v-keyless | cut -d' ' -f2)
+if [ "$kept" = "$ktoken" ]; then pass "key-less token kept across reload"; else fail "key-less token kept across reload"; fi
+fetches=$(stat_field fetches); errors=$(stat_field fetch_errors)
+echo "key-less: fetches=$fetches fetch_errors=$errors" >> "$log"
+if [ "$fetches" = 1 ] && [ "$errors" = 0 ]; then
+    pass "one signJwt fetch, no fetch error (the demo-issuer tokens were not taken over)"
+else
+    fail "key-less fetches" "fetches=$fetches fetch_errors=$errors"
+fi
+# Later checks need neither the fake nor the credential: the agent is only stopped.
+systemctl stop fake-google.service >> "$log" 2>&1
+
 echo "== stop" >> "$log"
 check "systemctl stop succeeds" systemctl stop fleet-tokend.service
 check "socket still listening after stop" systemctl is-active fleet-tokend.socket
