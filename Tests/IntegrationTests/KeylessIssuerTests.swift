@@ -83,6 +83,67 @@ struct KeylessIssuerTests {
         await fake.stop()
     }
 
+    /// Waits until the agent has applied `count` reloads.
+    private func reloaded(_ agent: AgentProcess, count: Int) async -> Bool {
+        for _ in 0..<200 {
+            if let stats = try? await agent.stats(), (stats["reloads"] ?? 0) >= count { return true }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return false
+    }
+
+    @Test func aReloadKeepsAnUnchangedIssuersTokensAndAccessTokenAndReplacesAChangedOne() async throws {
+        let fake = try await FakeGoogle.start()
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let config = try await Self.config(fake, directory: directory)
+        let agent = try await AgentProcess(
+            ["--config", config],
+            environment: Self.environment(metadataHost: fake.metadataHost, directory: directory)
+        )
+        let vehicle = try #require(tokenOf(try await agent.send("GET vehicle v-1").first))
+        let server = try #require(tokenOf(try await agent.send("GET server *").first))
+        #expect(fake.metadataRequests.count == 1)
+
+        // The same file again: nothing changes, no new access token, no new signature.
+        kill(agent.pid, SIGHUP)
+        #expect(await reloaded(agent, count: 1))
+        #expect(tokenOf(try await agent.send("GET vehicle v-1").first) == vehicle)
+        #expect(tokenOf(try await agent.send("GET server *").first) == server)
+        #expect(fake.metadataRequests.count == 1)
+        #expect(fake.signatureCount == 2)
+
+        // server's lifetime changes: its token is signed again (with the same access token);
+        // vehicle's is kept.
+        let text = try String(contentsOfFile: config, encoding: .utf8)
+        try Data(text.replacingOccurrences(of: #""lifetime": 600"#, with: #""lifetime": 900"#).utf8)
+            .write(to: URL(fileURLWithPath: config))
+        kill(agent.pid, SIGHUP)
+        #expect(await reloaded(agent, count: 2))
+        #expect(tokenOf(try await agent.send("GET vehicle v-1").first) == vehicle)
+        let resigned = try #require(tokenOf(try await agent.send("GET server *").first))
+        #expect(resigned != server)
+        let claims = try #require(fake.verify(resigned, account: Self.signer))
+        #expect((claims["exp"] as? Int ?? 0) - (claims["iat"] as? Int ?? 0) == 900)
+        #expect(fake.metadataRequests.count == 1, "the access token is kept across reloads")
+
+        // A wildcard kind without its allow entry is refused on reload; the old configuration stays.
+        try Data(
+            try String(contentsOfFile: config, encoding: .utf8)
+                .replacingOccurrences(of: #""allow": {"server": {"users": [\#(getuid())]}}"#, with: #""allow": {}"#)
+                .utf8
+        ).write(to: URL(fileURLWithPath: config))
+        kill(agent.pid, SIGHUP)
+        var refused = false
+        for _ in 0..<200 where !refused {
+            refused = agent.log.contains("reload refused") && agent.log.contains("allow.server")
+            if !refused { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(refused, "\(agent.log)")
+        #expect(tokenOf(try await agent.send("GET server *").first) == resigned)
+        await agent.stop()
+        await fake.stop()
+    }
+
     @Test func theMetadataServerDownAtStartStopsOnlyTheKeylessKinds() async throws {
         let fake = try await FakeGoogle.start()
         fake.inject(.serverError(status: 503), into: .metadata, times: nil)
