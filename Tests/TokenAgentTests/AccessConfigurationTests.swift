@@ -181,7 +181,8 @@ struct ExampleConfigurationTests {
         let configuration = try ConfigurationFile.load(path: path, over: AgentConfiguration())
         try configuration.validate()
         try configuration.checkAccessKinds()
-        #expect(configuration.access.allow.keys.sorted() == ["trip", "vehicle"])
+        #expect(configuration.access.allow.keys.sorted() == ["server", "trip", "vehicle"])
+        #expect(configuration.issuers.keys.sorted() == ["server", "trusted-driver"])
         #expect(configuration.access.admin == PrincipalList(groups: [.name("fleet-admins")]))
         #expect(configuration.providers.keys.sorted() == ["trip", "vehicle"])
     }
