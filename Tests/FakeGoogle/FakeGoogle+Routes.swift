@@ -57,6 +57,8 @@ extension FakeGoogle {
             return FakeReply(status: 0, drop: true)
         case (.hang, _):
             return FakeReply(status: 0, hang: true)
+        case (.raw(let status, let body, let headers), _):
+            return FakeReply(status: status, headers: headers.sorted { $0.key < $1.key }, body: body)
         case (.tooManyRequests(let seconds), _):
             let retry = seconds.map { [("Retry-After", "\($0)")] } ?? []
             switch api {

@@ -29,6 +29,8 @@ public enum FakeGoogleFault: Sendable, Hashable {
     case dropConnection
     /// Never answers (the client's time-out ends the request).
     case hang
+    /// Answers exactly this: a hostile or malformed reply, in any API's place.
+    case raw(status: Int, body: [UInt8], headers: [String: String] = [:])
 
     /// The reasons of a 403 that IAM Credentials gives.
     public enum PermissionDeniedReason: String, Sendable, Hashable, CaseIterable {

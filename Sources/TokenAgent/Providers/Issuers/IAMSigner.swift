@@ -101,7 +101,7 @@ public final class IAMSigner: TokenProvider {
         }
         switch reply.status {
         case 200:
-            return try accept(reply.body, issued: issued)
+            return try accept(reply.body, issued: issued, payload: payload)
         case 401:
             throw hold(
                 "IAM signJwt for \(account): HTTP 401 twice with fresh access tokens from \(credentials.summary); "
@@ -202,8 +202,10 @@ public final class IAMSigner: TokenProvider {
         }
     }
 
-    /// The token in a `signJwt` reply, once its claims are exactly those asked for.
-    private func accept(_ body: [UInt8], issued: IssuedClaims) throws -> FetchedToken {
+    /// The token in a `signJwt` reply, once its claims are exactly those asked for (`payload`):
+    /// read strictly, so a claim given twice (which one reader takes first and another last) or
+    /// a claim not asked for is never served.
+    private func accept(_ body: [UInt8], issued: IssuedClaims, payload: String) throws -> FetchedToken {
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
             let token = object["signedJwt"] as? String
         else {
@@ -215,12 +217,35 @@ public final class IAMSigner: TokenProvider {
             throw ProviderError.failed("IAM signJwt reply's token is empty, too long, or not printable ASCII")
         }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let payload = JWTClaims.base64URLDecode(parts[1]),
-            let signed = try? JSONDecoder().decode(IssuedClaims.self, from: payload), signed == issued
+        guard parts.count == 3, let signedPayload = JWTClaims.base64URLDecode(parts[1]),
+            let signed = StrictJSON(bytes: signedPayload), let asked = StrictJSON(bytes: payload.utf8),
+            Self.sameClaims(signed, asked)
         else {
             throw ProviderError.failed("IAM signJwt returned a token whose claims are not those asked for")
         }
         return FetchedToken(token: token, expiresAtUnixSeconds: Double(issued.exp))
+    }
+
+    /// Whether `signed` holds exactly the claims of `asked`, in any order: every name and string
+    /// equal byte for byte (not merely canonically equivalent), no member twice, none missing or
+    /// added.
+    private static func sameClaims(_ signed: StrictJSON, _ asked: StrictJSON) -> Bool {
+        switch (signed, asked) {
+        case (.object(let signed), .object(let asked)):
+            guard signed.count == asked.count else { return false }
+            let byName = { (a: StrictJSON.Member, b: StrictJSON.Member) in
+                a.name.utf8.lexicographicallyPrecedes(b.name.utf8)
+            }
+            return zip(signed.sorted(by: byName), asked.sorted(by: byName)).allSatisfy {
+                $0.name.utf8.elementsEqual($1.name.utf8) && sameClaims($0.value, $1.value)
+            }
+        case (.array(let signed), .array(let asked)):
+            return signed.count == asked.count && zip(signed, asked).allSatisfy { sameClaims($0, $1) }
+        case (.string(let signed), .string(let asked)):
+            return signed.utf8.elementsEqual(asked.utf8)
+        default:
+            return signed == asked
+        }
     }
 
     public func shutdown() async {

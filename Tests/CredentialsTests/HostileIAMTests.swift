@@ -1,0 +1,128 @@
+import FakeGoogle
+import Foundation
+import Logging
+import Synchronization
+import Testing
+import TokenAgent
+
+/// The real monotonic clock with a wall clock the test can step, as NTP or an operator does.
+final class SteppedWallClock: AgentClock, Sendable {
+    private let step = Mutex(0.0)
+    private let fixedWall: Double?
+    private let system = SystemAgentClock()
+
+    /// A clock whose wall clock reads `fixedWall` (plus steps) when given, else the real one.
+    init(fixedWall: Double? = nil) { self.fixedWall = fixedWall }
+
+    var monotonicSeconds: Double { system.monotonicSeconds }
+    var wallSeconds: Double { (fixedWall ?? system.wallSeconds) + step.withLock { $0 } }
+
+    /// Steps the wall clock by `seconds` (back when negative); the monotonic clock does not move.
+    func stepWall(_ seconds: Double) { step.withLock { $0 += seconds } }
+}
+
+/// Every log line a logger made, kept for the test to read.
+final class CapturedLog: Sendable {
+    let lines = Mutex<[String]>([])
+
+    /// A logger at `level` writing here.
+    func logger(level: Logger.Level = .trace) -> Logger {
+        var logger = Logger(label: "captured") { _ in Handler(log: self) }
+        logger.logLevel = level
+        return logger
+    }
+
+    var text: String { lines.withLock { $0.joined(separator: "\n") } }
+
+    struct Handler: LogHandler {
+        let log: CapturedLog
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+            log.lines.withLock { $0.append("\(event.level) \(event.message) \(fields.joined(separator: " "))") }
+        }
+    }
+}
+
+/// The key-less signer and the host's credentials against hostile replies: what IAM, the metadata
+/// server and the token endpoint send is never trusted beyond what was asked for.
+@Suite("Hostile IAM and credentials")
+struct HostileIAMTests {
+    static let account = FakeGoogle.defaultSigningAccount
+
+    /// A JWT-shaped token whose payload is exactly `payload` (the signature is not the agent's to check).
+    static func jwt(payload: String) -> String {
+        func base64URL(_ text: String) -> String {
+            Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        }
+        return base64URL(#"{"alg":"RS256","kid":"k-1","typ":"JWT"}"#) + "." + base64URL(payload) + ".c2lnbmF0dXJl"
+    }
+
+    @Test func aSignedJwtWithARepeatedOrExtraClaimIsNeverServed() async throws {
+        let now = 1_800_000_000
+        let clock = SteppedWallClock(fixedWall: Double(now) + 0.25)
+        let fake = try await FakeGoogle.start()
+        let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost))
+        let signer = IAMSigner(
+            account: Self.account,
+            endpoint: fake.iamEndpoint,
+            lifetime: 1800,
+            credentials: source,
+            clock: clock
+        )
+        let account = Self.account
+        let fleetEngine = "https://fleetengine.googleapis.com/"
+        let rest =
+            #""aud":"\#(fleetEngine)","exp":\#(now + 1800),"iat":\#(now),"#
+            + #""iss":"\#(account)","sub":"\#(account)""#
+        let cases: [(String, Bool, String)] = [
+            ("{\(rest),\"authorization\":{\"vehicleid\":\"v-1\"}}", true, "the claims asked for"),
+            (
+                "{ \"sub\" : \"\(account)\", \"authorization\" : { \"vehicleid\" : \"v-1\" }, \"iss\":\"\(account)\","
+                    + "\"iat\":\(now),\"exp\":\(now + 1800),\"aud\":\"https:\\/\\/fleetengine.googleapis.com\\/\"}",
+                true, "the same claims, in another order and spelling"
+            ),
+            (
+                "{\(rest),\"authorization\":{\"vehicleid\":\"v-1\"},\"authorization\":{\"vehicleid\":\"v-2\"}}",
+                false, "authorization twice, the one asked for first"
+            ),
+            (
+                "{\(rest),\"authorization\":{\"vehicleid\":\"v-1\",\"vehicleid\":\"v-2\"}}",
+                false, "vehicleid twice"
+            ),
+            ("{\(rest),\"authorization\":{\"vehicleid\":\"v-1\"},\"scope\":\"admin\"}", false, "an extra claim"),
+            (
+                "{\(rest),\"authorization\":{\"vehicleid\":\"v-1\"},\"iss\":\"other@evil.iam.gserviceaccount.com\"}",
+                false, "iss twice"
+            ),
+            (
+                "{\(rest),\"authorization\":{\"vehicleid\":\"cafe\u{301}\"}}", false,
+                "another id, canonically equivalent to the one asked for (caf\u{E9})"
+            ),
+        ]
+        for (payload, served, what) in cases {
+            let id = what.hasPrefix("another id") ? "caf\u{E9}" : "v-1"
+            let reply = Array(#"{"keyId":"k-1","signedJwt":"\#(Self.jwt(payload: payload))"}"#.utf8)
+            fake.inject(.raw(status: 200, body: reply), into: .iamCredentials)
+            do {
+                let fetched = try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: id))
+                #expect(served, "\(what): served")
+                #expect(fetched.token == Self.jwt(payload: payload))
+            } catch let error as ProviderError {
+                #expect(!served, "\(what): \(error)")
+                #expect(error == .failed("IAM signJwt returned a token whose claims are not those asked for"))
+            }
+        }
+        await signer.shutdown()
+        await source.shutdown()
+        await fake.stop()
+    }
+}
