@@ -125,4 +125,25 @@ struct HostileIAMTests {
         await source.shutdown()
         await fake.stop()
     }
+
+    @Test func aHugeExpiresInIsCachedWithoutTrappingEvenWhenDebugLogging() async throws {
+        let fake = try await FakeGoogle.start()
+        let log = CapturedLog()
+        for expiresIn in ["1e300", "9223372036854775808", "1e19"] {
+            let source = try HostCredentials.source(
+                for: .metadataServer(host: fake.metadataHost),
+                tuning: fastTuning,
+                logger: log.logger(level: .debug)
+            )
+            let body = #"{"access_token":"ya29.hostile","expires_in":\#(expiresIn),"token_type":"Bearer"}"#
+            fake.inject(.raw(status: 200, body: Array(body.utf8)), into: .metadata)
+            let token = try await source.accessToken()
+            #expect(token.value == "ya29.hostile", "expires_in \(expiresIn)")
+            #expect(try await source.accessToken() == token, "cached")
+            await source.shutdown()
+        }
+        #expect(log.text.contains("access token fetched"))
+        #expect(!log.text.contains("ya29.hostile"), "a token in the log")
+        await fake.stop()
+    }
 }

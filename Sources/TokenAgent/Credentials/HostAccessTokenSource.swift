@@ -1,5 +1,6 @@
 import Logging
 import Synchronization
+import TokenWire
 
 /// The host's access tokens from one Application Default Credentials source (a service-account
 /// key file, a gcloud user's refresh token, or the metadata server), cached and fetched once for
@@ -146,7 +147,7 @@ public final class HostAccessTokenSource: AccessTokenSource {
                     "access token fetched",
                     metadata: [
                         "credentials": "\(summary)", "access_token": "\(token.fingerprint)",
-                        "expires_in_s": "\(Int(fetched.lifetime))",
+                        "expires_in_s": "\(Int(saturating: fetched.lifetime))",
                     ]
                 )
                 return .success(token)
