@@ -146,4 +146,41 @@ struct HostileIAMTests {
         #expect(!log.text.contains("ya29.hostile"), "a token in the log")
         await fake.stop()
     }
+
+    @Test func theFaultHoldLastsItsSecondsWhicheverWayTheWallClockSteps() async throws {
+        let fake = try await FakeGoogle.start()
+        let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost), tuning: fastTuning)
+        let clock = SteppedWallClock()
+        let signer = IAMSigner(
+            account: Self.account,
+            endpoint: fake.iamEndpoint,
+            credentials: source,
+            faultHold: 2,
+            clock: clock
+        )
+        func held(_ id: String) async throws -> Double? {
+            do {
+                _ = try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: id))
+                return nil
+            } catch ProviderError.misconfigured(_, let retryAfter) {
+                return retryAfter
+            }
+        }
+        fake.inject(.permissionDenied(.iamPermissionDenied), into: .iamCredentials)
+        #expect(try await held("v-1") == 2)
+        // A step forward of an hour does not end the hold early ...
+        clock.stepWall(3600)
+        let left = try await held("v-2")
+        #expect(left != nil && left! <= 2, "released by a wall-clock step forward: \(String(describing: left))")
+        // ... nor does a step back of two hours make it last for them.
+        clock.stepWall(-7200)
+        let stillLeft = try await held("v-3")
+        #expect(stillLeft != nil && stillLeft! <= 2, "held for \(String(describing: stillLeft)) s")
+        try await Task.sleep(for: .seconds(2.2))
+        #expect(try await held("v-4") == nil, "still held after its 2 s")
+        #expect(fake.signatureCount == 1)
+        await signer.shutdown()
+        await source.shutdown()
+        await fake.stop()
+    }
 }

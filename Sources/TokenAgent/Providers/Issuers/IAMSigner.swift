@@ -31,7 +31,8 @@ public final class IAMSigner: TokenProvider {
     private let client: HTTPClient
     private let clock: any AgentClock
     private let logger: Logger
-    /// The operator's fault in force: until when (wall clock) and its text.
+    /// The operator's fault in force: until when (monotonic clock, so a wall-clock step neither
+    /// ends it early nor stretches it) and its text.
     private let heldFault = Mutex<(until: Double, text: String)?>(nil)
 
     /// The largest reply body read.
@@ -80,10 +81,11 @@ public final class IAMSigner: TokenProvider {
         guard let authorization = claims.authorization(kind: key.kind, id: key.id) else {
             throw ProviderError.rejected("the issuer has no authorization claim for kind \(key.kind)")
         }
-        let now = clock.wallSeconds
-        if let held = heldFault.withLock({ $0 }), now < held.until {
-            throw ProviderError.misconfigured(held.text, retryAfter: held.until - now)
+        let monotonic = clock.monotonicSeconds
+        if let held = heldFault.withLock({ $0 }), monotonic < held.until {
+            throw ProviderError.misconfigured(held.text, retryAfter: held.until - monotonic)
         }
+        let now = clock.wallSeconds
         let issued = IssuedClaims(email: account, now: now, lifetime: lifetime, authorization: authorization)
         let payload: String
         do {
@@ -148,7 +150,7 @@ public final class IAMSigner: TokenProvider {
 
     /// Holds every fetch off for ``faultHold`` seconds with `text`, logging the fault when it is new.
     private func hold(_ text: String, logReason: String) -> ProviderError {
-        let until = clock.wallSeconds + faultHold
+        let until = clock.monotonicSeconds + faultHold
         let previous = heldFault.withLock { held in
             defer { held = (until, text) }
             return held?.text
