@@ -183,4 +183,53 @@ struct HostileIAMTests {
         await source.shutdown()
         await fake.stop()
     }
+
+    @Test func aReloadAfterALoginAgainUsesTheNewRefreshTokenUnderTheSameClient() async throws {
+        let fake = try await FakeGoogle.start()
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        // The file of an earlier login, whose refresh token has since been revoked.
+        var stale = try #require(
+            try JSONSerialization.jsonObject(with: fake.authorizedUserJSON(tokenURI: fake.tokenURI)) as? [String: Any]
+        )
+        stale["refresh_token"] = "1//revoked-long-ago"
+        let path = try directory.write("adc.json", try JSONSerialization.data(withJSONObject: stale))
+        var configuration = AgentConfiguration()
+        configuration.issuers["vehicle"] = IssuerSettings(serviceAccount: Self.account)
+        configuration.iamEndpoint = fake.iamEndpoint
+        let discover: ProviderSet.CredentialsDiscovery = {
+            try HostCredentials.discover(environment: ["GOOGLE_APPLICATION_CREDENTIALS": path], tuning: fastTuning)
+        }
+        let first = try ProviderSet.build(from: configuration, discoverCredentials: discover)
+        let key = TokenKey(kind: "vehicle", id: "v-1")
+        do {
+            _ = try await first.providers["vehicle"]!.fetchToken(for: key)
+            Issue.record("signed with a revoked refresh token")
+        } catch let error as ProviderError {
+            guard case .misconfigured(let text, _) = error else {
+                Issue.record("\(error)")
+                return
+            }
+            #expect(text.contains("gcloud auth application-default login"), "\(text)")
+        }
+        // The operator logs in again (same OAuth client, a new refresh token) and reloads.
+        try directory.write("adc.json", fake.authorizedUserJSON(tokenURI: fake.tokenURI))
+        let second = try ProviderSet.build(from: configuration, reusing: first, discoverCredentials: discover)
+        do {
+            let fetched = try await second.providers["vehicle"]!.fetchToken(for: key)
+            #expect(fake.verify(fetched.token, account: Self.account) != nil)
+        } catch {
+            Issue.record("after the reload: \(error)")
+        }
+        #expect(second.changedKinds(since: first) == ["vehicle"])
+        // Reloaded again with nothing changed: the source and the signer are kept.
+        let third = try ProviderSet.build(from: configuration, reusing: second, discoverCredentials: discover)
+        #expect(third.credentials.map { $0 as AnyObject } === second.credentials.map { $0 as AnyObject })
+        #expect(third.changedKinds(since: second).isEmpty)
+        for built in [first, second] {
+            await built.providers["vehicle"]!.shutdown()
+            await built.credentials?.shutdown()
+        }
+        await fake.stop()
+    }
 }

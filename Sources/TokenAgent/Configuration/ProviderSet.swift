@@ -82,15 +82,15 @@ public enum ProviderSet {
                 throw ConfigurationError(key: "issuers", "key-less signing needs the host's credentials")
             }
             let found = try discoverCredentials()
-            if let kept = previous?.credentials, kept.summary == found.summary {
+            if let kept = previous?.credentials, kept.identity == found.identity {
                 credentials = kept
                 Task { await found.shutdown() }
             } else {
                 credentials = found
             }
-            let credentialsSummary = credentials!.summary
+            let credentialsIdentity = credentials!.identity
             for (kind, issuer) in issuers where issuer.settings.serviceAccount != nil {
-                issuers[kind]!.identity += " credentials=\(credentialsSummary)"
+                issuers[kind]!.identity += " credentials=\(credentialsIdentity)"
                 identities[kind] = issuers[kind]!.identity
             }
         }

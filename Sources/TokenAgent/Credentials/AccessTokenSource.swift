@@ -9,6 +9,10 @@ public protocol AccessTokenSource: Sendable {
     /// Where the tokens come from, for logs and status; never a secret (e.g. `metadata server
     /// 169.254.169.254`, `service_account file for a@b.iam.gserviceaccount.com`).
     var summary: String { get }
+    /// What the source is made of, for a reload to tell an unchanged source: the summary and,
+    /// for a credentials file, a digest of its contents (a new refresh token or key under the same
+    /// client or key id is another source); never a secret.
+    var identity: String { get }
     /// The Google Cloud project to bill API calls to (`quota_project_id` of an `authorized_user`
     /// file), sent as `x-goog-user-project` with each call; `nil` when none.
     var quotaProject: String? { get }
@@ -21,6 +25,11 @@ public protocol AccessTokenSource: Sendable {
     /// Releases what the source holds (HTTP connections). Called once, at shutdown or when a reload
     /// retires it.
     func shutdown() async
+}
+
+extension AccessTokenSource {
+    /// The summary, for a source with nothing more to tell it by.
+    public var identity: String { summary }
 }
 
 /// An OAuth 2.0 access token (a Bearer token) and when it expires.

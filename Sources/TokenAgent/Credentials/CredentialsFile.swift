@@ -18,13 +18,16 @@ enum CredentialsFile: Sendable {
         "gdch_service_account": "Google Distributed Cloud Hosted",
     ]
 
-    /// Reads the file at `path` (named `origin` in errors: how it was found).
-    static func read(path: String, origin: String) throws(ConfigurationError) -> CredentialsFile {
+    /// Reads the file at `path` (named `origin` in errors: how it was found), with a digest of its
+    /// contents (the first 16 hex digits of their SHA-256).
+    static func read(path: String, origin: String) throws(ConfigurationError) -> (
+        file: CredentialsFile, digest: String
+    ) {
         guard let data = FileManager.default.contents(atPath: path) else {
             let reason = FileManager.default.fileExists(atPath: path) ? "cannot be read" : "does not exist"
             throw ConfigurationError(key: "credentials", "\(origin) \(path) \(reason)")
         }
-        return try parse(data, path: path)
+        return (try parse(data, path: path), ProviderSet.digest(Array(data)))
     }
 
     /// Reads credentials JSON from `data`; `path` names the file in errors.

@@ -58,6 +58,7 @@ public final class HostAccessTokenSource: AccessTokenSource {
     }
 
     public let summary: String
+    public let identity: String
     public let quotaProject: String?
     /// The timing of fetches and refreshes.
     public let tuning: Tuning
@@ -80,8 +81,16 @@ public final class HostAccessTokenSource: AccessTokenSource {
         var fetches = 0
     }
 
-    init(grant: AccessTokenGrant, summary: String, tuning: Tuning, clock: any AgentClock, logger: Logger) {
+    init(
+        grant: AccessTokenGrant,
+        summary: String,
+        identity: String? = nil,
+        tuning: Tuning,
+        clock: any AgentClock,
+        logger: Logger
+    ) {
         self.summary = summary
+        self.identity = identity ?? summary
         self.tuning = tuning
         self.clock = clock
         self.logger = logger

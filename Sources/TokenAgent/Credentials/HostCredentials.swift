@@ -87,9 +87,12 @@ public enum HostCredentials {
     ) throws(ConfigurationError) -> HostAccessTokenSource {
         let grant: AccessTokenGrant
         let summary: String
+        var digest: String?
         switch origin {
         case .file(let path, let via):
-            switch try CredentialsFile.read(path: path, origin: "\(via) file") {
+            let read = try CredentialsFile.read(path: path, origin: "\(via) file")
+            digest = read.digest
+            switch read.file {
             case .serviceAccount(let account):
                 grant = .serviceAccount(account)
                 summary = "service_account \(account.email) key \(account.keyID) (\(origin))"
@@ -103,7 +106,14 @@ public enum HostCredentials {
             grant = .metadataServer(host: host)
             summary = "metadata server \(host)"
         }
-        return HostAccessTokenSource(grant: grant, summary: summary, tuning: tuning, clock: clock, logger: logger)
+        return HostAccessTokenSource(
+            grant: grant,
+            summary: summary,
+            identity: digest.map { "\(summary) digest=\($0)" },
+            tuning: tuning,
+            clock: clock,
+            logger: logger
+        )
     }
 
     /// Checks a metadata host (`GCE_METADATA_HOST`): a bare `host` or `host:port`, loopback or the
