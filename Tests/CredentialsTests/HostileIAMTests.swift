@@ -232,4 +232,40 @@ struct HostileIAMTests {
         }
         await fake.stop()
     }
+
+    @Test func aFaultThatComesBackAfterSigningAgainIsLoggedAgain() async throws {
+        let fake = try await FakeGoogle.start()
+        let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost), tuning: fastTuning)
+        let log = CapturedLog()
+        let signer = IAMSigner(
+            account: Self.account,
+            endpoint: fake.iamEndpoint,
+            credentials: source,
+            faultHold: 0.5,
+            logger: log.logger()
+        )
+        func fetch(_ id: String) async -> ProviderError? {
+            do {
+                _ = try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: id))
+                return nil
+            } catch {
+                return error as? ProviderError
+            }
+        }
+        func logged() -> Int { log.lines.withLock { $0.count { $0.contains("key-less signing needs the operator") } } }
+        fake.inject(.permissionDenied(.iamPermissionDenied), into: .iamCredentials, times: 2)
+        #expect(await fetch("v-1") != nil)
+        try await Task.sleep(for: .seconds(0.7))
+        #expect(await fetch("v-2") != nil, "the same fault after its hold")
+        #expect(logged() == 1, "a fault that lasts is logged once")
+        try await Task.sleep(for: .seconds(0.7))
+        #expect(await fetch("v-3") == nil, "fixed")
+        // Revoked again later: a new fault, which the operator must hear of.
+        fake.inject(.permissionDenied(.iamPermissionDenied), into: .iamCredentials)
+        #expect(await fetch("v-4") != nil)
+        #expect(logged() == 2, "\(log.text)")
+        await signer.shutdown()
+        await source.shutdown()
+        await fake.stop()
+    }
 }

@@ -103,7 +103,10 @@ public final class IAMSigner: TokenProvider {
         }
         switch reply.status {
         case 200:
-            return try accept(reply.body, issued: issued, payload: payload)
+            let token = try accept(reply.body, issued: issued, payload: payload)
+            // Signing works: a fault that comes back later is a new one, logged again.
+            heldFault.withLock { $0 = nil }
+            return token
         case 401:
             throw hold(
                 "IAM signJwt for \(account): HTTP 401 twice with fresh access tokens from \(credentials.summary); "
