@@ -104,7 +104,6 @@ struct ServeCommand: AsyncParsableCommand {
         }
         do {
             try configuration.checkAccessKinds()
-            providers = try ProviderSet.build(from: configuration, discoverCredentials: discoverCredentials)
             // NSS or LDAP may come up after the agent: a name that does not resolve yet is a warning.
             let resolved = try AccessRules.resolve(
                 configuration.access,
@@ -115,6 +114,8 @@ struct ServeCommand: AsyncParsableCommand {
                 logger.warning("access rule matches nobody", metadata: ["problem": "\(warning)"])
             }
             rules = resolved.rules
+            // Last: nothing that can fail comes after the providers' HTTP clients exist.
+            providers = try ProviderSet.build(from: configuration, discoverCredentials: discoverCredentials)
         } catch let error as ConfigurationError {
             logger.critical("bad configuration", metadata: ["key": "\(error.key)", "reason": "\(error.reason)"])
             FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))

@@ -41,9 +41,10 @@ final class AccessTokenExchange: Sendable {
     private let connectTimeout: Double
     private let timeout: Double
     private let clock: any AgentClock
-    /// Made at the first fetch, so a source that never fetches holds no connections.
-    private let client = Mutex<HTTPClient?>(nil)
-    private let isShutDown = Mutex(false)
+    /// The client, made at the first fetch (so a source that never fetches holds no connections),
+    /// and whether the source was shut down: under one lock, so a client is never made after
+    /// ``shutdown()`` took the last one.
+    private let client = Mutex<(made: HTTPClient?, isShutDown: Bool)>((nil, false))
 
     init(grant: AccessTokenGrant, connectTimeout: Double, timeout: Double, clock: any AgentClock) {
         self.grant = grant
@@ -54,18 +55,17 @@ final class AccessTokenExchange: Sendable {
 
     /// Shuts the HTTP client down, if one was made; later fetches fail.
     func shutdown() async {
-        isShutDown.withLock { $0 = true }
         let made = client.withLock { client in
-            defer { client = nil }
-            return client
+            defer { client = (nil, true) }
+            return client.made
         }
         try? await made?.shutdown()
     }
 
     private func httpClient() throws(CredentialsError) -> HTTPClient {
-        if isShutDown.withLock({ $0 }) { throw CredentialsError(.transient, "\(grant.endpoint): source shut down") }
-        return client.withLock { client in
-            if let client { return client }
+        let made = client.withLock { client -> HTTPClient? in
+            if client.isShutDown { return nil }
+            if let made = client.made { return made }
             var configuration = HTTPClient.Configuration()
             configuration.timeout = .init(
                 connect: .milliseconds(Int64(connectTimeout * 1000)),
@@ -74,9 +74,11 @@ final class AccessTokenExchange: Sendable {
             configuration.redirectConfiguration = .disallow
             configuration.decompression = .disabled
             let made = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-            client = made
+            client.made = made
             return made
         }
+        guard let made else { throw CredentialsError(.transient, "\(grant.endpoint): source shut down") }
+        return made
     }
 
     /// Builds the grant's request.
