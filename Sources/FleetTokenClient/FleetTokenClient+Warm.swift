@@ -55,7 +55,9 @@ extension FleetTokenClient {
             var line: [String] = []
             var bytes = "WARM \(kind)".utf8.count
             for id in ids[kind] ?? [] {
-                if !line.isEmpty, line.count == WireLimits.maxWarmIDs || bytes + 1 + id.utf8.count > WireLimits.maxRequestLineBytes {
+                if !line.isEmpty,
+                    line.count == WireLimits.maxWarmIDs || bytes + 1 + id.utf8.count > WireLimits.maxRequestLineBytes
+                {
                     requests.append(.warm(kind: kind, ids: line))
                     line = []
                     bytes = "WARM \(kind)".utf8.count

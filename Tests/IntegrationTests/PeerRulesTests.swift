@@ -104,7 +104,11 @@ struct PeerRulesTests {
                 "WARM trip wp-3"
             )
             #expect(other == ["ERR denied not allowed to ask for kind vehicle", "OK queued=1 cached=0"])
-            let allowed = try await TestUsers.socat(as: TestUsers.allowed, socket: agent.socketPath, "WARM vehicle wp-1")
+            let allowed = try await TestUsers.socat(
+                as: TestUsers.allowed,
+                socket: agent.socketPath,
+                "WARM vehicle wp-1"
+            )
             #expect(allowed == ["OK queued=1 cached=0"])
             #expect(provider.requests(for: "wp-2") == 0, "nothing fetched for the denied WARM")
         }

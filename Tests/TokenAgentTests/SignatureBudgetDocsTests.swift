@@ -35,7 +35,9 @@ struct SignatureBudgetDocsTests {
             .filter { $0.hasSuffix("_<kind>") }
             .map { $0.replacingOccurrences(of: "<kind>", with: "vehicle") }
         #expect(perKind == documented, "STATS: \(text)")
-        #expect(text.contains(" signs_vehicle=1 sign_queued_vehicle=0 sign_throttled_vehicle=0 sign_timeouts_vehicle=0"))
+        #expect(
+            text.contains(" signs_vehicle=1 sign_queued_vehicle=0 sign_throttled_vehicle=0 sign_timeouts_vehicle=0")
+        )
         #expect(provider.budget.counters.signatures == 1)
     }
 

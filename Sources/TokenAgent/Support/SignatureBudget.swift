@@ -184,8 +184,9 @@ public final class SignatureBudget: Sendable {
                 state.counters.timedOut += 1
                 late.append(waiter.continuation)
             }
-            if state.deadlineHead == state.deadlines.count || (state.deadlineHead > 1024
-                && state.deadlineHead * 2 > state.deadlines.count)
+            if state.deadlineHead == state.deadlines.count
+                || (state.deadlineHead > 1024
+                    && state.deadlineHead * 2 > state.deadlines.count)
             {
                 state.deadlines.removeFirst(state.deadlineHead)
                 state.deadlineHead = 0
