@@ -158,6 +158,26 @@ struct SignatureBudgetTests {
         for task in tasks { task.cancel() }
     }
 
+    /// On the real clock the budget wakes itself: queued waiters get their permits as they fall
+    /// due, and a deadline sends its waiter away, with nobody calling `serveDue()`.
+    @Test func onTheRealClockTheBudgetWakesItsWaiters() async throws {
+        let budget = SignatureBudget(perMinute: 600)  // a burst of 100, then one every 0.1 s
+        for _ in 0..<100 { try await budget.permit(for: FetchTicket(priority: .warm)) }
+        let started = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<3 { group.addTask { try await budget.permit(for: FetchTicket(priority: .refresh)) } }
+            try await group.waitForAll()
+        }
+        let elapsed = ContinuousClock.now - started
+        #expect(elapsed >= .milliseconds(250) && elapsed < .seconds(5), "\(elapsed)")
+        let real = SystemAgentClock()
+        for _ in 0..<20 { _ = try? await budget.permit(for: FetchTicket(priority: .get), deadline: real.now) }
+        await #expect(throws: SignatureBudget.DeadlinePassed.self) {
+            for _ in 0..<10 { try await budget.permit(for: FetchTicket(priority: .get), deadline: real.now + 0.05) }
+        }
+        #expect(budget.counters.timedOut >= 1 && budget.counters.queued == 0)
+    }
+
     /// Random arrivals of every priority, some with deadlines, against budgets of 1 to 120 a
     /// minute: no 60 s window ever holds more permits than the budget, no instant more than the
     /// burst, and sustained demand is served at the full rate.
