@@ -117,7 +117,9 @@ public final class SignatureBudget: Sendable {
     }
 
     /// Waits until a permit is granted to `ticket`, in its priority; throws ``DeadlinePassed``
-    /// when `deadline` passes first, `CancellationError` when the task is cancelled.
+    /// when `deadline` (on this budget's clock, which should be the engine's) passes first,
+    /// `CancellationError` when the task is cancelled. When the permit and the deadline are both
+    /// due at one look, the permit wins.
     public func permit(for ticket: FetchTicket, deadline: MonotonicInstant? = nil) async throws {
         try Task.checkCancellation()
         let number = ticket.number
