@@ -68,7 +68,17 @@ public struct AgentStatus: Sendable {
             "reload_failures=\(reloads.failures)",
             "denied=\(access.denied)",
             "provider_clock_skew_s=\(Int(saturating: (stats.providerClockSkew ?? 0).rounded()))",
-        ].joined(separator: " ") + sharedMemoryStats()
+            "warm_fetches=\(stats.warmFetches)",
+        ].joined(separator: " ") + signatureBudgetStats() + sharedMemoryStats()
+    }
+
+    /// Four fields for each kind whose provider has a signature budget: `signs_<kind>`,
+    /// `sign_queued_<kind>`, `sign_throttled_<kind>`, `sign_timeouts_<kind>`; none for the others.
+    private func signatureBudgetStats() -> String {
+        engine.signatureBudgets().map { kind, counters in
+            " signs_\(kind)=\(counters.signatures) sign_queued_\(kind)=\(counters.queued)"
+                + " sign_throttled_\(kind)=\(counters.throttled) sign_timeouts_\(kind)=\(counters.timedOut)"
+        }.joined()
     }
 
     /// The shared-memory counters, when the segments are on.

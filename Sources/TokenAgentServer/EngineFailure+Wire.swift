@@ -6,7 +6,7 @@ extension EngineFailure {
     public var wireError: WireError {
         switch self {
         case .unknownKind: return WireError(.badKind, description)
-        case .busy, .busyForUID: return WireError(.busy, description)
+        case .busy, .busyForUID, .overBudget: return WireError(.busy, description)
         case .rejected: return WireError(.rejected, description)
         case .backingOff, .fetchFailed, .throttled, .refusedTokenReissued, .providerChanged, .reportedRecently,
             .misconfigured:

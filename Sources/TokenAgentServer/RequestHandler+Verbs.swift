@@ -39,6 +39,13 @@ extension RequestHandler {
         case .touch(let kind, let ids):
             touch(kind: kind, ids: ids)
             append(Slot(reply: .line(.ok("")), verb: verb))
+        case .warm(let kind, let ids):
+            let reply: Reply
+            switch engine.warm(kind: kind, ids: ids, requester: peer?.uid, allowance: warmAllowance) {
+            case .success(let outcome): reply = .line(.ok("queued=\(outcome.queued) cached=\(outcome.cached)"))
+            case .failure(let failure): reply = .error(failure.wireError)
+            }
+            append(Slot(reply: reply, verb: verb))
         case .get(let kind, let id, let minValidity):
             answer(
                 engine.lookup(kind: kind, id: id, minValidity: minValidity, requester: peer?.uid),
@@ -61,7 +68,7 @@ extension RequestHandler {
     }
 
     /// Why the access rules in force refuse `request` from this peer, if they do: the kind's rules
-    /// for GET, REFRESH, DROP and INFO; the admin list for DROP, INFO, STATS and METRICS.
+    /// for GET, REFRESH, WARM, SHM, DROP and INFO; the admin list for DROP, INFO, STATS and METRICS.
     private func denial(of request: WireRequest) -> WireError? {
         let access = status.access
         switch request {
@@ -70,7 +77,8 @@ extension RequestHandler {
         case .metrics: return access.checkAdmin(peer, verb: "METRICS")
         case .drop(let kind, _): return access.checkAdmin(peer, verb: "DROP") ?? access.check(peer, kind: kind)
         case .info(let kind, _): return access.checkAdmin(peer, verb: "INFO") ?? access.check(peer, kind: kind)
-        case .get(let kind, _, _), .refresh(let kind, _, _), .shm(let kind): return access.check(peer, kind: kind)
+        case .get(let kind, _, _), .refresh(let kind, _, _), .shm(let kind), .warm(let kind, _):
+            return access.check(peer, kind: kind)
         // Always answered OK: whether the peer may read the kind decides only whether it counts.
         case .touch: return nil
         }

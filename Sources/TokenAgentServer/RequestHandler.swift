@@ -42,6 +42,8 @@ final class RequestHandler: ChannelDuplexHandler {
     var closed = false
     /// The shared-memory descriptors this connection was sent and asked for (SHM).
     var descriptors = DescriptorLedger()
+    /// The `WARM` fetches this connection may still have outstanding.
+    let warmAllowance = WarmAllowance()
 
     /// Whether the connection was admitted under the connection limits.
     private let admission: ServerStatistics.Admission

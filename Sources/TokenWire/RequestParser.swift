@@ -106,6 +106,20 @@ public enum RequestParser {
                 ids.append(String(id))
             }
             return .success(.touch(kind: String(kind), ids: ids))
+        case .warm:
+            guard arguments.count >= 2 else {
+                return .failure(WireError(.badRequest, "usage: WARM <kind> <id> [<id> ...]"))
+            }
+            guard arguments.count - 1 <= WireLimits.maxWarmIDs else {
+                return .failure(WireError(.badRequest, "too many ids; at most \(WireLimits.maxWarmIDs)"))
+            }
+            let kind = arguments[arguments.startIndex]
+            var ids: [String] = []
+            for id in arguments.dropFirst() {
+                if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+                ids.append(String(id))
+            }
+            return .success(.warm(kind: String(kind), ids: ids))
         case .info:
             guard arguments.count == 2 else {
                 return .failure(WireError(.badRequest, "usage: INFO <kind> <id>"))

@@ -13,6 +13,8 @@ public enum WireLimits {
     public static let maxIDScalars = 64
     /// The longest kind name, in bytes.
     public static let maxKindBytes = 32
+    /// The most ids one `WARM` line may name; a line with more gets `bad-request`.
+    public static let maxWarmIDs = 64
     /// The largest min-validity a GET may ask for, in seconds (one day).
     public static let maxMinValiditySeconds = 86_400
 }

@@ -25,6 +25,11 @@ public enum WireRequest: Sendable, Hashable {
     /// `TOUCH <kind> <id> [<id> ...]`: reports keys read through shared memory, so the agent keeps
     /// refreshing them. Never fetches; always answered `OK`.
     case touch(kind: String, ids: [String])
+    /// `WARM <kind> <id> [<id> ...]`: asks for tokens ahead of need. Fetches, at the lowest
+    /// priority, the ids not cached and not already being fetched, and answers at once
+    /// (`OK queued=<n> cached=<m>`) without waiting for any fetch. At most
+    /// ``WireLimits/maxWarmIDs`` ids.
+    case warm(kind: String, ids: [String])
 
     /// A verb of protocol v1, as written on the wire (upper case). ``RequestParser`` knows exactly
     /// these: it looks a line's first field up here, so a verb missing from this list is an
@@ -41,6 +46,7 @@ public enum WireRequest: Sendable, Hashable {
         case quit = "QUIT"
         case shm = "SHM"
         case touch = "TOUCH"
+        case warm = "WARM"
     }
 
     /// The verbs of protocol v1, in the order `HELP` lists them.
@@ -60,6 +66,7 @@ public enum WireRequest: Sendable, Hashable {
         case .quit: return .quit
         case .shm: return .shm
         case .touch: return .touch
+        case .warm: return .warm
         }
     }
 
@@ -81,6 +88,7 @@ public enum WireRequest: Sendable, Hashable {
         case .quit: return "QUIT"
         case .shm(let kind): return "SHM \(kind)"
         case .touch(let kind, let ids): return "TOUCH \(kind) " + ids.joined(separator: " ")
+        case .warm(let kind, let ids): return "WARM \(kind) " + ids.joined(separator: " ")
         }
     }
 }

@@ -317,6 +317,8 @@ private struct StormPlan: Sendable {
                 // SHM: a segment's reply, or busy when this connection already had it.
                 replies.append(configuredKinds.contains(kind) ? .anyReply : .prefix("ERR bad-kind "))
             case .success(.touch): replies.append(.exact("OK"))
+            case .success(.warm(let kind, _)):
+                replies.append(configuredKinds.contains(kind) ? .prefix("OK queued=") : .prefix("ERR bad-kind "))
             }
         }
         return replies

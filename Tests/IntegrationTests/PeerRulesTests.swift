@@ -91,6 +91,29 @@ struct PeerRulesTests {
         }
     }
 
+    @Test func warmIsCheckedAgainstTheKindsRulesLikeGet() async throws {
+        try await TestUsers.ensure()
+        let config = "/tmp/ftd-rules-\(UUID().uuidString.prefix(8)).json"
+        try writeConfig(rules(allow: [TestUsers.allowed]), to: config)
+        try await withProviderAndAgent(["--config", config, "--socket-mode", "0666"]) { agent, provider in
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
+            let other = try await TestUsers.socat(
+                as: TestUsers.other,
+                socket: agent.socketPath,
+                "WARM vehicle wp-1 wp-2",
+                "WARM trip wp-3"
+            )
+            #expect(other == ["ERR denied not allowed to ask for kind vehicle", "OK queued=1 cached=0"])
+            let allowed = try await TestUsers.socat(
+                as: TestUsers.allowed,
+                socket: agent.socketPath,
+                "WARM vehicle wp-1"
+            )
+            #expect(allowed == ["OK queued=1 cached=0"])
+            #expect(provider.requests(for: "wp-2") == 0, "nothing fetched for the denied WARM")
+        }
+    }
+
     @Test func aReloadAppliesNewRulesToOpenConnections() async throws {
         try await TestUsers.ensure()
         let config = "/tmp/ftd-rules-\(UUID().uuidString.prefix(8)).json"

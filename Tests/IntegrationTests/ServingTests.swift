@@ -88,7 +88,7 @@ struct ServingTests {
             #expect(tokenOf(replies[0]) != nil)
             #expect(replies[1] == "PONG")
             #expect(tokenOf(replies[2]) != nil)
-            #expect(replies[3] == "OK GET REFRESH DROP INFO PING STATS METRICS HELP QUIT SHM TOUCH")
+            #expect(replies[3] == "OK GET REFRESH DROP INFO PING STATS METRICS HELP QUIT SHM TOUCH WARM")
             #expect(replies[4].hasPrefix("ERR bad-request "))
             #expect(tokenOf(replies[5]) != nil)
             #expect(replies[6] == "OK")

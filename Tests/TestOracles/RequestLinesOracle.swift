@@ -344,6 +344,14 @@ enum RequestLinesOracle {
             if let error = kindError() { return error }
             for id in arguments[1...] where !isValidID(id, kind: arguments[0]) { return .error(.badID) }
             return .request(.touch(kind: arguments[0], ids: Array(arguments[1...])))
+        case Array("WARM".utf8):
+            // The count of ids first (at most 64), then the kind, then each id in turn.
+            guard arguments.count >= 2, arguments.count - 1 <= WireLimits.maxWarmIDs else {
+                return .error(.badRequest)
+            }
+            if let error = kindError() { return error }
+            for id in arguments[1...] where !isValidID(id) { return .error(.badID) }
+            return .request(.warm(kind: arguments[0], ids: Array(arguments[1...])))
         case Array("INFO".utf8):
             guard arguments.count == 2 else { return .error(.badRequest) }
             if let error = keyError() { return error }

@@ -77,9 +77,11 @@ struct MetricsCatalogTests {
     }
 }
 
-/// Tokens from memory.
+/// Tokens from memory, drawing on a signature budget (so that the budget's metrics show).
 private struct LocalIssuerStub: TokenProvider {
+    let budget = SignatureBudget(perMinute: 60)
     var summary: String { "stub" }
+    var signatureBudget: SignatureBudget? { budget }
     func fetchToken(for key: TokenKey) async throws -> FetchedToken {
         FetchedToken(token: "t-\(key.id)", expiresAtUnixSeconds: SystemAgentClock().wallSeconds + 3600)
     }

@@ -96,4 +96,29 @@ struct AsyncLimiterTests {
         #expect(limiter.queueStorage == 0, "nothing left behind")
         #expect(try await limiter.withPlace { true })
     }
+
+    @Test func refreshesThenGetsThenWarmsAndAPromotedWarmMovesUp() async throws {
+        let limiter = AsyncLimiter(limit: 1)
+        let gate = Gate()
+        let holder = Task { try await limiter.withPlace { await gate.pass() } }
+        #expect(await eventually { gate.count == 1 })
+        let order = Recorder()
+        let promoted = FetchTicket(priority: .warm)
+        let tickets = [
+            FetchTicket(priority: .warm), FetchTicket(priority: .get), FetchTicket(priority: .refresh), promoted,
+            FetchTicket(priority: .get),
+        ]
+        var waiters: [Task<Void, any Error>] = []
+        for (index, ticket) in tickets.enumerated() {
+            waiters.append(Task { try await limiter.withPlace(ticket: ticket) { order.append(index) } })
+            #expect(await eventually { limiter.waiting == index + 1 })
+        }
+        promoted.promote()
+        limiter.promote(promoted)
+        gate.openAll()
+        try await holder.value
+        for waiter in waiters { try await waiter.value }
+        #expect(order.all == [2, 1, 4, 3, 0], "refresh, GETs, the promoted WARM, then the WARM")
+        #expect(limiter.queueStorage == 0)
+    }
 }

@@ -56,6 +56,7 @@ struct ProtocolDocsTests {
             .get(kind: "vehicle", id: "v-1", minValiditySeconds: 60), .refresh(kind: "trip", id: "t-1"),
             .drop(kind: "trip", id: "t-1"), .info(kind: "vehicle", id: "v-1"), .ping, .stats, .metrics, .help,
             .quit, .shm(kind: "vehicle"), .touch(kind: "vehicle", ids: ["v-1", "v-2"]),
+            .warm(kind: "trip", ids: ["t-1"]),
         ]
         expectSame(samples.map(\.verb.rawValue), verbs, "one sample request per verb")
         for request in samples {

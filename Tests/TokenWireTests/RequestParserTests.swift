@@ -88,6 +88,7 @@ struct RequestParserTests {
             for line in [
                 "GET vehicle \(id)", "GET trip \(id) 600", "REFRESH vehicle \(id)", "REFRESH vehicle \(id) tok",
                 "DROP vehicle \(id)", "INFO vehicle \(id)", "TOUCH vehicle v-1 \(id)", "TOUCH custom-kind \(id)",
+                "WARM vehicle v-1 \(id)", "WARM vehicle \(id)",
             ] {
                 #expect(parse(line) == .failure(WireError(.badID, reason)), "\(line)")
                 let bytes = Array(line.utf8)
@@ -149,6 +150,23 @@ struct RequestParserTests {
         for request in requests {
             #expect(RequestParser.parse(text: request.line) == .success(request))
         }
+    }
+
+    @Test func warmTakesOneToSixtyFourIdsEachCheckedLikeGets() {
+        let ids = (0..<64).map { "v-\($0)" }
+        #expect(parse("WARM vehicle v-1") == .success(.warm(kind: "vehicle", ids: ["v-1"])))
+        #expect(parse("warm trip  a b  a") == .success(.warm(kind: "trip", ids: ["a", "b", "a"])))
+        #expect(parse("WARM vehicle " + ids.joined(separator: " ")) == .success(.warm(kind: "vehicle", ids: ids)))
+        #expect(
+            parse("WARM vehicle " + (ids + ["v-64"]).joined(separator: " "))
+                == .failure(WireError(.badRequest, "too many ids; at most 64"))
+        )
+        #expect(parse("WARM vehicle") == .failure(WireError(.badRequest, "usage: WARM <kind> <id> [<id> ...]")))
+        #expect(parse("WARM") == .failure(WireError(.badRequest, "usage: WARM <kind> <id> [<id> ...]")))
+        #expect(code("WARM Vehicle a") == .badKind)
+        #expect(code("WARM vehicle a a/b") == .badID)
+        let request = WireRequest.warm(kind: "vehicle", ids: ["a", "b"])
+        #expect(request.line == "WARM vehicle a b" && request.verb == .warm)
     }
 }
 

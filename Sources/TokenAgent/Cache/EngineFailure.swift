@@ -9,6 +9,10 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
     case busy(kind: String)
     /// Too many first fetches started by this uid already wait for a place.
     case busyForUID(UInt32)
+    /// The kind's signature budget (``SignatureBudget``) had no permit for the fetch within
+    /// ``FetchLimits/budgetWait``: nothing was signed, nothing is backed off; a permit is likely
+    /// free in `retryAfter` seconds.
+    case overBudget(kind: String, retryAfter: Int)
     /// The provider refused this id (remembered for the policy's rejection memory).
     case rejected(String)
     /// The provider is failing and its back-off is in force: the next try is in `seconds`.
@@ -45,6 +49,8 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
             return "kind \(kind) is not configured; configured: \(configured.joined(separator: ","))"
         case .busy(let kind): return "too many fetches queued for kind \(kind)"
         case .busyForUID(let uid): return "too many fetches queued for uid \(uid)"
+        case .overBudget(let kind, let retryAfter):
+            return "signature budget of kind \(kind) spent; retry after \(retryAfter) s"
         case .rejected(let text): return text
         case .backingOff(let seconds): return "provider failing; next try in \(seconds) s"
         case .fetchFailed(let text): return text

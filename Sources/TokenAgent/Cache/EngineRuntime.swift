@@ -28,6 +28,9 @@ enum EngineRequest: Sendable {
     case get(requested: Double?)
     /// REFRESH, naming the token the caller was refused, if it did.
     case refresh(refused: String?)
+    /// WARM: decided like a default GET (served means "cached"), marks the entry read, but counts
+    /// as neither a hit nor a miss, nor as a read of the token.
+    case warm
 
     var isGet: Bool {
         if case .get = self { return true }

@@ -16,6 +16,8 @@ public struct EngineStatistics: Sendable, Hashable {
     public var inFlight = 0
     /// First fetches cancelled while queued because every request waiting on them had gone.
     public var abandonedFetches = 0
+    /// Fetches started by `WARM` (also counted in ``fetches``).
+    public var warmFetches = 0
     /// Entries evicted to stay within `max_entries`.
     public var evictions = 0
     /// Cached tokens served because a fetch for a fresher one failed.

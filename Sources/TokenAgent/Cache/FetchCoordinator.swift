@@ -7,9 +7,16 @@ import TokenWire
 ///
 /// Each kind has a lane of its own (``AsyncLimiter``): its own places at its provider and its own
 /// bound on fetches waiting for one, so a slow or flooded kind never holds up another's fetches;
-/// in a lane, background refreshes of tokens in use go before first fetches. A first fetch that
-/// every waiter has left (its connections closed) while it still waits for a place is cancelled;
-/// and one uid may have only so many first fetches waiting at once.
+/// in a lane, background refreshes of tokens in use go before first fetches, and `WARM` fetches
+/// after them. A first fetch that every waiter has left (its connections closed) while it still
+/// waits for a place is cancelled; and one uid may have only so many first fetches waiting at once.
+///
+/// A fetch whose provider has a ``SignatureBudget`` first waits for a permit, in its
+/// ``FetchPriority`` (GET, refresh, WARM), then for its place in the lane; both waits count as
+/// queued. A fetch a request started waits at most ``FetchLimits/budgetWait`` for its permit:
+/// then it ends without a result (nothing recorded: no back-off, no provider failure) and its
+/// waiters get ``EngineFailure/overBudget(kind:retryAfter:)``. A request that joins a fetch
+/// raises it to GET priority, wherever it waits.
 ///
 /// It also holds the runtime in force and applies reloads, under its lock, to itself and to
 /// every store shard, so a fetch never starts on one generation and is judged on another.
@@ -24,13 +31,20 @@ final class FetchCoordinator: Sendable {
     }
 
     /// A flight and what decides whether it may be cancelled.
-    private struct InFlight {
+    struct InFlight {
         var flight: Flight
         /// Requests that asked for it and have not left (their tasks were not cancelled).
         var waiters: Int
-        /// A background refresh: never cancelled for want of waiters.
-        var isRefresh: Bool
-        /// Still waiting for a place at the provider.
+        /// A background refresh or a `WARM` fetch: never cancelled for want of waiters.
+        var isBackground: Bool
+        /// A `WARM` fetch no request has joined: counts in its kind's `WARM` bound while queued.
+        var isWarm: Bool
+        /// Its place in the budget's and the lane's queues.
+        var ticket: FetchTicket
+        /// Where it waits: its kind's lane and its provider's budget, if any.
+        var lane: AsyncLimiter
+        var budget: SignatureBudget?
+        /// Still waiting for a permit or a place at the provider.
         var queued = true
         /// The uid whose request started it (first fetches only); counts in its bound while queued.
         var owner: UInt32?
@@ -39,12 +53,12 @@ final class FetchCoordinator: Sendable {
     /// A fetch whose kind's provider was replaced while it ran: nothing it returned is stored.
     struct SupersededFetch: Error {}
 
-    private struct RetiringProvider {
+    struct RetiringProvider {
         var provider: any TokenProvider
         var flights: [Task<FetchedToken, any Error>]
     }
 
-    private struct State {
+    struct State {
         var runtime: EngineRuntime
         var nextGeneration = 1
         var flights: [TokenKey: InFlight] = [:]
@@ -55,6 +69,9 @@ final class FetchCoordinator: Sendable {
         var queuedByOwner: [UInt32: Int] = [:]
         /// Queued fetches by kind (counted here, under the lock, so a burst cannot pass the bound).
         var queuedByKind: [String: Int] = [:]
+        /// Queued `WARM` fetches by kind (also in `queuedByKind`).
+        var queuedWarmByKind: [String: Int] = [:]
+        var warmFetches = 0
         /// First fetches cancelled because every request waiting on them had gone.
         var abandoned = 0
         /// Providers retired by a reload, with the flights they still serve.
@@ -68,12 +85,12 @@ final class FetchCoordinator: Sendable {
         var health: [String: ProviderHealth] = [:]
     }
 
-    private let state: Mutex<State>
-    private let store: TokenStore
-    private let limits: FetchLimits
-    private let clock: any AgentClock
-    private let logger: Logger
-    private let metrics: EngineMetrics
+    let state: Mutex<State>
+    let store: TokenStore
+    let limits: FetchLimits
+    let clock: any AgentClock
+    let logger: Logger
+    let metrics: EngineMetrics
 
     init(
         runtime: EngineRuntime,
@@ -115,7 +132,7 @@ final class FetchCoordinator: Sendable {
             if let owner, state.queuedByOwner[owner, default: 0] >= limits.queuedPerUID {
                 return .failure(.busyForUID(owner))
             }
-            guard let flight = start(key, owner: owner, isRefresh: false, in: &state) else {
+            guard let flight = start(key, owner: owner, priority: .get, in: &state) else {
                 return .failure(state.runtime.unknownKind(key.kind))
             }
             return .success(flight)
@@ -127,11 +144,20 @@ final class FetchCoordinator: Sendable {
         state.withLock { join(key, in: &$0) }
     }
 
+    /// Joins the flight of `key` for a request: one more waiter, and the flight raised to GET
+    /// priority wherever it waits.
     private func join(_ key: TokenKey, in state: inout State) -> Flight? {
-        guard let flight = state.flights[key]?.flight else { return nil }
-        state.flights[key]!.waiters += 1
+        guard var record = state.flights[key] else { return nil }
+        record.waiters += 1
+        if record.ticket.promote() {
+            if record.isWarm, record.queued { Self.decrement(&state.queuedWarmByKind, key.kind) }
+            record.isWarm = false
+            record.budget?.promote(record.ticket)
+            record.lane.promote(record.ticket)
+        }
+        state.flights[key] = record
         metrics.recordWaiter()
-        return flight
+        return record.flight
     }
 
     /// A request waiting on `flight` of `key` has gone (its task was cancelled: the connection
@@ -141,7 +167,7 @@ final class FetchCoordinator: Sendable {
         let abandoned = state.withLock { state -> Task<FetchedToken, any Error>? in
             guard var record = state.flights[key], record.flight.number == flight.number else { return nil }
             record.waiters -= 1
-            guard record.waiters <= 0, !record.isRefresh, record.queued else {
+            guard record.waiters <= 0, !record.isBackground, record.queued else {
                 state.flights[key] = record
                 return nil
             }
@@ -154,13 +180,17 @@ final class FetchCoordinator: Sendable {
     }
 
     /// Gives back the places a queued fetch took in its kind's and its owner's bounds.
-    private func releaseQueued(_ record: InFlight, key: TokenKey, in state: inout State) {
+    func releaseQueued(_ record: InFlight, key: TokenKey, in state: inout State) {
         guard record.queued else { return }
-        let kindCount = state.queuedByKind[key.kind, default: 1] - 1
-        state.queuedByKind[key.kind] = kindCount > 0 ? kindCount : nil
+        Self.decrement(&state.queuedByKind, key.kind)
+        if record.isWarm { Self.decrement(&state.queuedWarmByKind, key.kind) }
         guard let owner = record.owner else { return }
-        let count = state.queuedByOwner[owner, default: 1] - 1
-        state.queuedByOwner[owner] = count > 0 ? count : nil
+        Self.decrement(&state.queuedByOwner, owner)
+    }
+
+    private static func decrement<Key: Hashable>(_ counts: inout [Key: Int], _ key: Key) {
+        let count = counts[key, default: 1] - 1
+        counts[key] = count > 0 ? count : nil
     }
 
     /// The flight of `key` numbered `number` got its place at the provider; `false` when it is
@@ -187,7 +217,7 @@ final class FetchCoordinator: Sendable {
         return state.withLock { state in
             var started = 0
             for key in keys where state.flights[key] == nil {
-                guard start(key, owner: nil, isRefresh: true, in: &state) != nil else { continue }
+                guard start(key, owner: nil, priority: .refresh, in: &state) != nil else { continue }
                 state.backgroundRefreshes += 1
                 started += 1
             }
@@ -195,17 +225,33 @@ final class FetchCoordinator: Sendable {
         }
     }
 
-    private func start(_ key: TokenKey, owner: UInt32?, isRefresh: Bool, in state: inout State) -> Flight? {
+    /// Starts the fetch of `key`, queued at `priority`: a GET's (a request waits for it, which
+    /// counts as its first waiter), a background refresh's or a `WARM`'s (nobody waits for it).
+    /// A `WARM` fetch gives back a place in `allowance` when it ends.
+    func start(
+        _ key: TokenKey,
+        owner: UInt32?,
+        priority: FetchPriority,
+        allowance: WarmAllowance? = nil,
+        in state: inout State
+    ) -> Flight? {
         guard let provider = state.runtime.providers[key.kind], let lane = state.lanes[key.kind] else { return nil }
         state.fetches += 1
         state.nextFlight += 1
         let number = state.nextFlight
         let generation = state.runtime.generations[key.kind] ?? 0
+        let ticket = FetchTicket(priority: priority)
+        let budget = provider.signatureBudget
+        // A request waits for its permit only so long; refreshes and WARMs as long as it takes (a
+        // refresh that ended without a result would be started again a second later anyway).
+        let deadline = priority == .get && budget != nil ? clock.now + limits.budgetWait : nil
         let task = Task { [self] in
+            defer { allowance?.giveBack() }
             let result: Result<FetchedToken, ProviderError>
             do {
+                if let budget { try await budget.permit(for: ticket, deadline: deadline) }
                 result = .success(
-                    try await lane.withPlace(urgent: isRefresh) {
+                    try await lane.withPlace(ticket: ticket) {
                         // Dropped while it waited (or between its place and this): no fetch.
                         guard placed(key, number: number) else { throw CancellationError() }
                         let started = ContinuousClock.now
@@ -224,14 +270,35 @@ final class FetchCoordinator: Sendable {
             } catch is CancellationError {
                 finish(key, number: number)
                 throw SupersededFetch()
+            } catch let passed as SignatureBudget.DeadlinePassed {
+                // Nothing was asked of the provider: nothing is recorded, nobody is backed off.
+                finish(key, number: number)
+                logger.debug(
+                    "no signature permit within the wait; the fetch is given up",
+                    metadata: ["token_kind": "\(key.kind)", "token_id": "\(key.id)"]
+                )
+                throw EngineFailure.overBudget(kind: key.kind, retryAfter: passed.retryAfter)
             } catch {
                 result = .failure(.failed("\(type(of: error))"))
             }
             return try complete(key, generation: generation, number: number, with: result)
         }
         let flight = Flight(task: task, generation: generation, number: number)
-        state.flights[key] = InFlight(flight: flight, waiters: isRefresh ? 0 : 1, isRefresh: isRefresh, owner: owner)
+        state.flights[key] = InFlight(
+            flight: flight,
+            waiters: priority == .get ? 1 : 0,
+            isBackground: priority != .get,
+            isWarm: priority == .warm,
+            ticket: ticket,
+            lane: lane,
+            budget: budget,
+            owner: owner
+        )
         state.queuedByKind[key.kind, default: 0] += 1
+        if priority == .warm {
+            state.queuedWarmByKind[key.kind, default: 0] += 1
+            state.warmFetches += 1
+        }
         if let owner { state.queuedByOwner[owner, default: 0] += 1 }
         return flight
     }
@@ -277,7 +344,7 @@ final class FetchCoordinator: Sendable {
     }
 
     /// Ends the flight of `key` if it is still the one numbered `number`.
-    private func finish(_ key: TokenKey, number: UInt64) {
+    func finish(_ key: TokenKey, number: UInt64) {
         state.withLock { state in
             guard let record = state.flights[key], record.flight.number == number else { return }
             releaseQueued(record, key: key, in: &state)
@@ -288,83 +355,6 @@ final class FetchCoordinator: Sendable {
     /// The generation of `kind` now.
     func generation(of kind: String) -> Int? { state.withLock { $0.runtime.generations[kind] } }
 
-    // MARK: Reload
-
-    /// Swaps in new providers and policy: kinds in `changedKinds`, added or removed move to a new
-    /// generation (their fetches are cancelled and their entries forgotten, in the store too,
-    /// under this lock); a provider no longer used is shut down once its last fetch ends.
-    func reconfigure(
-        providers: [String: any TokenProvider],
-        policy: RefreshPolicy,
-        changedKinds: Set<String>,
-        now: MonotonicInstant
-    ) {
-        metrics.prepare(kinds: providers.keys)
-        let retired = state.withLock { state -> [RetiringProvider] in
-            let previous = state.runtime
-            var generations: [String: Int] = [:]
-            var moved: Set<String> = []
-            for kind in Set(providers.keys).union(previous.providers.keys) {
-                if changedKinds.contains(kind) || providers[kind] == nil || previous.providers[kind] == nil {
-                    moved.insert(kind)
-                    if providers[kind] != nil {
-                        generations[kind] = state.nextGeneration
-                        state.nextGeneration += 1
-                    }
-                } else {
-                    generations[kind] = previous.generations[kind] ?? 0
-                }
-            }
-            let runtime = EngineRuntime(providers: providers, policy: policy, generations: generations)
-            state.runtime = runtime
-            // A kind keeps its lane while its provider does; a new or changed provider gets a
-            // fresh one (the old provider's cancelled fetches may still hold places in the old).
-            for kind in state.lanes.keys where providers[kind] == nil || moved.contains(kind) {
-                state.lanes[kind] = nil
-            }
-            for kind in providers.keys where state.lanes[kind] == nil {
-                state.lanes[kind] = AsyncLimiter(limit: limits.concurrentPerKind)
-            }
-            // A new provider starts with a clean record; a kind no longer configured has none.
-            for kind in moved { state.health[kind] = nil }
-            store.install(runtime, moved: moved, now: now)
-            var orphaned: [Task<FetchedToken, any Error>] = []
-            for (key, record) in state.flights where moved.contains(key.kind) {
-                state.flights[key] = nil
-                releaseQueued(record, key: key, in: &state)
-                record.flight.task.cancel()
-                orphaned.append(record.flight.task)
-            }
-            let kept = Set(providers.values.compactMap(Self.identity))
-            var seen: Set<ObjectIdentifier> = []
-            var retired: [RetiringProvider] = []
-            for provider in previous.providers.values {
-                guard let id = Self.identity(provider), !kept.contains(id), seen.insert(id).inserted else { continue }
-                retired.append(RetiringProvider(provider: provider, flights: orphaned))
-            }
-            state.retiring += retired
-            return retired
-        }
-        for retiring in retired {
-            Task { [self] in
-                for flight in retiring.flights { _ = await flight.result }
-                await retiring.provider.shutdown()
-                state.withLock { state in
-                    state.retiring.removeAll { Self.identity($0.provider) == Self.identity(retiring.provider) }
-                }
-                logger.debug("retired provider shut down", metadata: ["provider": "\(retiring.provider.summary)"])
-            }
-        }
-    }
-
-    /// Providers replaced by a reload whose last fetches have not ended yet.
-    var retiringProviders: Int { state.withLock { $0.retiring.count } }
-
-    /// Every provider to shut down at exit: those in force and those still retiring.
-    var allProviders: [any TokenProvider] {
-        state.withLock { state in Array(state.runtime.providers.values) + state.retiring.map(\.provider) }
-    }
-
     /// Sets the fetch counters in `stats`: started, failed, background, in flight, and the last
     /// failure.
     func addCounts(to stats: inout EngineStatistics) {
@@ -374,6 +364,7 @@ final class FetchCoordinator: Sendable {
             stats.backgroundRefreshes = state.backgroundRefreshes
             stats.inFlight = state.flights.count
             stats.abandonedFetches = state.abandoned
+            stats.warmFetches = state.warmFetches
             stats.lastFailureAt = state.lastFailureAt
             stats.lastFailure = state.lastFailure
         }
@@ -384,11 +375,5 @@ final class FetchCoordinator: Sendable {
         state.withLock { state in
             state.runtime.kinds.map { state.health[$0] ?? ProviderHealth(kind: $0) }
         }
-    }
-
-    /// The identity of a provider that is an object (HTTP providers); `nil` for value types.
-    static func identity(_ provider: any TokenProvider) -> ObjectIdentifier? {
-        guard type(of: provider) is AnyClass else { return nil }
-        return ObjectIdentifier(provider as AnyObject)
     }
 }

@@ -65,6 +65,7 @@ struct StoreShard {
             var decision: StoreDecision
             switch request {
             case .get(let requested): decision = Self.decideGet(&entry, requested: requested, policy: policy, now: now)
+            case .warm: decision = Self.decideGet(&entry, requested: nil, policy: policy, now: now)
             case .refresh(let refused):
                 if let refused, Self.holds(entry, refused, key: key, mirror: mirror) {
                     decision = Self.decideReport(&entry, policy: policy, now: now)

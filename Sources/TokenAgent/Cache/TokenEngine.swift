@@ -1,5 +1,6 @@
 import Logging
 import Synchronization
+import TokenWire
 
 /// The agent's engine: one cache entry per (kind, id), refresh ahead of expiry, one fetch per key
 /// however many ask (singleflight), back-off on provider failures, and a least-recently-used bound.
@@ -275,6 +276,7 @@ public final class TokenEngine: Sendable {
                 return .success(cached)
             }
             if let error = error as? ProviderError { return .failure(EngineFailure(error)) }
+            if let failure = error as? EngineFailure { return .failure(failure) }
             return .failure(.fetchFailed("fetch failed"))
         }
     }
@@ -310,6 +312,45 @@ public final class TokenEngine: Sendable {
     public func touch(kind: String, ids: [String]) -> Int? {
         guard fetches.runtime.providers[kind] != nil else { return nil }
         return store.touch(kind: kind, ids: ids, now: clock.now)
+    }
+
+    /// WARM: asks for the tokens of `ids` of `kind` ahead of need, without waiting for any fetch.
+    /// Each id cached and servable (as a default GET would be served) is counted `cached` and
+    /// marked read; each id with a fetch in flight is counted `queued`; any other, unless held off
+    /// (a back-off, a remembered refusal), gets a fetch at ``FetchPriority/warm`` owned by
+    /// `requester` (in its first-fetch bound) and taking a place in `allowance`, while the kind's
+    /// queue (at most half of it for `WARM` fetches) and those bounds have room, and is counted
+    /// `queued`. A `WARM` fetch that fails is recorded like any other (back-off), but nobody waits
+    /// for it; a request that needs the key joins it and raises it to GET priority. Repeated ids
+    /// count once. A failure when the kind is not configured.
+    public func warm(
+        kind: String,
+        ids: [String],
+        requester: UInt32? = nil,
+        allowance: WarmAllowance = WarmAllowance()
+    ) -> Result<WarmOutcome, EngineFailure> {
+        let runtime = fetches.runtime
+        guard runtime.providers[kind] != nil else { return .failure(runtime.unknownKind(kind)) }
+        var outcome = WarmOutcome()
+        var seen: Set<[UInt8]> = []
+        var toFetch: [TokenKey] = []
+        let now = clock.now
+        for id in ids where seen.insert(Array(id.utf8)).inserted && !TokenIdentifier.isReserved(id.utf8) {
+            let key = EntryKey(kind: kind, id: id)
+            switch store.decide(key, .warm, now: now, serve: { _ in }) {
+            case .served: outcome.cached += 1
+            case .fetch: toFetch.append(key.tokenKey)
+            case .fail, .joinOrFail: continue
+            }
+        }
+        (outcome.queued, outcome.started) = fetches.warm(toFetch, owner: requester, allowance: allowance)
+        return .success(outcome)
+    }
+
+    /// The counters of each configured kind's signature budget, for the kinds whose provider has
+    /// one, sorted by kind (kinds sharing a budget each show its counters).
+    public func signatureBudgets() -> [(kind: String, counters: SignatureBudget.Counters)] {
+        fetches.signatureBudgets()
     }
 
     /// Providers replaced by a reload whose last fetches have not ended yet.

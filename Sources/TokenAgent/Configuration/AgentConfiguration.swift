@@ -55,7 +55,8 @@ public struct AgentConfiguration: Sendable, Hashable {
         FetchLimits(
             concurrentPerKind: maxConcurrentFetches,
             queuedPerKind: maxQueuedFetches,
-            queuedPerUID: maxQueuedFetchesPerUID
+            queuedPerUID: maxQueuedFetchesPerUID,
+            budgetWait: requestTimeout
         )
     }
     /// The most client connections at once.

@@ -12,11 +12,16 @@ public protocol TokenProvider: Sendable {
     /// How far the provider's clock is ahead of ours (its `Date` header minus our wall clock) at
     /// its last reply, seconds; `nil` when unknown.
     var clockSkew: Double? { get }
+    /// The budget of signatures this provider's fetches draw on (issuers that sign through a
+    /// quota'd API); `nil`, the default, for none. Each fetch waits for a permit first (see
+    /// ``SignatureBudget``). Several providers may share one.
+    var signatureBudget: SignatureBudget? { get }
 }
 
 extension TokenProvider {
     public func shutdown() async {}
     public var clockSkew: Double? { nil }
+    public var signatureBudget: SignatureBudget? { nil }
 }
 
 /// Why a provider could not hand over a token.

@@ -1,50 +1,15 @@
 import Synchronization
 
-/// A counting semaphore for async code: at most `limit` holders at once, the rest wait in order,
-/// urgent waiters (background refreshes of tokens in use) before the others.
+/// A counting semaphore for async code: at most `limit` holders at once, the rest wait in three
+/// levels, each in arrival order: background refreshes of tokens in use first, then fetches
+/// someone waits for (and fetches a request joined: ``promote(_:)``), then `WARM` fetches.
 ///
 /// A waiter whose task is cancelled leaves the queue at once and throws `CancellationError`;
 /// the queue's storage shrinks as it drains, however long the limiter stays saturated.
 public final class AsyncLimiter: Sendable {
-    /// Tickets in arrival order from `head` on; tickets of cancelled waiters are skipped.
-    private struct TicketQueue {
-        var order: [UInt64] = []
-        var head = 0
-
-        var storage: Int { order.count - head }
-
-        /// The next ticket with a waiter in `waiters`, removed from both.
-        mutating func next(
-            from waiters: inout [UInt64: CheckedContinuation<Void, any Error>]
-        ) -> CheckedContinuation<Void, any Error>? {
-            defer { compact() }
-            while head < order.count {
-                let ticket = order[head]
-                head += 1
-                if let waiter = waiters.removeValue(forKey: ticket) { return waiter }
-            }
-            return nil
-        }
-
-        /// Drops the consumed front of `order` once it is most of the storage.
-        mutating func compact() {
-            if head == order.count {
-                order.removeAll(keepingCapacity: order.count <= 1024)
-                head = 0
-            } else if head >= 1024, head * 2 >= order.count {
-                order.removeFirst(head)
-                head = 0
-            }
-        }
-    }
-
     private struct State {
         var available: Int
-        /// Waiting callers by ticket.
-        var waiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
-        var urgent = TicketQueue()
-        var normal = TicketQueue()
-        var nextTicket: UInt64 = 0
+        var waiters = PriorityWaiters<CheckedContinuation<Void, any Error>>()
     }
 
     private let state: Mutex<State>
@@ -59,29 +24,46 @@ public final class AsyncLimiter: Sendable {
     public var waiting: Int { state.withLock { $0.waiters.count } }
 
     /// Tickets kept in the arrival queues (waiting or already gone but not yet compacted away).
-    var queueStorage: Int { state.withLock { $0.urgent.storage + $0.normal.storage } }
+    var queueStorage: Int { state.withLock { $0.waiters.storage } }
+
+    /// The lane's level of a ticket: refreshes, then GETs and promoted fetches, then WARMs.
+    private static func level(_ ticket: FetchTicket) -> Int {
+        if ticket.requested == .refresh { return 0 }
+        return ticket.priority == .warm ? 2 : 1
+    }
 
     /// Runs `body` once a place is free, and frees it afterwards; an `urgent` caller gets a place
     /// before every caller that is not. Throws `CancellationError`, without running `body`, when
     /// the task is cancelled while it waits.
     public func withPlace<T: Sendable>(urgent: Bool = false, _ body: () async throws -> T) async throws -> T {
-        try await acquire(urgent: urgent)
+        try await withPlace(ticket: FetchTicket(priority: urgent ? .refresh : .get), body)
+    }
+
+    /// Runs `body` once a place is free for `ticket`, and frees it afterwards: a refresh's ticket
+    /// before every other, a `WARM`'s after every other unless it was promoted. Throws
+    /// `CancellationError`, without running `body`, when the task is cancelled while it waits.
+    public func withPlace<T: Sendable>(ticket: FetchTicket, _ body: () async throws -> T) async throws -> T {
+        try await acquire(ticket)
         defer { release() }
         return try await body()
     }
 
-    private func acquire(urgent: Bool) async throws {
+    /// Moves `ticket`, if it waits here, to the level its priority now gives it (after a
+    /// promotion).
+    public func promote(_ ticket: FetchTicket) {
+        state.withLock { $0.waiters.raise(ticket.number, to: Self.level(ticket)) }
+    }
+
+    private func acquire(_ ticket: FetchTicket) async throws {
         // A task cancelled before it asks takes no place, even a free one.
         try Task.checkCancellation()
-        let ticket = state.withLock { state -> UInt64? in
-            if state.available > 0 {
-                state.available -= 1
-                return nil
-            }
-            state.nextTicket += 1
-            return state.nextTicket
+        let free = state.withLock { state -> Bool in
+            guard state.available > 0 else { return false }
+            state.available -= 1
+            return true
         }
-        guard let ticket else { return }
+        if free { return }
+        let number = ticket.number
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 enum Next { case wait, resume, cancel }
@@ -91,8 +73,9 @@ public final class AsyncLimiter: Sendable {
                         state.available -= 1
                         return .resume
                     }
-                    state.waiters[ticket] = continuation
-                    if urgent { state.urgent.order.append(ticket) } else { state.normal.order.append(ticket) }
+                    // The level is read under the lock: a promotion before this is seen here, one
+                    // after it finds the waiter.
+                    state.waiters.add(number, continuation, level: Self.level(ticket))
                     return .wait
                 }
                 switch next {
@@ -102,16 +85,14 @@ public final class AsyncLimiter: Sendable {
                 }
             }
         } onCancel: {
-            let cancelled = state.withLock { $0.waiters.removeValue(forKey: ticket) }
+            let cancelled = state.withLock { $0.waiters.remove(number) }
             cancelled?.resume(throwing: CancellationError())
         }
     }
 
     private func release() {
         let next = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-            if let waiter = state.urgent.next(from: &state.waiters) ?? state.normal.next(from: &state.waiters) {
-                return waiter
-            }
+            if let (_, waiter) = state.waiters.next() { return waiter }
             state.available += 1
             return nil
         }

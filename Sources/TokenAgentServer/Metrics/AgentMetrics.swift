@@ -75,6 +75,13 @@ public final class AgentMetrics: Sendable {
             counter("fleet_tokend_fetches_total", total: stats.fetches)
             counter("fleet_tokend_background_refreshes_total", total: stats.backgroundRefreshes)
             gauge("fleet_tokend_fetches_in_flight", [], Double(stats.inFlight))
+            counter("fleet_tokend_warm_fetches_total", total: stats.warmFetches)
+            for (kind, budget) in engine.signatureBudgets() {
+                counter("fleet_tokend_signatures_total", [("kind", kind)], total: budget.signatures)
+                gauge("fleet_tokend_signature_waiters", [("kind", kind)], Double(budget.queued))
+                counter("fleet_tokend_signature_throttled_total", [("kind", kind)], total: budget.throttled)
+                counter("fleet_tokend_signature_timeouts_total", [("kind", kind)], total: budget.timedOut)
+            }
             var soonestKinds: Set<String> = []
             for kind in survey {
                 gauge("fleet_tokend_entries", [("kind", kind.kind)], Double(kind.entries))

@@ -83,6 +83,36 @@ public enum MetricCatalog {
             help: "Fetches in flight, running or waiting for a concurrent-fetch place."
         ),
         Entry(
+            name: "fleet_tokend_warm_fetches_total",
+            kind: .counter,
+            labels: [],
+            help: "Fetches started by WARM (also counted in fleet_tokend_fetches_total)."
+        ),
+        Entry(
+            name: "fleet_tokend_signatures_total",
+            kind: .counter,
+            labels: ["kind"],
+            help: "Permits the kind's signature budget granted: signatures made (kinds with a budget only)."
+        ),
+        Entry(
+            name: "fleet_tokend_signature_waiters",
+            kind: .gauge,
+            labels: ["kind"],
+            help: "Fetches waiting for a permit of the kind's signature budget."
+        ),
+        Entry(
+            name: "fleet_tokend_signature_throttled_total",
+            kind: .counter,
+            labels: ["kind"],
+            help: "Fetches that found the kind's signature budget spent and had to wait for a permit."
+        ),
+        Entry(
+            name: "fleet_tokend_signature_timeouts_total",
+            kind: .counter,
+            labels: ["kind"],
+            help: "Fetches for requests that got no permit of the signature budget in time (ERR busy)."
+        ),
+        Entry(
             name: EngineMetrics.Name.fetchDuration,
             kind: .histogram,
             labels: ["kind"],

@@ -3,7 +3,7 @@ import TokenWire
 
 /// The verb a request is counted under: the `verb` label of `fleet_tokend_requests_total`.
 enum RequestVerb: Int, CaseIterable, Sendable {
-    case get, refresh, drop, info, ping, stats, metrics, help, quit, shm, touch
+    case get, refresh, drop, info, ping, stats, metrics, help, quit, shm, touch, warm
     /// A line that is no request of a known verb (unknown verb, empty, too long, timed out).
     case other
 
@@ -21,6 +21,7 @@ enum RequestVerb: Int, CaseIterable, Sendable {
         case .quit: return "QUIT"
         case .shm: return "SHM"
         case .touch: return "TOUCH"
+        case .warm: return "WARM"
         case .other: return "other"
         }
     }
@@ -39,6 +40,7 @@ enum RequestVerb: Int, CaseIterable, Sendable {
         case .quit: self = .quit
         case .shm: self = .shm
         case .touch: self = .touch
+        case .warm: self = .warm
         }
     }
 
@@ -96,6 +98,7 @@ extension RequestVerb {
         case .help, .quit: return [.ok, .badRequest]
         case .shm: return [.ok, .badRequest, .badKind, .denied, .unavailable, .busy]
         case .touch: return [.ok, .badRequest, .badKind, .badID]
+        case .warm: return [.ok, .badRequest, .badKind, .badID, .denied]
         }
     }
 }
