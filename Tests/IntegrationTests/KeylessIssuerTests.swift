@@ -144,6 +144,38 @@ struct KeylessIssuerTests {
         await fake.stop()
     }
 
+    @Test func theSignatureBudgetHoldsAtTheFakeAndAGetPastItIsBusyWithARetryHint() async throws {
+        let fake = try await FakeGoogle.start()
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        // 6 a minute: a burst of one, then one every 10 s; a GET waits at most its 1 s time-out.
+        let config = try await Self.config(fake, directory: directory)
+        let text = try String(contentsOfFile: config, encoding: .utf8)
+        try Data(
+            text.replacingOccurrences(
+                of: #""vehicle": {"service_account": "\#(Self.signer)"}"#,
+                with: #""vehicle": {"service_account": "\#(Self.signer)", "signs_per_minute": 6}"#
+            ).utf8
+        ).write(to: URL(fileURLWithPath: config))
+        let agent = try await AgentProcess(
+            ["--config", config, "--request-timeout", "1"],
+            environment: Self.environment(metadataHost: fake.metadataHost, directory: directory)
+        )
+        #expect(tokenOf(try await agent.send("GET vehicle v-1").first) != nil)
+        let busy = try #require(try await agent.send("GET vehicle v-2").first)
+        #expect(busy.hasPrefix("ERR busy signature budget of kind vehicle spent; retry after "), "\(busy)")
+        // WARM queues behind it without waiting; nothing more is signed within the budget's minute.
+        #expect(try await agent.send("WARM vehicle w-1 w-2 v-1") == ["OK queued=2 cached=1"])
+        let stats = try await agent.stats()
+        #expect(stats["signs_vehicle"] == 1)
+        #expect((stats["sign_timeouts_vehicle"] ?? 0) >= 1)
+        #expect(fake.signatureCount == 1, "the budget holds at IAM itself")
+        // The server kind has a budget of its own (the default), untouched by vehicle's.
+        #expect(tokenOf(try await agent.send("GET server *").first) != nil)
+        #expect(fake.signatureCount == 2)
+        await agent.stop()
+        await fake.stop()
+    }
+
     @Test func theMetadataServerDownAtStartStopsOnlyTheKeylessKinds() async throws {
         let fake = try await FakeGoogle.start()
         fake.inject(.serverError(status: 503), into: .metadata, times: nil)

@@ -18,9 +18,19 @@ extension ProviderSet {
             credentials: (any AccessTokenSource)?,
             clock: any AgentClock
         ) throws -> any TokenProvider {
+            // Each issuer its own budget: a key-less one always (the project's IAM quota), a key
+            // file only when it sets one.
+            let perMinute = settings.signsPerMinute.map { Int($0) }
             if let key {
                 do {
-                    return try LocalIssuer(serviceAccountJSON: key, lifetime: lifetime, claims: claims, clock: clock)
+                    var issuer = try LocalIssuer(
+                        serviceAccountJSON: key,
+                        lifetime: lifetime,
+                        claims: claims,
+                        clock: clock
+                    )
+                    issuer.signatureBudget = perMinute.map { SignatureBudget(perMinute: $0, clock: clock) }
+                    return issuer
                 } catch {
                     throw ConfigurationError(key: "issuers.\(kind).key_file", "\(error)")
                 }
@@ -34,6 +44,7 @@ extension ProviderSet {
                 claims: claims,
                 lifetime: lifetime,
                 credentials: credentials,
+                signatureBudget: SignatureBudget(perMinute: perMinute ?? IssuerSettings.defaultSignsPerMinute, clock: clock),
                 clock: clock
             )
         }

@@ -23,6 +23,8 @@ public final class IAMSigner: TokenProvider {
     public let lifetime: Double
     /// How long a fault that needs the operator holds every fetch off, seconds.
     public let faultHold: Double
+    /// The budget of signatures a minute, shared by every fetch of the issuer (`signs_per_minute`).
+    public let signatureBudget: SignatureBudget?
 
     private let url: String
     private let claims: IssuerClaims
@@ -45,6 +47,7 @@ public final class IAMSigner: TokenProvider {
         claims: IssuerClaims = IssuerClaims(),
         lifetime: Double = LocalIssuer.maxLifetime,
         credentials: any AccessTokenSource,
+        signatureBudget: SignatureBudget? = nil,
         faultHold: Double = 30,
         connectTimeout: Double = 2,
         timeout: Double = 10,
@@ -54,6 +57,7 @@ public final class IAMSigner: TokenProvider {
         self.account = account
         self.lifetime = min(max(lifetime, 60), LocalIssuer.maxLifetime)
         self.faultHold = faultHold
+        self.signatureBudget = signatureBudget
         var base = endpoint
         while base.hasSuffix("/") { base.removeLast() }
         self.url = base + "/v1/projects/-/serviceAccounts/" + account + ":signJwt"

@@ -25,6 +25,8 @@ public struct LocalIssuer: TokenProvider {
     public let lifetime: Double
     /// Whether this is the throw-away demo issuer.
     public let isDemo: Bool
+    /// The budget of signatures a minute (`signs_per_minute` of a key-file issuer); `nil`: none.
+    public var signatureBudget: SignatureBudget?
     private let claims: IssuerClaims
     private let clock: any AgentClock
 
