@@ -17,9 +17,9 @@ struct ObservabilityTests {
         let path = given ?? "/tmp/ftd-obs-\(UUID().uuidString.prefix(8)).json"
         let json = """
             {"providers": {
-              "vehicle": {"url": "\(provider.url(kind: "vehicle"))", "timeout": 1, "connect_timeout": 0.5},
-              "trip": {"url": "\(provider.url(kind: "trip"))", "timeout": 1, "connect_timeout": 0.5},
-              "refused": {"url": "http://127.0.0.1:1/token/{id}", "timeout": 1, "connect_timeout": 0.5}
+              "vehicle": {"url": "\(provider.url(kind: "vehicle"))", "timeout": 3, "connect_timeout": 2},
+              "trip": {"url": "\(provider.url(kind: "trip"))", "timeout": 3, "connect_timeout": 2},
+              "refused": {"url": "http://127.0.0.1:1/token/{id}", "timeout": 3, "connect_timeout": 2}
             }\(extra)}
             """
         try json.write(toFile: path, atomically: true, encoding: .utf8)

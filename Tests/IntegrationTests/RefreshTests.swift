@@ -116,7 +116,7 @@ struct RefreshTests {
 
     private func timeoutConfig() throws -> String {
         let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
-        let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": 1}}, "refetch_guard": 1}"#
+        let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": 3}}, "refetch_guard": 1}"#
         try json.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
