@@ -4,13 +4,15 @@
 # output replaces the table verbatim. Not part of `swift test` or CI.
 #   bash Benchmarks/report.sh                         # every row (9 to 11 min on 2 cores, built)
 #   bash Benchmarks/report.sh --only memory           # some groups: --only a,b or --only a --only b
-# Groups (in the table's order): shm, socket, instructions, allocations, client, memory, startup.
+# Groups (in the table's order): shm, socket, instructions, allocations, client, memory, startup,
+# keyless.
 # Environment (defaults in brackets), to trade time for noise while iterating:
 #   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated)
 #   SHM_ITERATIONS [400000]  CLIENT_ITERATIONS [20000]            token-bench --iterations
 #   CALLGRIND_REQUESTS [20000]  CALLGRIND_ROUNDS [2]              callgrind.sh's windows
 #   MEMORY_KEYS [100000]  READERS [50]                            agent-memory.sh, shm-memory.sh
 #   STARTUP_RUNS [20]  HANDOVER_TOKENS [100000]                   startup.sh
+#   KEYLESS_IDS [2000]  IAM_LATENCY_MS [50]  KEYLESS_BUDGET [1200]  keyless.py
 # Builds the release agent (.build-bench-release) and the Benchmarks package (release) once, then
 # runs the existing programs and scripts (token-bench, compare.sh with load-gen, callgrind.sh,
 # the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh) against that one agent.
@@ -19,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 
-all_groups="shm socket instructions allocations client memory startup"
+all_groups="shm socket instructions allocations client memory startup keyless"
 groups=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
             shift 2
             ;;
         -h | --help)
-            sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 64 ;;
@@ -61,6 +63,9 @@ knob MEMORY_KEYS 100000
 knob READERS 50
 knob STARTUP_RUNS 20
 knob HANDOVER_TOKENS 100000
+knob KEYLESS_IDS 2000
+knob IAM_LATENCY_MS 50
+knob KEYLESS_BUDGET 1200
 
 began=$(date +%s)
 # What is measured is the commit's code (documents aside), as it stands when the run starts.
@@ -79,6 +84,7 @@ if wants socket; then source Benchmarks/ensure-redis.sh; fi
 
 step "building (release): the agent, then the Benchmarks package"
 swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2
+if wants keyless; then swift build -c release --product fake-google --scratch-path .build-bench-release >&2; fi
 swift build -c release --package-path Benchmarks >&2
 export AGENT_BINARY=.build-bench-release/release/fleet-tokend
 TOKENBENCH=Benchmarks/.build/release/token-bench
@@ -126,6 +132,12 @@ if wants startup; then
     RUNS="$STARTUP_RUNS" HANDOVER_TOKENS="$HANDOVER_TOKENS" \
         bash Benchmarks/startup.sh --json "$(realpath "$out")/startup.json" >"$out/startup.txt"
 fi
+if wants keyless; then
+    step "key-less signing through fake-google ($KEYLESS_IDS ids, IAM latency $IAM_LATENCY_MS ms; keyless.py)"
+    python3 Benchmarks/keyless.py --agent "$AGENT_BINARY" --fake .build-bench-release/release/fake-google \
+        --ids "$KEYLESS_IDS" --connections 64 --latency-ms "$IAM_LATENCY_MS" --budgets "60000,$KEYLESS_BUDGET" \
+        >"$out/keyless.jsonl"
+fi
 ended=$(date +%s)
 
 # The machine and the run, in the header line.
@@ -137,7 +149,7 @@ step "done"
 # The table, from the programs' outputs in $out.
 export OUT=$out GROUPS_RUN=$groups BEGAN=$began BUILT=$built ENDED=$ended COMMIT=$commit DIRTY=$dirty KNOBS=$knobs STARTED_AT=$started_at \
     CORES=$(nproc) MEMORY_GIB=$memory_gib OS=$os KERNEL=$(uname -r) SWIFT_VERSION=$swift_version \
-    LOAD_AT_START=$load_at_start MEMORY_KEYS READERS HANDOVER_TOKENS
+    LOAD_AT_START=$load_at_start MEMORY_KEYS READERS HANDOVER_TOKENS MAX_CONCURRENT_FETCHES=16
 python3 - <<'PY'
 import json, os, re
 from statistics import median
@@ -149,7 +161,7 @@ began, built, ended = int(env["BEGAN"]), int(env["BUILT"]), int(env["ENDED"])
 memory_keys, readers, handover_tokens = int(env["MEMORY_KEYS"]), int(env["READERS"]), int(env["HANDOVER_TOKENS"])
 minutes = lambda seconds: f"{seconds / 60:.0f} min"
 run_note = minutes(ended - built) + (f" (and {minutes(built - began)} of builds)" if built - began >= 60 else "")
-subset = "" if len(groups) == 7 else f" --only {','.join(groups)}"
+subset = "" if len(groups) == 8 else f" --only {','.join(groups)}"
 redis = ""
 if os.path.exists(f"{out}/redis-version.txt"):
     match = re.search(r"v=([0-9.]+)", open(f"{out}/redis-version.txt").read())
@@ -325,4 +337,24 @@ if "startup" in groups:
             f"| {ms(median(passed))} ms against {ms(median(via_sh))} ms without; snapshot "
             f"{startup['snapshot_bytes'] / 1048576:.1f} MiB |"
         )
+
+if "keyless" in groups:
+    runs = [json.loads(line) for line in open(f"{out}/keyless.jsonl")]
+    free, budgeted = runs[0], runs[1]
+    bound = int(env["MAX_CONCURRENT_FETCHES"]) / (free["iam_latency_ms"] / 1000)
+    print(
+        f"| key-less fills, {free['iam_latency_ms']} ms IAM | {n(free['fills_per_second'])} fills/s "
+        f"({n(free['ids'])} new ids, {free['connections']} connections; {free['signatures']} signJwt) "
+        f"| 16 calls in flight / {free['iam_latency_ms']} ms = {n(bound)}/s: {free['fills_per_second'] / bound:.2f}x |"
+    )
+    per_minute = budgeted["budget_per_minute"]
+    burst = max(1, per_minute // 6)
+    held = all(budgeted[f"most_in_{w}s"] <= burst + budgeted[f"rate_x_{w}s"] for w in (1, 10)) and budgeted["most_in_60s"] <= per_minute
+    replies = ", ".join(f"{count} {code}" for code, count in sorted(budgeted["replies"].items()))
+    print(
+        f"| key-less fills, budget {n(per_minute)}/min | {n(budgeted['fills_per_second'])} fills/s "
+        f"({replies}); at the fake: most {budgeted['most_in_1s']} in 1 s, {budgeted['most_in_10s']} in 10 s, "
+        f"{budgeted['most_in_60s']} in 60 s | burst {burst} + {per_minute / 60:g}/s: "
+        f"**{'never exceeded' if held else 'EXCEEDED'}** |"
+    )
 PY

@@ -13,25 +13,8 @@ private struct TableResolver: PrincipalResolver {
 
 @Suite("Access rules: configuration and resolution")
 struct AccessConfigurationTests {
-    private func parse(_ json: String) throws -> AgentConfiguration {
-        try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())
-    }
-
-    private func problem(_ json: String) -> ConfigurationError? {
-        do {
-            let configuration = try parse(json)
-            try configuration.validate()
-            try configuration.checkAccessKinds()
-            return nil
-        } catch let error as ConfigurationError {
-            return error
-        } catch {
-            return nil
-        }
-    }
-
     @Test func readsAllowAdminAndLimits() throws {
-        let configuration = try parse(
+        let configuration = try parseConfiguration(
             """
             {"allow": {"vehicle": {"users": ["dispatcher", 1500, "1600"], "groups": ["fleet-vehicles"]},
                        "trip": {"groups": [3000]}},
@@ -58,28 +41,37 @@ struct AccessConfigurationTests {
     }
 
     @Test func badRulesNameTheirKey() {
-        #expect(problem(#"{"allow": {"vehicle": {"user": ["x"]}}}"#)?.key == "allow.vehicle.user")
-        #expect(problem(#"{"allow": {"vehicle": ["x"]}}"#)?.key == "allow.vehicle")
-        #expect(problem(#"{"allow": {"vehicle": {"users": [-1]}}}"#)?.key.hasPrefix("allow.vehicle.users") == true)
-        #expect(problem(#"{"allow": {"vehicle": {"users": [1.5]}}}"#)?.key.hasPrefix("allow.vehicle.users") == true)
-        #expect(problem(#"{"allow": {"vehicle": {"users": ["two words"]}}}"#) != nil)
-        #expect(problem(#"{"admin": {"groups": [true]}}"#)?.key.hasPrefix("admin.groups") == true)
-        #expect(problem(#"{"allow": {"Vehicle!": {"users": [1]}}}"#)?.key == "allow.Vehicle!")
-        #expect(problem(#"{"max_connections_per_uid": -1}"#)?.key == "max_connections_per_uid")
-        #expect(problem(#"{"max_connections_per_uid": 1.5}"#)?.key == "max_connections_per_uid")
-        #expect(problem(#"{"request_timeout": 0}"#)?.key == "request_timeout")
-        #expect(problem(#"{"refetch_guard": 301}"#)?.key == "refetch_guard")
+        #expect(configurationProblem(#"{"allow": {"vehicle": {"user": ["x"]}}}"#)?.key == "allow.vehicle.user")
+        #expect(configurationProblem(#"{"allow": {"vehicle": ["x"]}}"#)?.key == "allow.vehicle")
+        #expect(
+            configurationProblem(#"{"allow": {"vehicle": {"users": [-1]}}}"#)?.key.hasPrefix("allow.vehicle.users")
+                == true
+        )
+        #expect(
+            configurationProblem(#"{"allow": {"vehicle": {"users": [1.5]}}}"#)?.key.hasPrefix("allow.vehicle.users")
+                == true
+        )
+        #expect(configurationProblem(#"{"allow": {"vehicle": {"users": ["two words"]}}}"#) != nil)
+        #expect(configurationProblem(#"{"admin": {"groups": [true]}}"#)?.key.hasPrefix("admin.groups") == true)
+        #expect(configurationProblem(#"{"allow": {"Vehicle!": {"users": [1]}}}"#)?.key == "allow.Vehicle!")
+        #expect(configurationProblem(#"{"max_connections_per_uid": -1}"#)?.key == "max_connections_per_uid")
+        #expect(configurationProblem(#"{"max_connections_per_uid": 1.5}"#)?.key == "max_connections_per_uid")
+        #expect(configurationProblem(#"{"request_timeout": 0}"#)?.key == "request_timeout")
+        #expect(configurationProblem(#"{"refetch_guard": 301}"#)?.key == "refetch_guard")
     }
 
     @Test func aMisspeltKindIsRefusedSoTheRealOneIsNotLeftOpen() {
-        let error = problem(#"{"allow": {"vehicles": {"users": ["dispatcher"]}}}"#)
+        let error = configurationProblem(#"{"allow": {"vehicles": {"users": ["dispatcher"]}}}"#)
         #expect(error?.key == "allow.vehicles")
         #expect(error?.reason.contains("not configured") == true)
-        #expect(problem(#"{"allow": {"vehicle": {"users": ["dispatcher"]}}}"#) == nil, "the demo issuer serves vehicle")
+        #expect(
+            configurationProblem(#"{"allow": {"vehicle": {"users": ["dispatcher"]}}}"#) == nil,
+            "the demo issuer serves vehicle"
+        )
         let http = #"{"providers": {"scooter": {"url": "http://p/{id}"}}, "allow": {"scooter": {"users": [1]}}}"#
-        #expect(problem(http) == nil)
+        #expect(configurationProblem(http) == nil)
         let notServed = #"{"providers": {"scooter": {"url": "http://p/{id}"}}, "allow": {"vehicle": {"users": [1]}}}"#
-        #expect(problem(notServed)?.key == "allow.vehicle", "only the HTTP kinds are served then")
+        #expect(configurationProblem(notServed)?.key == "allow.vehicle", "only the HTTP kinds are served then")
     }
 
     @Test func namesResolveToNumbers() throws {

@@ -4,27 +4,8 @@ import TokenAgent
 
 @Suite("Issuers: configuration")
 struct IssuerConfigurationTests {
-    private func parse(_ json: String) throws -> AgentConfiguration {
-        try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())
-    }
-
-    /// The problem `json` has, parsed, validated and its rules' kinds checked; `nil` when none.
-    private func problem(_ json: String) -> ConfigurationError? {
-        do {
-            let configuration = try parse(json)
-            try configuration.validate()
-            try configuration.checkAccessKinds()
-            return nil
-        } catch let error as ConfigurationError {
-            return error
-        } catch {
-            Issue.record("not a ConfigurationError: \(error)")
-            return nil
-        }
-    }
-
     @Test func theIssuesExampleParses() throws {
-        let configuration = try parse(
+        let configuration = try parseConfiguration(
             #"{"issuers": {"vehicle": {"service_account": "driver-signer@proj.iam.gserviceaccount.com"},"#
                 + #" "trip": {"key_file": "consumer-key.json", "lifetime": 1800, "signs_per_minute": 120}}}"#
         )
@@ -40,7 +21,7 @@ struct IssuerConfigurationTests {
     }
 
     @Test func issuerKeyStaysTheDefaultOfTheOtherWellKnownKinds() throws {
-        let configuration = try parse(
+        let configuration = try parseConfiguration(
             #"{"issuer_key": "/k.json", "issuers": {"vehicle": {"key_file": "/v.json"}}}"#
         )
         try configuration.validate()
@@ -92,29 +73,37 @@ struct IssuerConfigurationTests {
             (#"{"issuers": {"vehicle": {"key_file": "/k"}}, "iam_endpoint": "ftp://127.0.0.1"}"#, "iam_endpoint"),
         ]
         for (json, key) in cases {
-            #expect(problem(json)?.key == key, "\(json)")
+            #expect(configurationProblem(json)?.key == key, "\(json)")
         }
     }
 
     @Test func wildcardKindsNeedAnAllowEntryAndThenStart() {
         for kind in ["server", "delivery-server", "fleet-reader", "delivery-fleet-reader"] {
-            #expect(problem(#"{"issuers": {"\#(kind)": {"key_file": "/k"}}}"#)?.key == "allow.\(kind)")
+            #expect(configurationProblem(#"{"issuers": {"\#(kind)": {"key_file": "/k"}}}"#)?.key == "allow.\(kind)")
             #expect(
-                problem(#"{"issuers": {"\#(kind)": {"key_file": "/k"}}, "allow": {"\#(kind)": {"users": [1000]}}}"#)
+                configurationProblem(
+                    #"{"issuers": {"\#(kind)": {"key_file": "/k"}}, "allow": {"\#(kind)": {"users": [1000]}}}"#
+                )
                     == nil
             )
         }
     }
 
     @Test func customKindsWithAClaimAndLoopbackEndpointsAreFine() {
-        #expect(problem(#"{"issuers": {"trusted-driver": {"key_file": "/k", "claim": "deliveryvehicleid"}}}"#) == nil)
+        #expect(
+            configurationProblem(#"{"issuers": {"trusted-driver": {"key_file": "/k", "claim": "deliveryvehicleid"}}}"#)
+                == nil
+        )
         for endpoint in ["http://127.0.0.1:8080", "http://localhost:1", "http://[::1]:9", "https://iam.example.com"] {
-            #expect(problem(#"{"issuers": {"vehicle": {"key_file": "/k"}}, "iam_endpoint": "\#(endpoint)"}"#) == nil)
+            #expect(
+                configurationProblem(#"{"issuers": {"vehicle": {"key_file": "/k"}}, "iam_endpoint": "\#(endpoint)"}"#)
+                    == nil
+            )
         }
     }
 
     @Test func relativeKeyFilesAreSystemdCredentials() throws {
-        let configuration = try parse(
+        let configuration = try parseConfiguration(
             #"{"issuers": {"trip": {"key_file": "consumer-key.json"}, "task": {"key_file": "/abs.json"}}}"#
         )
         let resolved = configuration.resolvingCredentials(environment: ["CREDENTIALS_DIRECTORY": "/run/credentials/x"])

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Testing
 import TokenAgent
 
 /// A clock the test moves by hand.
@@ -118,4 +119,25 @@ func eventually(seconds: Double = 30, _ condition: () -> Bool) async -> Bool {
         try? await Task.sleep(for: .milliseconds(5))
     }
     return condition()
+}
+
+/// `json` read as a config file over the defaults.
+func parseConfiguration(_ json: String) throws -> AgentConfiguration {
+    try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())
+}
+
+/// The first problem of `json` as a config file: parsed, validated, and its rules' kinds checked
+/// (as at start-up); `nil` when it has none.
+func configurationProblem(_ json: String, sourceLocation: SourceLocation = #_sourceLocation) -> ConfigurationError? {
+    do {
+        let configuration = try parseConfiguration(json)
+        try configuration.validate()
+        try configuration.checkAccessKinds()
+        return nil
+    } catch let error as ConfigurationError {
+        return error
+    } catch {
+        Issue.record("not a ConfigurationError: \(error)", sourceLocation: sourceLocation)
+        return nil
+    }
 }

@@ -66,14 +66,7 @@ final class AccessTokenExchange: Sendable {
         let made = client.withLock { client -> HTTPClient? in
             if client.isShutDown { return nil }
             if let made = client.made { return made }
-            var configuration = HTTPClient.Configuration()
-            configuration.timeout = .init(
-                connect: .milliseconds(Int64(connectTimeout * 1000)),
-                read: .milliseconds(Int64(timeout * 1000) + 1000)
-            )
-            configuration.redirectConfiguration = .disallow
-            configuration.decompression = .disabled
-            let made = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+            let made = HTTPClient.outbound(connectTimeout: connectTimeout, timeout: timeout)
             client.made = made
             return made
         }

@@ -50,17 +50,7 @@ public final class HTTPTokenProvider: TokenProvider {
         self.acceptance = acceptance
         self.timeout = .milliseconds(Int64(timeout * 1000))
         self.clock = clock
-        var configuration = HTTPClient.Configuration()
-        // The request's deadline (`timeout`) bounds the whole fetch; the read time-out is a
-        // second longer, so a silent provider always ends as "Deadline exceeded", not as
-        // whichever of two equal timers a loaded machine happens to fire first.
-        configuration.timeout = .init(
-            connect: .milliseconds(Int64(connectTimeout * 1000)),
-            read: .milliseconds(Int64(timeout * 1000) + 1000)
-        )
-        configuration.redirectConfiguration = .disallow
-        configuration.decompression = .disabled
-        self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        self.client = .outbound(connectTimeout: connectTimeout, timeout: timeout)
     }
 
     public var summary: String { "http \(Self.redactedURL(urlTemplate))" }

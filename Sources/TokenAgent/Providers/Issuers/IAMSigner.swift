@@ -66,14 +66,7 @@ public final class IAMSigner: TokenProvider {
         self.timeout = .milliseconds(Int64(timeout * 1000))
         self.clock = clock
         self.logger = logger
-        var configuration = HTTPClient.Configuration()
-        configuration.timeout = .init(
-            connect: .milliseconds(Int64(connectTimeout * 1000)),
-            read: .milliseconds(Int64(timeout * 1000) + 1000)
-        )
-        configuration.redirectConfiguration = .disallow
-        configuration.decompression = .disabled
-        self.client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        self.client = .outbound(connectTimeout: connectTimeout, timeout: timeout)
     }
 
     public var summary: String { "key-less issuer \(account) (IAM signJwt)" }

@@ -1,0 +1,20 @@
+import AsyncHTTPClient
+
+extension HTTPClient {
+    /// The client every outbound call of the agent uses (token providers, IAM Credentials, the
+    /// host's credentials): `connectTimeout` bounds the connection; the read time-out is a second
+    /// longer than the request's deadline (`timeout`), so a silent server always ends as "Deadline
+    /// exceeded", not as whichever of two equal timers a loaded machine happens to fire first.
+    /// Redirects are not followed (a bearer token or an id must not travel elsewhere), and bodies
+    /// are not decompressed (their size limits count the bytes received).
+    static func outbound(connectTimeout: Double, timeout: Double) -> HTTPClient {
+        var configuration = HTTPClient.Configuration()
+        configuration.timeout = .init(
+            connect: .milliseconds(Int64(connectTimeout * 1000)),
+            read: .milliseconds(Int64(timeout * 1000) + 1000)
+        )
+        configuration.redirectConfiguration = .disallow
+        configuration.decompression = .disabled
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }
+}
