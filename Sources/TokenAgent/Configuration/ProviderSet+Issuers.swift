@@ -38,13 +38,14 @@ extension ProviderSet {
             guard let account = settings.serviceAccount, let credentials else {
                 throw ConfigurationError(key: "issuers.\(kind)", "needs exactly one of key_file and service_account")
             }
+            let budget = SignatureBudget(perMinute: perMinute ?? IssuerSettings.defaultSignsPerMinute, clock: clock)
             return IAMSigner(
                 account: account,
                 endpoint: configuration.iamEndpoint,
                 claims: claims,
                 lifetime: lifetime,
                 credentials: credentials,
-                signatureBudget: SignatureBudget(perMinute: perMinute ?? IssuerSettings.defaultSignsPerMinute, clock: clock),
+                signatureBudget: budget,
                 clock: clock
             )
         }
