@@ -27,6 +27,16 @@ public struct TokenSubject: Sendable, Hashable, CustomStringConvertible {
     public static func task(_ id: String) -> TokenSubject { TokenSubject(kind: "task", id: id) }
     /// A tracking token.
     public static func tracking(_ id: String) -> TokenSubject { TokenSubject(kind: "tracking", id: id) }
+    /// The whole-fleet server token of on-demand trips (`vehicleid` and `tripid` `*`); served only
+    /// by an agent with an issuer configured for the kind `server`, to whom its rule allows.
+    public static let server = TokenSubject(kind: "server", id: "*")
+    /// The whole-fleet server token of scheduled tasks (`deliveryvehicleid`, `taskid`, `trackingid`
+    /// `*`).
+    public static let deliveryServer = TokenSubject(kind: "delivery-server", id: "*")
+    /// The whole-fleet read-only token of both services.
+    public static let fleetReader = TokenSubject(kind: "fleet-reader", id: "*")
+    /// The whole-fleet read-only token of scheduled tasks.
+    public static let deliveryFleetReader = TokenSubject(kind: "delivery-fleet-reader", id: "*")
 
     /// Creates a subject.
     public init(kind: String, id: String) {

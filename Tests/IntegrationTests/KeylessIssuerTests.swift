@@ -1,4 +1,5 @@
 import FakeGoogle
+import FleetTokenClient
 import Foundation
 import Testing
 
@@ -51,6 +52,12 @@ struct KeylessIssuerTests {
                 == true
         )
         #expect(try await agent.send("GET vehicle *").first?.hasPrefix("ERR bad-id") == true)
+        #expect(fake.signatureCount == 2)
+        // The same token through the client library and the command line.
+        let client = FleetTokenClient(socketPath: agent.socketPath)
+        #expect(try await client.token(.server).jwt == server)
+        let cli = try await run(AgentProcess.binary, ["get", "--socket", agent.socketPath, "server", "*"])
+        #expect(cli.status == 0 && cli.stdout.trimmingCharacters(in: .newlines) == server, "\(cli.stderr)")
         #expect(fake.signatureCount == 2)
 
         // The signer loses its permission: new ids answer unavailable with a retry hint, cached
