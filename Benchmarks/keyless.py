@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -44,7 +45,11 @@ def start_fake(fake, latency_ms):
         info[name] = value
         if name == "listening":
             break
-    return process, info
+    # The call log is read as it comes: a pipe left unread fills (64 KiB) and stalls the fake.
+    calls = []
+    reader = threading.Thread(target=lambda: calls.extend(process.stdout), daemon=True)
+    reader.start()
+    return process, info, calls, reader
 
 
 async def client(path, ids, replies):
@@ -80,7 +85,7 @@ def windows(times, width):
 
 
 def run(args, budget):
-    fake, info = start_fake(args.fake, args.latency_ms)
+    fake, info, call_lines, call_reader = start_fake(args.fake, args.latency_ms)
     directory = tempfile.mkdtemp(prefix="keyless-bench-")
     socket_path = os.path.join(directory, "tokens.sock")
     config = {
@@ -114,8 +119,9 @@ def run(args, budget):
     agent.terminate()
     agent.wait()
     fake.terminate()
-    calls = [line.split() for line in fake.stdout.read().splitlines() if line.startswith("signJwt ")]
     fake.wait()
+    call_reader.join(timeout=5)
+    calls = [line.split() for line in call_lines if line.startswith("signJwt ")]
     signed = sorted(int(call[1]) / 1000 for call in calls if call[2] == "200")
     rate = budget / 60
     result = {

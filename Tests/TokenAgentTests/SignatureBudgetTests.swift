@@ -23,7 +23,7 @@ struct SignatureBudgetTests {
     ) async -> Task<Void, any Error> {
         let before = budget.counters
         let task = Task {
-            try await budget.permit(for: ticket, deadline: deadline)
+            try await budget.permitAndSend(for: ticket, deadline: deadline)
             onGrant()
         }
         func settled() -> Bool {
@@ -39,7 +39,7 @@ struct SignatureBudgetTests {
     @Test func aBurstAtOnceThenOnePermitPerIntervalSixtyAMinute() async throws {
         let budget = budget(60)
         #expect(budget.burst == 10)
-        for _ in 0..<10 { try await budget.permit(for: FetchTicket(priority: .get)) }
+        for _ in 0..<10 { try await budget.permitAndSend(for: FetchTicket(priority: .get)) }
         let granted = Recorder()
         var tasks: [Task<Void, any Error>] = []
         for index in 0..<3 {
@@ -55,14 +55,15 @@ struct SignatureBudgetTests {
         clock.advance(2)
         budget.serveDue()
         for task in tasks { try await task.value }
-        #expect(granted.all == [0, 1, 2])
+        // 1 and 2 are granted at one look; their tasks may resume in either order.
+        #expect(granted.all.first == 0 && granted.all.sorted() == [0, 1, 2])
         let counters = budget.counters
         #expect(counters.signatures == 13 && counters.queued == 0 && counters.throttled == 3 && counters.timedOut == 0)
     }
 
     @Test func pastTheBudgetGetsGoFirstThenRefreshesThenWarmsEachInArrivalOrder() async throws {
         let budget = budget(6)  // a burst of 1, then one every 10 s
-        try await budget.permit(for: FetchTicket(priority: .warm))
+        try await budget.permitAndSend(for: FetchTicket(priority: .warm))
         let order = Recorder()
         let arrivals: [(Int, FetchPriority)] = [
             (1, .warm), (2, .refresh), (3, .get), (4, .warm), (5, .get), (6, .refresh),
@@ -72,8 +73,10 @@ struct SignatureBudgetTests {
             tasks.append(await wait(budget, FetchTicket(priority: priority)) { order.append(index) })
         }
         #expect(budget.counters.queued == 6)
+        // A little over the interval: the sixth grant comes once the first send (at 0) is more
+        // than the cap's 61 s old.
         for step in 1...6 {
-            clock.advance(10)
+            clock.advance(10.2)
             budget.serveDue()
             #expect(await eventually { order.all.count == step })
         }
@@ -83,7 +86,7 @@ struct SignatureBudgetTests {
 
     @Test func aPromotedTicketJoinsTheEndOfTheGetQueue() async throws {
         let budget = budget(6)
-        try await budget.permit(for: FetchTicket(priority: .get))
+        try await budget.permitAndSend(for: FetchTicket(priority: .get))
         let order = Recorder()
         let warm = FetchTicket(priority: .warm)
         let refresh = FetchTicket(priority: .refresh)
@@ -108,7 +111,7 @@ struct SignatureBudgetTests {
 
     @Test func aWaiterWhoseDeadlinePassesLeavesWithARetryHint() async throws {
         let budget = budget(6)
-        try await budget.permit(for: FetchTicket(priority: .get))
+        try await budget.permitAndSend(for: FetchTicket(priority: .get))
         let late = await wait(budget, FetchTicket(priority: .get), deadline: clock.now + 5)
         let patient = await wait(budget, FetchTicket(priority: .refresh))
         clock.advance(4)
@@ -125,7 +128,7 @@ struct SignatureBudgetTests {
         #expect(budget.counters.timedOut == 1 && budget.counters.queued == 1)
         // A deadline already passed: no wait at all.
         await #expect(throws: SignatureBudget.DeadlinePassed.self) {
-            try await budget.permit(for: FetchTicket(priority: .get), deadline: clock.now - 1)
+            try await budget.permitAndSend(for: FetchTicket(priority: .get), deadline: clock.now - 1)
         }
         #expect(budget.counters.timedOut == 2)
         clock.advance(4)
@@ -136,7 +139,7 @@ struct SignatureBudgetTests {
 
     @Test func aCancelledWaiterLeavesAtOnceAndItsPermitGoesToTheNext() async throws {
         let budget = budget(6)
-        try await budget.permit(for: FetchTicket(priority: .get))
+        try await budget.permitAndSend(for: FetchTicket(priority: .get))
         let cancelled = await wait(budget, FetchTicket(priority: .get))
         let next = await wait(budget, FetchTicket(priority: .warm))
         cancelled.cancel()
@@ -150,7 +153,7 @@ struct SignatureBudgetTests {
 
     @Test func theRetryHintCountsTheGetsAhead() async throws {
         let budget = budget(60)
-        for _ in 0..<10 { try await budget.permit(for: FetchTicket(priority: .get)) }
+        for _ in 0..<10 { try await budget.permitAndSend(for: FetchTicket(priority: .get)) }
         #expect(budget.retryAfter == 1)
         var tasks: [Task<Void, any Error>] = []
         for _ in 0..<5 { tasks.append(await wait(budget, FetchTicket(priority: .get))) }
@@ -162,10 +165,10 @@ struct SignatureBudgetTests {
     /// due, and a deadline sends its waiter away, with nobody calling `serveDue()`.
     @Test func onTheRealClockTheBudgetWakesItsWaiters() async throws {
         let budget = SignatureBudget(perMinute: 600)  // a burst of 100, then one every 0.1 s
-        for _ in 0..<100 { try await budget.permit(for: FetchTicket(priority: .warm)) }
+        for _ in 0..<100 { try await budget.permitAndSend(for: FetchTicket(priority: .warm)) }
         let started = ContinuousClock.now
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<3 { group.addTask { try await budget.permit(for: FetchTicket(priority: .refresh)) } }
+            for _ in 0..<3 { group.addTask { try await budget.permitAndSend(for: FetchTicket(priority: .refresh)) } }
             try await group.waitForAll()
         }
         let elapsed = ContinuousClock.now - started
@@ -173,10 +176,10 @@ struct SignatureBudgetTests {
         #expect(elapsed >= .milliseconds(250) && elapsed < .seconds(30), "\(elapsed)")
         // A deadline long before the next permit (a minute away) sends its waiter away.
         let slow = SignatureBudget(perMinute: 1)
-        try await slow.permit(for: FetchTicket(priority: .get))
+        try await slow.permitAndSend(for: FetchTicket(priority: .get))
         let waited = ContinuousClock.now
         await #expect(throws: SignatureBudget.DeadlinePassed.self) {
-            try await slow.permit(for: FetchTicket(priority: .get), deadline: SystemAgentClock().now + 0.2)
+            try await slow.permitAndSend(for: FetchTicket(priority: .get), deadline: SystemAgentClock().now + 0.2)
         }
         #expect(ContinuousClock.now - waited < .seconds(30))
         #expect(slow.counters.timedOut == 1 && slow.counters.queued == 0)
@@ -222,5 +225,46 @@ struct SignatureBudgetTests {
         for task in tasks { task.cancel() }
         for task in tasks { _ = try? await task.value }
         #expect(budget.counters.queued == 0)
+    }
+}
+
+extension SignatureBudget {
+    /// A permit, and its request sent at once (as the engine does when its lane has a place).
+    func permitAndSend(for ticket: FetchTicket, deadline: MonotonicInstant? = nil) async throws {
+        try await permit(for: ticket, deadline: deadline)
+        sent(ticket)
+    }
+}
+
+@Suite("Signature budget: counted when sent")
+struct SignatureBudgetSendTests {
+    @Test func aPermitNotYetSentHoldsItsPlaceInTheCapAndCountsFromItsSend() async throws {
+        let clock = ManualClock()
+        let budget = SignatureBudget(perMinute: 6, clock: clock, wakesItself: false)
+        // The burst is 1: one permit, its request held (waiting for a lane place) for 50 s.
+        let first = FetchTicket(priority: .get)
+        try await budget.permit(for: first)
+        clock.advance(50)
+        budget.sent(first)
+        // Five more over the next 50 s (one every 10 s, the bucket's rate), sent at once.
+        for _ in 0..<5 {
+            clock.advance(10)
+            try await budget.permitAndSend(for: FetchTicket(priority: .get))
+        }
+        // Six sent between 50 s and 100 s: the cap holds the next until the first send (at 50 s)
+        // is 61 s old, although the bucket would have one at 110 s.
+        let waiting = Task { try await budget.permitAndSend(for: FetchTicket(priority: .get)) }
+        for _ in 0..<200 where budget.counters.queued == 0 { await Task.yield() }
+        clock.advance(10)
+        budget.serveDue()
+        #expect(budget.counters.signatures == 6, "at 110 s the first send is 60 s old: still in the window")
+        clock.advance(1.5)
+        budget.serveDue()
+        try await waiting.value
+        #expect(budget.counters.signatures == 7)
+        // Sending twice, or a ticket that had no permit, changes nothing.
+        budget.sent(first)
+        budget.sent(FetchTicket(priority: .get))
+        #expect(budget.counters.signatures == 7)
     }
 }

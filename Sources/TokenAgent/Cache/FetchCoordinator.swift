@@ -250,10 +250,14 @@ final class FetchCoordinator: Sendable {
             let result: Result<FetchedToken, ProviderError>
             do {
                 if let budget { try await budget.permit(for: ticket, deadline: deadline) }
+                // A permit is counted at the API from when its request leaves, or at once when
+                // none will (cancelled while it waited for its place).
+                defer { budget?.sent(ticket) }
                 result = .success(
                     try await lane.withPlace(ticket: ticket) {
                         // Dropped while it waited (or between its place and this): no fetch.
                         guard placed(key, number: number) else { throw CancellationError() }
+                        budget?.sent(ticket)
                         let started = ContinuousClock.now
                         defer {
                             let elapsed = (ContinuousClock.now - started).components

@@ -8,10 +8,12 @@ import TokenWire
 /// It is a token bucket with a cap. The bucket holds at most ``burst`` permits (a sixth of the
 /// minute's, at least 1: ten seconds' worth) and refills at `perMinute / 60` a second, so a burst
 /// of fetches (start-up, a big `WARM`, a reload that drops a kind's tokens) gets a sixth of the
-/// minute at once and the rest spread evenly over the time after it. The cap makes it exact:
-/// a permit is granted only while fewer than `perMinute` were granted in the 60 s before, so no
-/// 60-second window ever holds more than `perMinute`, however the bucket and the arrivals fall.
-/// A full minute of sustained demand is served at the full rate.
+/// minute at once and the rest spread evenly over the time after it. The cap makes it exact where
+/// it counts, at the API: a permit is granted only while fewer than `perMinute` signatures were
+/// sent in the last 61 s or are granted and not yet sent (``sent(_:)``, called as the request
+/// leaves), so no 60-second window at the API holds more than `perMinute`, however the bucket, the
+/// arrivals and the lane's waits fall, with a second to spare for the network. Sustained demand is
+/// served at `perMinute` per 61 s (98% of the rate).
 ///
 /// Past the budget, waiters are served by ``FetchPriority`` (GET, then refresh, then WARM),
 /// first come first served within one; a ticket promoted while it waits moves to the end of the
@@ -54,8 +56,10 @@ public final class SignatureBudget: Sendable {
         /// a nanosecond, exactly.
         var level: Int64
         var refilledAt: Int64
-        /// When each permit of the last 60 s was granted, oldest first from `recentHead`.
+        /// When each signature of the last 61 s was sent, oldest first from `recentHead`.
         var recent: [Int64] = []
+        /// Tickets granted a permit whose request has not been sent yet.
+        var sending: Set<UInt64> = []
         var recentHead = 0
         var waiters = PriorityWaiters<Waiter>()
         /// (deadline, ticket) of waiters with a deadline, earliest first; stale ones are skipped.
@@ -69,7 +73,8 @@ public final class SignatureBudget: Sendable {
     }
 
     private static let unit: Int64 = 60_000_000_000
-    private static let window: Int64 = 60_000_000_000
+    /// The cap's window: a minute, and a second for a request's way to the API.
+    private static let window: Int64 = 61_000_000_000
 
     /// Signatures allowed in any 60 seconds (1 to 1,000,000).
     public let perMinute: Int
@@ -133,7 +138,7 @@ public final class SignatureBudget: Sendable {
                     refill(&state, now: now)
                     // Only with nobody waiting: a permit free now is the first waiter's.
                     if state.waiters.isEmpty, canGrant(&state, now: now) {
-                        grant(&state, now: now)
+                        grant(&state, number, now: now)
                         return .grant
                     }
                     if let deadlineNanoseconds, deadlineNanoseconds <= now {
@@ -161,6 +166,18 @@ public final class SignatureBudget: Sendable {
         }
     }
 
+    /// The request `ticket` was granted a permit for leaves now (or never will: a fetch cancelled
+    /// after its permit calls this too, and its permit counts as spent now). From here its
+    /// signature counts in the cap's window by this time. Calling it again, or for a ticket
+    /// without a permit, does nothing.
+    public func sent(_ ticket: FetchTicket) {
+        let now = Self.nanoseconds(clock)
+        state.withLock { state in
+            guard state.sending.remove(ticket.number) != nil else { return }
+            state.recent.append(now)
+        }
+    }
+
     /// Moves `ticket`, if it waits here, to the end of the GET queue (after a promotion).
     public func promote(_ ticket: FetchTicket) {
         state.withLock { $0.waiters.raise(ticket.number, to: Self.level(ticket)) }
@@ -175,8 +192,8 @@ public final class SignatureBudget: Sendable {
         var late: [CheckedContinuation<Void, any Error>] = []
         let retryAfter = state.withLock { state -> Int in
             refill(&state, now: now)
-            while !state.waiters.isEmpty, canGrant(&state, now: now), let (_, waiter) = state.waiters.next() {
-                grant(&state, now: now)
+            while !state.waiters.isEmpty, canGrant(&state, now: now), let (number, waiter) = state.waiters.next() {
+                grant(&state, number, now: now)
                 granted.append(waiter.continuation)
             }
             while state.deadlineHead < state.deadlines.count, state.deadlines[state.deadlineHead].at <= now {
@@ -221,12 +238,12 @@ public final class SignatureBudget: Sendable {
             state.recent.removeFirst(state.recentHead)
             state.recentHead = 0
         }
-        return state.level >= Self.unit && state.recentCount < perMinute
+        return state.level >= Self.unit && state.recentCount + state.sending.count < perMinute
     }
 
-    private func grant(_ state: inout State, now: Int64) {
+    private func grant(_ state: inout State, _ number: UInt64, now: Int64) {
         state.level -= Self.unit
-        state.recent.append(now)
+        state.sending.insert(number)
         state.counters.signatures += 1
     }
 
@@ -237,9 +254,16 @@ public final class SignatureBudget: Sendable {
             let missing = Self.unit - state.level
             at = now + (missing + Int64(perMinute) - 1) / Int64(perMinute)
         }
-        if state.recentCount >= perMinute {
-            // The oldest grant that must leave the window for the count to drop below the cap.
-            at = max(at, state.recent[state.recent.count - perMinute] + Self.window)
+        let excess = state.recentCount + state.sending.count - perMinute + 1
+        if excess > 0 {
+            if excess <= state.recentCount {
+                // The newest of the sends that must leave the window for the count to drop below
+                // the cap.
+                at = max(at, state.recent[state.recentHead + excess - 1] + Self.window)
+            } else {
+                // Permits still to be sent fill the cap: look again in a second.
+                at = max(at, now + 1_000_000_000)
+            }
         }
         return at
     }
