@@ -183,6 +183,31 @@ struct KeylessIssuerTests {
         await fake.stop()
     }
 
+    @Test func aKindRunsAsManySignaturesAtOnceAsItsLaneAllowsNotEight() async throws {
+        let fake = try await FakeGoogle.start()
+        // Every signJwt is answered 3 s after it arrives (arrivals are recorded at once).
+        fake.setIAMLatency(milliseconds: 3000)
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let agent = try await AgentProcess(
+            ["--config", try await Self.config(fake, directory: directory), "--max-concurrent-fetches", "16"],
+            environment: Self.environment(metadataHost: fake.metadataHost, directory: directory)
+        )
+        let started = Date()
+        let gets = (0..<16).map { index in Task { try await agent.send("GET vehicle c-\(index)") } }
+        // All 16 reach IAM before the first could have been answered: the HTTP client's pool is
+        // not the bound (AsyncHTTPClient's default of 8 connections a host was).
+        var arrived = 0
+        while Date().timeIntervalSince(started) < 2.8 {
+            arrived = fake.signJwtCalls.count
+            if arrived >= 16 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(arrived == 16, "\(arrived) signJwt calls in flight at once")
+        for get in gets { #expect(tokenOf(try await get.value.first) != nil) }
+        await agent.stop()
+        await fake.stop()
+    }
+
     @Test func theMetadataServerDownAtStartStopsOnlyTheKeylessKinds() async throws {
         let fake = try await FakeGoogle.start()
         fake.inject(.serverError(status: 503), into: .metadata, times: nil)

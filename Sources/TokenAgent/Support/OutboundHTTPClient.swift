@@ -6,9 +6,16 @@ extension HTTPClient {
     /// longer than the request's deadline (`timeout`), so a silent server always ends as "Deadline
     /// exceeded", not as whichever of two equal timers a loaded machine happens to fire first.
     /// Redirects are not followed (a bearer token or an id must not travel elsewhere), and bodies
-    /// are not decompressed (their size limits count the bytes received).
+    /// are not decompressed (their size limits count the bytes received). The pool may open as
+    /// many HTTP/1.1 connections to a host as the kind's lane lets fetches run
+    /// (`max_concurrent_fetches`, at most 1024): AsyncHTTPClient's default of 8 made every fetch
+    /// past the eighth wait for a connection, whatever `max_concurrent_fetches` said.
     static func outbound(connectTimeout: Double, timeout: Double) -> HTTPClient {
         var configuration = HTTPClient.Configuration()
+        configuration.connectionPool = .init(
+            idleTimeout: .seconds(60),
+            concurrentHTTP1ConnectionsPerHostSoftLimit: 1024
+        )
         configuration.timeout = .init(
             connect: .milliseconds(Int64(connectTimeout * 1000)),
             read: .milliseconds(Int64(timeout * 1000) + 1000)
