@@ -34,11 +34,15 @@ struct ImplausibleTokenReply: Sendable, CustomTestStringConvertible {
 @Suite("Hostile replies to the client")
 struct HostileClientReplyTests {
     /// A client of the socket alone (no memo, no shared memory unless asked for).
-    private func client(_ agent: HostileAgent, sharedMemory: Bool = false) -> FleetTokenClient {
+    private func client(
+        _ agent: HostileAgent,
+        sharedMemory: Bool = false,
+        callTimeout: Double = 10
+    ) -> FleetTokenClient {
         var configuration = FleetTokenClient.Configuration()
         configuration.memoization = false
         configuration.sharedMemory = sharedMemory
-        configuration.callTimeout = 10
+        configuration.callTimeout = callTimeout
         return FleetTokenClient(socketPath: agent.socketPath, configuration: configuration)
     }
 
@@ -68,7 +72,8 @@ struct HostileClientReplyTests {
     @Test func anEndlessMetricsReplyFailsAtItsLimit() async throws {
         let agent = try HostileAgent { _ in .endless(Array(String(repeating: "# HELP x y\n", count: 400).utf8)) }
         defer { agent.stop() }
-        let error = await failure { _ = try await client(agent).metrics() }
+        // 8 MiB to read before the limit: a debug build on a loaded machine needs more than 10 s.
+        let error = await failure { _ = try await client(agent, callTimeout: 60).metrics() }
         guard case .invalidReply(let text) = error else {
             Issue.record("expected invalidReply, got \(String(describing: error))")
             return
