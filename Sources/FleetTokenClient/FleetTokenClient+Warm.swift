@@ -50,23 +50,31 @@ extension FleetTokenClient {
             if ids[subject.kind] == nil { kinds.append(subject.kind) }
             ids[subject.kind, default: []].append(subject.id)
         }
-        var requests: [WireRequest] = []
-        for kind in kinds {
-            var line: [String] = []
-            var bytes = "WARM \(kind)".utf8.count
-            for id in ids[kind] ?? [] {
-                if !line.isEmpty,
-                    line.count == WireLimits.maxWarmIDs || bytes + 1 + id.utf8.count > WireLimits.maxRequestLineBytes
-                {
-                    requests.append(.warm(kind: kind, ids: line))
-                    line = []
-                    bytes = "WARM \(kind)".utf8.count
-                }
-                line.append(id)
-                bytes += 1 + id.utf8.count
+        return kinds.flatMap { kind in
+            idLines(verb: "WARM", kind: kind, ids: ids[kind] ?? [], maxIDs: WireLimits.maxWarmIDs).map {
+                WireRequest.warm(kind: kind, ids: $0)
             }
-            if !line.isEmpty { requests.append(.warm(kind: kind, ids: line)) }
         }
-        return requests
     }
+}
+
+/// `ids` split, in order, into the id lists of `<verb> <kind> <id> <id> ...` lines of at most
+/// `maxIDs` ids and ``WireLimits/maxRequestLineBytes`` bytes each (an id that alone makes a line
+/// too long gets a line of its own, for the agent to refuse).
+func idLines(verb: String, kind: String, ids: some Sequence<String>, maxIDs: Int = .max) -> [[String]] {
+    let prefix = verb.utf8.count + 1 + kind.utf8.count
+    var lines: [[String]] = []
+    var line: [String] = []
+    var bytes = prefix
+    for id in ids {
+        if !line.isEmpty, line.count == maxIDs || bytes + 1 + id.utf8.count > WireLimits.maxRequestLineBytes {
+            lines.append(line)
+            line = []
+            bytes = prefix
+        }
+        line.append(id)
+        bytes += 1 + id.utf8.count
+    }
+    if !line.isEmpty { lines.append(line) }
+    return lines
 }

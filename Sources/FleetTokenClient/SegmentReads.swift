@@ -215,22 +215,9 @@ final class SegmentReads: Sendable {
         var touched: [String: Set<String>] = [:]
         for shard in shards { touched.merge(shard.takeTouched()) { $0.union($1) } }
         interval.add(1, ordering: .relaxed)
-        var requests: [WireRequest] = []
-        for (kind, ids) in touched {
-            var batch: [String] = []
-            var length = "TOUCH \(kind)".utf8.count
-            for id in ids {
-                if length + 1 + id.utf8.count > WireLimits.maxRequestLineBytes, !batch.isEmpty {
-                    requests.append(.touch(kind: kind, ids: batch))
-                    batch = []
-                    length = "TOUCH \(kind)".utf8.count
-                }
-                batch.append(id)
-                length += 1 + id.utf8.count
-            }
-            if !batch.isEmpty { requests.append(.touch(kind: kind, ids: batch)) }
+        return touched.flatMap { kind, ids in
+            idLines(verb: "TOUCH", kind: kind, ids: ids).map { WireRequest.touch(kind: kind, ids: $0) }
         }
-        return requests
     }
 
     /// Starts the reporter when none runs; `false` when one does.
