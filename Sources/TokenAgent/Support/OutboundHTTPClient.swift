@@ -8,8 +8,8 @@ extension HTTPClient {
     /// Redirects are not followed (a bearer token or an id must not travel elsewhere), and bodies
     /// are not decompressed (their size limits count the bytes received). The pool may open as
     /// many HTTP/1.1 connections to a host as the kind's lane lets fetches run
-    /// (`max_concurrent_fetches`, at most 1024): AsyncHTTPClient's default of 8 made every fetch
-    /// past the eighth wait for a connection, whatever `max_concurrent_fetches` said.
+    /// (`max_concurrent_fetches`, at most 1024); AsyncHTTPClient's default of 8 would make every
+    /// fetch past the eighth wait for a connection, whatever `max_concurrent_fetches` says.
     static func outbound(connectTimeout: Double, timeout: Double) -> HTTPClient {
         var configuration = HTTPClient.Configuration()
         configuration.connectionPool = .init(
