@@ -1,14 +1,15 @@
 import Foundation
 
 extension ProviderSet {
-    /// One kind's issuer as configured, read (its key file) but not made yet.
+    /// One kind's issuer as configured: a key-file issuer already read (it holds no connection),
+    /// a key-less one not made yet.
     struct ConfiguredIssuer {
         var kind: String
         var settings: IssuerSettings
         /// What the issuer is made of: equal identities mean an unchanged issuer.
         var identity: String
-        /// The key file's contents, for a key-file issuer.
-        var key: Data?
+        /// The issuer of a key file, made from it when it was read.
+        var local: LocalIssuer?
         var lifetime: Double
         var claims: IssuerClaims
 
@@ -21,19 +22,9 @@ extension ProviderSet {
             // Each issuer its own budget: a key-less one always (the project's IAM quota), a key
             // file only when it sets one.
             let perMinute = settings.signsPerMinute.map { Int($0) }
-            if let key {
-                do {
-                    var issuer = try LocalIssuer(
-                        serviceAccountJSON: key,
-                        lifetime: lifetime,
-                        claims: claims,
-                        clock: clock
-                    )
-                    issuer.signatureBudget = perMinute.map { SignatureBudget(perMinute: $0, clock: clock) }
-                    return issuer
-                } catch {
-                    throw ConfigurationError(key: "issuers.\(kind).key_file", "\(error)")
-                }
+            if var local {
+                local.signatureBudget = perMinute.map { SignatureBudget(perMinute: $0, clock: clock) }
+                return local
             }
             guard let account = settings.serviceAccount, let credentials else {
                 throw ConfigurationError(key: "issuers.\(kind)", "needs exactly one of key_file and service_account")
@@ -51,7 +42,7 @@ extension ProviderSet {
         }
     }
 
-    /// Reads every configured issuer's settings and key file; nothing is made yet, so a bad
+    /// Reads every configured issuer's settings and key file; no HTTP client is made yet, so a bad
     /// configuration leaves nothing to shut down.
     static func readIssuers(_ configuration: AgentConfiguration, clock: any AgentClock) throws -> [String:
         ConfiguredIssuer]
@@ -63,18 +54,18 @@ extension ProviderSet {
             let lifetime = settings.lifetime ?? configuration.issuerLifetime
             var identity = "issuer lifetime=\(lifetime) claim=\(claimNames[kind] ?? "*")"
             identity += " budget=\(settings.signsPerMinute.map { "\(Int($0))" } ?? "default")"
-            var key: Data?
+            let claims = IssuerClaims(claimNames: claimNames)
+            var local: LocalIssuer?
             if let path = settings.keyFile {
                 guard let data = FileManager.default.contents(atPath: path) else {
                     throw ConfigurationError(key: "issuers.\(kind).key_file", "cannot read \(path)")
                 }
-                // Checked now, so a bad key is a configuration error at start and at reload.
+                // Read now, so a bad key is a configuration error at start and at reload.
                 do {
-                    _ = try LocalIssuer(serviceAccountJSON: data, claims: IssuerClaims(), clock: clock)
+                    local = try LocalIssuer(serviceAccountJSON: data, lifetime: lifetime, claims: claims, clock: clock)
                 } catch {
                     throw ConfigurationError(key: "issuers.\(kind).key_file", "\(error)")
                 }
-                key = data
                 identity += " key=\(digest(Array(data)))"
             } else if let account = settings.serviceAccount {
                 identity += " account=\(account) endpoint=\(configuration.iamEndpoint)"
@@ -83,9 +74,9 @@ extension ProviderSet {
                 kind: kind,
                 settings: settings,
                 identity: identity,
-                key: key,
+                local: local,
                 lifetime: lifetime,
-                claims: IssuerClaims(claimNames: claimNames)
+                claims: claims
             )
         }
         return issuers
