@@ -143,4 +143,30 @@ struct ContainerConfigurationTests {
             "the credentials file matters only to key-less issuers"
         )
     }
+
+    /// The Kubernetes ConfigMap's `config.json` is a configuration the agent takes, with the
+    /// container settings on.
+    @Test func theKubernetesConfigMapHoldsAValidConfiguration() throws {
+        let manifest = try DocText.read("packaging/kubernetes/configmap.yaml")
+        let lines = manifest.components(separatedBy: "\n")
+        let start = try #require(lines.firstIndex { $0.trimmingCharacters(in: .whitespaces) == "config.json: |" })
+        let block = lines[(start + 1)...].prefix { $0.hasPrefix("    ") || $0.isEmpty }
+        let configuration = try ConfigurationFile.parse(
+            Data(block.joined(separator: "\n").utf8),
+            over: AgentConfiguration()
+        )
+        try configuration.validate()
+        try configuration.checkAccessKinds()
+        #expect(!configuration.access.trustRoot)
+        #expect(configuration.watchConfig)
+        #expect(configuration.socketGroup.flatMap { UInt32($0) } != nil, "a numeric socket group")
+        for (kind, list) in configuration.access.allow {
+            for reference in list.users + list.groups {
+                guard case .number = reference else {
+                    Issue.record("allow.\(kind) names \(reference): the image knows no names")
+                    continue
+                }
+            }
+        }
+    }
 }
