@@ -138,7 +138,7 @@ struct SharedSegmentsTests {
         #expect(read(segments, "v-1") == "tok-v-1-new", "the older token is gone")
         #expect(segments.statistics().heldOutside == 19)
         // Once the window allows a generation again, a beat makes one holding the rest.
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = Date().addingTimeInterval(30)
         while segments.statistics().segments == 0, Date() < deadline {
             segments.beat()
             try await Task.sleep(for: .milliseconds(20))
