@@ -81,10 +81,11 @@ public final class AccessControl: Sendable {
             return logged.insert(denial).inserted
         }
         if first {
-            var metadata: Logger.Metadata = [
-                "token_kind": "\(kind)", "peer_pid": "\(denial.pid)", "peer_uid": "\(denial.uid)",
-            ]
-            if let peer, let name = ProcFile.processName(pid: peer.pid) { metadata["peer_process"] = "\(name)" }
+            var metadata = PeerCredentials.logMetadata(peer)
+            metadata["token_kind"] = "\(kind)"
+            if let pid = peer?.visiblePID, let name = ProcFile.processName(pid: pid) {
+                metadata["peer_process"] = "\(name)"
+            }
             logger.warning("request denied", metadata: metadata)
         }
         return error

@@ -60,7 +60,8 @@ enum PeerCredentialsReader {
 
     /// The `Groups:` line of `/proc/<pid>/status`.
     private static func procGroups(pid: Int32) -> [UInt32] {
-        guard let status = ProcFile.read("/proc/\(pid)/status") else { return [] }
+        // pid 0: a peer outside the agent's PID namespace, whose record cannot be read here.
+        guard pid > 0, let status = ProcFile.read("/proc/\(pid)/status") else { return [] }
         for line in status.split(separator: "\n") where line.hasPrefix("Groups:") {
             return line.dropFirst("Groups:".count).split(whereSeparator: { $0 == " " || $0 == "\t" })
                 .compactMap { UInt32($0) }

@@ -44,6 +44,7 @@ public enum Reconfiguration {
                     allow: rules.allow,
                     admin: rules.admin,
                     agentUID: rules.agentUID,
+                    trustRoot: rules.trustRoot,
                     kinds: Set(kinds).subtracting(closing)
                 )
             )

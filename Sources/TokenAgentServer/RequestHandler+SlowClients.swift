@@ -1,6 +1,7 @@
 // The two clocks on a slow peer: a partial line that never ends, and replies left unread.
 import Logging
 import NIOCore
+import TokenAgent
 import TokenWire
 
 extension RequestHandler {
@@ -38,10 +39,10 @@ extension RequestHandler {
             guard !context.channel.isWritable else { return }
             logger.info(
                 "closing a connection that does not read its replies",
-                metadata: [
-                    "peer_uid": "\(peer?.uid ?? UInt32.max)", "peer_pid": "\(peer?.pid ?? -1)",
-                    "stall_timeout_s": "\(stallTimeout.nanoseconds / 1_000_000_000)",
-                ]
+                metadata: PeerCredentials.logMetadata(peer).merging(
+                    ["stall_timeout_s": "\(stallTimeout.nanoseconds / 1_000_000_000)"],
+                    uniquingKeysWith: { $1 }
+                )
             )
             closed = true
             acceptingRequests = false

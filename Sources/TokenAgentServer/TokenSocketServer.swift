@@ -106,12 +106,16 @@ public final class TokenSocketServer: Service, Sendable {
         }
         var groupID: gid_t?
         if let group = configuration.group {
-            guard let entry = getgrnam(group) else {
+            // A number is a gid as it is: an image's /etc/group need not know the workers' group.
+            if let number = gid_t(group) {
+                groupID = number
+            } else if let entry = getgrnam(group) {
+                groupID = entry.pointee.gr_gid
+            } else {
                 try? await channel.close()
                 unlink(path)
                 throw SocketPath.Problem(description: "socket group \(group) does not exist")
             }
-            groupID = entry.pointee.gr_gid
         }
         do {
             let mode = mode_t(configuration.mode)
@@ -160,9 +164,10 @@ public final class TokenSocketServer: Service, Sendable {
                     case .tooManyForUID(let uid):
                         logger.warning(
                             "connection refused: too many connections for one uid",
-                            metadata: [
-                                "peer_uid": "\(uid)", "peer_pid": "\(peer?.pid ?? -1)", "limit": "\(perUIDLimit)",
-                            ]
+                            metadata: PeerCredentials.logMetadata(peer).merging(
+                                ["peer_uid": "\(uid)", "limit": "\(perUIDLimit)"],
+                                uniquingKeysWith: { $1 }
+                            )
                         )
                     }
                     try channel.pipeline.syncOperations.addHandlers([

@@ -14,6 +14,11 @@ struct AgentRuntime {
     let providers: ProviderSet.Built
     let rules: AccessRules
     let load: @Sendable () throws -> AgentConfiguration
+    /// The config file, watched with `watch_config`.
+    let configPath: String?
+    /// The config file as it was just before it was read, for the watcher's first comparison.
+    let configFileBeforeLoad: WatchedFiles
+    let environment: [String: String]
     /// Finds the host's credentials for key-less issuers, at start-up and at every reload.
     let discoverCredentials: ProviderSet.CredentialsDiscovery
     let logLevel: LogLevelControl
@@ -108,6 +113,7 @@ struct AgentRuntime {
             onListening: { notifier.ready(status: status.summary()) }
         )
         let reload = ReloadService(
+            configuration: configuration,
             load: load,
             discoverCredentials: discoverCredentials,
             engine: engine,
@@ -147,6 +153,23 @@ struct AgentRuntime {
                         )
                     ),
                     .init(service: reload),
+                    .init(
+                        service: ConfigWatchService(
+                            reload: reload,
+                            configPath: configPath,
+                            environment: environment,
+                            started: configFileBeforeLoad.restricted(
+                                to: WatchedFiles(
+                                    paths: ConfigWatchService.paths(
+                                        configuration,
+                                        configPath: configPath,
+                                        environment: environment
+                                    )
+                                )
+                            ),
+                            logger: Logger(label: "fleet-tokend.reload")
+                        )
+                    ),
                 ] + optional + (segments.map { [.init(service: SegmentHeartbeat(segments: $0))] } ?? []),
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger

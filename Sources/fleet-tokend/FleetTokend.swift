@@ -6,6 +6,6 @@ struct FleetTokend: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fleet-tokend",
         abstract: "Per-host agent that caches and refreshes Fleet Engine JWTs and serves them on a Unix socket.",
-        subcommands: [ServeCommand.self, GetCommand.self, ReloadCommand.self, StatusCommand.self]
+        subcommands: [ServeCommand.self, GetCommand.self, ReloadCommand.self, StatusCommand.self, PingCommand.self]
     )
 }

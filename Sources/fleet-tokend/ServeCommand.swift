@@ -81,10 +81,19 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Seconds without a refresher pass before PING reports it stalled (default 10).")
     var refresherStallAfter: Double?
 
+    @Flag(
+        inversion: .prefixedNo,
+        help:
+            "Reload when the config file or a file it names changes, as on SIGHUP (default off; for hosts without systemd, e.g. Kubernetes)."
+    )
+    var watchConfig: Bool?
+
     func run() async throws {
         // SIGHUP means reload (ReloadService); never let it end the process before that listens.
         signal(SIGHUP, SIG_IGN)
         let environment = ProcessInfo.processInfo.environment
+        // Looked at before it is read: a change while it is read is then seen by the watcher.
+        let configFileBeforeLoad = WatchedFiles(paths: config.map { [$0] } ?? [])
         let configuration: AgentConfiguration
         do {
             configuration = try resolvedConfiguration(environment: environment)
@@ -126,6 +135,9 @@ struct ServeCommand: AsyncParsableCommand {
             providers: providers,
             rules: rules,
             load: { [self] in try resolvedConfiguration(environment: environment) },
+            configPath: config,
+            configFileBeforeLoad: configFileBeforeLoad,
+            environment: environment,
             discoverCredentials: discoverCredentials,
             logLevel: logLevel,
             logger: logger
@@ -183,6 +195,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let metricsListen { configuration.metricsListen = metricsListen }
         if let degradedAfter { configuration.degradedAfter = degradedAfter }
         if let refresherStallAfter { configuration.refresherStallAfter = refresherStallAfter }
+        if let watchConfig { configuration.watchConfig = watchConfig }
         configuration = configuration.resolvingCredentials(environment: environment)
         try configuration.validate()
         return configuration

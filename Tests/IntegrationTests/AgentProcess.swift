@@ -55,9 +55,10 @@ final class AgentProcess: @unchecked Sendable {
             if (try? await SocketClient.exchange(self.socketPath, "PING\n", lines: 1)) == ["PONG"] { return }
             try await Task.sleep(for: .milliseconds(50))
         }
-        // Not left running behind the failed test.
+        // Not left running behind the failed test; waited for off the pool.
         kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        let process = self.process
+        try? await offPool { process.waitUntilExit() }
         throw AgentError("agent did not answer PING in time:\n\(self.log)")
     }
 
@@ -73,7 +74,8 @@ final class AgentProcess: @unchecked Sendable {
         if process.isRunning { process.terminate() }
         for _ in 0..<400 where process.isRunning { try? await Task.sleep(for: .milliseconds(25)) }
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        let process = self.process
+        try? await offPool { process.waitUntilExit() }
         return process.terminationStatus
     }
 

@@ -36,10 +36,14 @@ public struct AccessConfiguration: Sendable, Hashable {
     public var allow: [String: PrincipalList]
     /// Who may use the operator verbs (`DROP`, `STATS`); `nil` leaves them open.
     public var admin: PrincipalList?
+    /// Whether uid 0 passes every rule (`trust_root`, default on). Off in containers, where root
+    /// may be any pod's user and cannot read the agent's memory.
+    public var trustRoot: Bool
 
     /// Creates a configuration; the default has no rules at all.
-    public init(allow: [String: PrincipalList] = [:], admin: PrincipalList? = nil) {
+    public init(allow: [String: PrincipalList] = [:], admin: PrincipalList? = nil, trustRoot: Bool = true) {
         self.allow = allow
         self.admin = admin
+        self.trustRoot = trustRoot
     }
 }

@@ -43,7 +43,9 @@ public struct SystemPrincipalResolver: PrincipalResolver {
 /// learns new kinds and forgets old ones, never lets a kind be served without the rules of its
 /// own generation.
 ///
-/// uid 0 and the agent's own uid pass every rule: they can read the agent's memory anyway.
+/// The agent's own uid passes every rule, and so does uid 0 unless ``trustRoot`` is off: on a host
+/// they can read the agent's memory anyway. In a container, root may be any pod's user, which
+/// cannot read the agent's memory: there `trust_root: false` makes uid 0 an ordinary uid.
 public struct AccessRules: Sendable, Hashable {
     /// What the rules say of a peer's request for a kind.
     public enum Verdict: Sendable, Hashable {
@@ -76,8 +78,10 @@ public struct AccessRules: Sendable, Hashable {
     public private(set) var allow: [String: Principals]
     /// Who may use the operator verbs; `nil` when they are open.
     public var admin: Principals?
-    /// The agent's own uid (always allowed, like uid 0).
+    /// The agent's own uid (always allowed).
     public var agentUID: UInt32
+    /// Whether uid 0 passes every rule (`trust_root`, default on).
+    public var trustRoot: Bool
     /// The configured kinds these rules are for, sorted; `nil`: rules for whatever kinds the
     /// engine serves (rules made without a configuration, as in tests).
     public let kinds: [String]?
@@ -90,10 +94,17 @@ public struct AccessRules: Sendable, Hashable {
     }
 
     /// Creates rules from numbers, for the configured `kinds` when given (see ``kinds``).
-    public init(allow: [String: Principals], admin: Principals?, agentUID: UInt32, kinds: Set<String>? = nil) {
+    public init(
+        allow: [String: Principals],
+        admin: Principals?,
+        agentUID: UInt32,
+        trustRoot: Bool = true,
+        kinds: Set<String>? = nil
+    ) {
         self.allow = allow
         self.admin = admin
         self.agentUID = agentUID
+        self.trustRoot = trustRoot
         self.kinds = kinds?.sorted()
         var byKind: [String: Principals?] = [:]
         for kind in kinds ?? [] { byKind[kind] = .some(allow[kind]) }
@@ -125,22 +136,26 @@ public struct AccessRules: Sendable, Hashable {
         return isPrivileged(peer) || admin.match(peer)
     }
 
-    private func isPrivileged(_ peer: PeerCredentials) -> Bool { peer.uid == 0 || peer.uid == agentUID }
+    private func isPrivileged(_ peer: PeerCredentials) -> Bool {
+        peer.uid == agentUID || (trustRoot && peer.uid == 0)
+    }
 
     /// The kinds among `kinds` whose readers `new` rules decide differently from these.
     public func kindsWithChangedRules(to new: AccessRules, kinds: Set<String>) -> Set<String> {
-        if new.agentUID != agentUID { return kinds }
+        if new.agentUID != agentUID || new.trustRoot != trustRoot { return kinds }
         return kinds.filter { allow[$0] != new.allow[$0] }
     }
 
     public static func == (lhs: AccessRules, rhs: AccessRules) -> Bool {
-        lhs.allow == rhs.allow && lhs.admin == rhs.admin && lhs.agentUID == rhs.agentUID && lhs.kinds == rhs.kinds
+        lhs.allow == rhs.allow && lhs.admin == rhs.admin && lhs.agentUID == rhs.agentUID
+            && lhs.trustRoot == rhs.trustRoot && lhs.kinds == rhs.kinds
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(allow)
         hasher.combine(admin)
         hasher.combine(agentUID)
+        hasher.combine(trustRoot)
         hasher.combine(kinds)
     }
 
@@ -192,6 +207,13 @@ public struct AccessRules: Sendable, Hashable {
             allow[kind] = try principals(list, key: "allow.\(kind)")
         }
         let admin = try configuration.admin.map { try principals($0, key: "admin") }
-        return (AccessRules(allow: allow, admin: admin, agentUID: agentUID, kinds: kinds), warnings)
+        let rules = AccessRules(
+            allow: allow,
+            admin: admin,
+            agentUID: agentUID,
+            trustRoot: configuration.trustRoot,
+            kinds: kinds
+        )
+        return (rules, warnings)
     }
 }

@@ -80,6 +80,12 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var degradedAfter: Double = 120
     /// The refresher counts as stalled when it has not completed a pass for this long, seconds.
     public var refresherStallAfter: Double = 10
+    /// Whether the agent watches its config file and the files it names, and reloads when one
+    /// changes (`watch_config`): for Kubernetes, whose ConfigMap updates arrive as a symbolic-link
+    /// swap and no SIGHUP. Default off.
+    public var watchConfig = false
+    /// Seconds between two looks at the watched files (`watch_interval`, default 2).
+    public var watchInterval: Double = 2
 
     /// Creates the default configuration; the socket path comes from `environment`.
     public init(environment: [String: String] = [:]) {
@@ -220,6 +226,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         guard refresherStallAfter.isFinite, refresherStallAfter >= 2, refresherStallAfter <= 3600 else {
             throw ConfigurationError(key: "refresher_stall_after", "must be seconds from 2 to 3600")
+        }
+        guard watchInterval.isFinite, watchInterval >= 0.1, watchInterval <= 3600 else {
+            throw ConfigurationError(key: "watch_interval", "must be seconds from 0.1 to 3600")
         }
         guard Self.logLevels.contains(logLevel) else {
             throw ConfigurationError(key: "log_level", "must be one of \(Self.logLevels.joined(separator: ", "))")

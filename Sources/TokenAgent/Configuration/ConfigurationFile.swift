@@ -19,7 +19,7 @@ public enum ConfigurationFile {
         var maxQueuedFetchesPerUid: Double?
         var maxConnections: Double?
         var socketMode: String?
-        var socketGroup: String?
+        var socketGroup: Principal?
         var logLevel: String?
         var allow: [String: PrincipalListContents]?
         var admin: PrincipalListContents?
@@ -33,6 +33,9 @@ public enum ConfigurationFile {
         var metricsListen: String?
         var degradedAfter: Double?
         var refresherStallAfter: Double?
+        var trustRoot: Bool?
+        var watchConfig: Bool?
+        var watchInterval: Double?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case socket, providers, issuers
@@ -61,6 +64,9 @@ public enum ConfigurationFile {
             case metricsListen = "metrics_listen"
             case degradedAfter = "degraded_after"
             case refresherStallAfter = "refresher_stall_after"
+            case trustRoot = "trust_root"
+            case watchConfig = "watch_config"
+            case watchInterval = "watch_interval"
         }
     }
 
@@ -203,7 +209,7 @@ public enum ConfigurationFile {
         if let value = contents.maxConnections {
             configuration.maxConnections = try whole(value, key: "max_connections")
         }
-        if let value = contents.socketGroup { configuration.socketGroup = value }
+        if let value = contents.socketGroup { configuration.socketGroup = value.reference.description }
         if let value = contents.socketMode { configuration.socketMode = try AgentConfiguration.parseMode(value) }
         if let value = contents.logLevel { configuration.logLevel = value }
         if let value = contents.allow { configuration.access.allow = value.mapValues(\.list) }
@@ -219,6 +225,9 @@ public enum ConfigurationFile {
         if let value = contents.metricsListen { configuration.metricsListen = value }
         if let value = contents.degradedAfter { configuration.degradedAfter = value }
         if let value = contents.refresherStallAfter { configuration.refresherStallAfter = value }
+        if let value = contents.trustRoot { configuration.access.trustRoot = value }
+        if let value = contents.watchConfig { configuration.watchConfig = value }
+        if let value = contents.watchInterval { configuration.watchInterval = value }
         if let value = contents.maxConnectionsPerUid {
             configuration.maxConnectionsPerUID = try whole(value, key: "max_connections_per_uid")
         }

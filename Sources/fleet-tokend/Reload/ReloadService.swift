@@ -7,9 +7,10 @@ import TokenAgent
 import TokenAgentServer
 import UnixSignals
 
-/// Reloads on SIGHUP: re-reads the config file and the header and key files, keeps the cached
-/// tokens of kinds whose provider did not change, and refuses a broken configuration with a log
-/// line, keeping the old one. Tells systemd `RELOADING=1` … `READY=1` around it.
+/// Reloads on SIGHUP (and when ``ConfigWatchService`` sees a watched file change): re-reads the
+/// config file and the header and key files, keeps the cached tokens of kinds whose provider did
+/// not change, and refuses a broken configuration with a log line, keeping the old one. Tells
+/// systemd `RELOADING=1` … `READY=1` around it. One reload runs at a time.
 final class ReloadService: Service, Sendable {
     private let load: @Sendable () throws -> AgentConfiguration
     private let discoverCredentials: ProviderSet.CredentialsDiscovery
@@ -22,8 +23,13 @@ final class ReloadService: Service, Sendable {
     private let statistics: ReloadStatistics
     private let logLevel: LogLevelControl
     private let logger: Logger
+    /// The configuration in force: the starting one, then each one a reload applied.
+    private let applied: Mutex<AgentConfiguration>
+    /// Held for the whole of a reload, so a signal and the watcher never reload at once.
+    private let serial = Mutex(())
 
     init(
+        configuration: AgentConfiguration,
         load: @escaping @Sendable () throws -> AgentConfiguration,
         discoverCredentials: @escaping ProviderSet.CredentialsDiscovery,
         engine: TokenEngine,
@@ -36,6 +42,7 @@ final class ReloadService: Service, Sendable {
         logLevel: LogLevelControl,
         logger: Logger
     ) {
+        self.applied = Mutex(configuration)
         self.logLevel = logLevel
         self.statistics = statistics
         self.load = load
@@ -52,6 +59,9 @@ final class ReloadService: Service, Sendable {
     /// The digest of each kind's provider in force (for the cache hand-over).
     var providerDigests: [String: String] { current.withLock { $0.digests } }
 
+    /// The configuration in force.
+    var configuration: AgentConfiguration { applied.withLock { $0 } }
+
     /// The host's credentials in force, which key-less issuers share.
     var credentials: (any AccessTokenSource)? { current.withLock { $0.credentials } }
 
@@ -64,8 +74,14 @@ final class ReloadService: Service, Sendable {
         }
     }
 
-    /// One reload; public for tests and for `systemctl reload` through SIGHUP.
-    func reload() {
+    /// One reload, for SIGHUP (`systemctl reload`) and the config watcher; `reason` is logged.
+    /// - Returns: whether the new configuration was applied.
+    @discardableResult
+    func reload(reason: String = "SIGHUP") -> Bool {
+        serial.withLock { _ in reloadOnce(reason: reason) }
+    }
+
+    private func reloadOnce(reason: String) -> Bool {
         notifier.reloading()
         defer { notifier.ready(status: status()) }
         do {
@@ -100,6 +116,7 @@ final class ReloadService: Service, Sendable {
             )
             if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             current.withLock { $0 = built }
+            applied.withLock { $0 = configuration }
             if let old = previous.credentials, built.credentials.map({ $0 as AnyObject }) !== (old as AnyObject) {
                 // The old source's last users are the retired signers' fetches, cancelled by the
                 // reload: give them a moment to end before its connections close.
@@ -113,14 +130,20 @@ final class ReloadService: Service, Sendable {
             logger.notice(
                 "configuration reloaded",
                 metadata: [
+                    "reason": "\(reason)",
                     "kinds": "\(built.providers.keys.sorted().joined(separator: ","))",
                     "changed_kinds": "\(changed.sorted().joined(separator: ","))",
                     "log_level": "\(configuration.logLevel)",
                 ]
             )
+            return true
         } catch {
             statistics.recordRefused()
-            logger.error("reload refused; the old configuration stays", metadata: ["error": "\(error)"])
+            logger.error(
+                "reload refused; the old configuration stays",
+                metadata: ["reason": "\(reason)", "error": "\(error)"]
+            )
+            return false
         }
     }
 }

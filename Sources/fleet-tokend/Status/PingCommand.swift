@@ -1,0 +1,54 @@
+import ArgumentParser
+import Foundation
+import TokenWire
+
+/// `fleet-tokend ping`: the liveness probe, for hosts where no `socat` is at hand (a container
+/// image holds the binary alone). It sends `PING` and exits 0 on `PONG`.
+///
+/// It fails only when the agent is stuck: no answer in time, or an answer saying its refresher
+/// stalled. A degraded agent (a token provider or IAM down) still answers `PONG`: it is serving
+/// the tokens it holds, and restarting it would lose them.
+struct PingCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ping",
+        abstract: "Check that the running agent answers and its refresher runs (a liveness probe).",
+        discussion:
+            "Exit status: 0 the agent answered PONG; 1 it answered with an error (its refresher stalled); 69 unreachable, or no answer in time."
+    )
+
+    @Option(help: "Unix socket path (default $FLEET_TOKEND_SOCKET, else /run/fleet-tokend/tokens.sock).")
+    var socket: String?
+
+    @Option(help: "Seconds the whole exchange with the agent may take.")
+    var timeout: Double = 2
+
+    @Flag(help: "Print nothing; the exit status says it all.")
+    var quiet = false
+
+    func run() throws {
+        let path = socket ?? AgentDefaults.socketPath(environment: ProcessInfo.processInfo.environment)
+        let reply: String
+        do {
+            var connection = try AgentLineSocket(path: path, timeout: timeout)
+            defer { connection.close() }
+            try connection.write("PING\n")
+            reply = try connection.readLine()
+        } catch {
+            fail("agent unreachable: \(error) (socket \(path))", status: 69)
+        }
+        if reply == "PONG" {
+            if !quiet { print("PONG") }
+            return
+        }
+        if case .error(let error) = WireReply.parse(Substring(reply)) {
+            fail("the agent answered: \(error.code.rawValue) \(error.message)", status: 1)
+        }
+        fail("invalid reply from the agent (socket \(path))", status: 69)
+    }
+
+    /// Writes `message` (which may hold the agent's text, so escaped) and exits with `status`.
+    private func fail(_ message: String, status: Int32) -> Never {
+        if !quiet { FileHandle.standardError.write(Data("fleet-tokend: \(TerminalText.escaped(message))\n".utf8)) }
+        Foundation.exit(status)
+    }
+}
