@@ -44,6 +44,13 @@ let package = Package(
             path: "Examples/TokenWorker",
             swiftSettings: strict
         ),
+        // The worker scripts/e2e-containers runs in its worker containers: the client only.
+        .executableTarget(
+            name: "fleet-tokend-container-worker",
+            dependencies: ["FleetTokenClient"],
+            path: "Tests/ContainerWorker",
+            swiftSettings: strict
+        ),
         // libsystemd (Debian libsystemd-dev) and its Swift face: notify, listen fds, journal,
         // sealed memory files for the fd store. Nothing else calls C.
         .systemLibrary(
