@@ -16,8 +16,9 @@ struct AgentRuntime {
     let load: @Sendable () throws -> AgentConfiguration
     /// The config file, watched with `watch_config`.
     let configPath: String?
-    /// The config file as it was just before it was read, for the watcher's first comparison.
-    let configFileBeforeLoad: WatchedFiles
+    /// The watched files as they were when the starting configuration was read: the config file
+    /// just before, the files it names before the providers read them.
+    let watchedAtStart: WatchedFiles
     let environment: [String: String]
     /// Finds the host's credentials for key-less issuers, at start-up and at every reload.
     let discoverCredentials: ProviderSet.CredentialsDiscovery
@@ -158,15 +159,7 @@ struct AgentRuntime {
                             reload: reload,
                             configPath: configPath,
                             environment: environment,
-                            started: configFileBeforeLoad.restricted(
-                                to: WatchedFiles(
-                                    paths: ConfigWatchService.paths(
-                                        configuration,
-                                        configPath: configPath,
-                                        environment: environment
-                                    )
-                                )
-                            ),
+                            started: watchedAtStart,
                             logger: Logger(label: "fleet-tokend.reload")
                         )
                     ),

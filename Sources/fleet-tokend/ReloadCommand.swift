@@ -34,7 +34,8 @@ struct ReloadCommand: AsyncParsableCommand {
             configuration: configuration
         )
         let before = try? await client.stats()
-        guard pid > 1, kill(pid, SIGHUP) == 0 else {
+        // pid 1 is init on a host, never to be signalled; in a container it is the agent itself.
+        guard pid > 1 || (pid == 1 && Self.isThisProgram(pid: 1)), kill(pid, SIGHUP) == 0 else {
             fail("cannot signal process \(pid)")
         }
         guard let before, let applied = before["reloads"], let refused = before["reload_failures"] else {
@@ -55,5 +56,13 @@ struct ReloadCommand: AsyncParsableCommand {
     private func fail(_ message: String) -> Never {
         FileHandle.standardError.write(Data("fleet-tokend: \(message)\n".utf8))
         Foundation.exit(1)
+    }
+
+    /// Whether process `pid` runs the same executable as this one (`/proc/<pid>/exe`).
+    static func isThisProgram(pid: Int32) -> Bool {
+        guard let mine = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"),
+            let theirs = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")
+        else { return false }
+        return mine == theirs
     }
 }

@@ -101,6 +101,13 @@ struct ServeCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
             throw ExitCode(78)
         }
+        // The files the watcher compares with: the config file as it was before it was read, and
+        // the files it names before the providers read them below.
+        let watchedAtStart = configFileBeforeLoad.restricted(
+            to: WatchedFiles(
+                paths: ConfigWatchService.paths(configuration, configPath: config, environment: environment)
+            )
+        )
         let logLevel = LogLevelControl(Logger.Level(rawValue: configuration.logLevel) ?? .info)
         Self.bootstrapLogging(control: logLevel)
         let logger = Logger(label: "fleet-tokend")
@@ -136,7 +143,7 @@ struct ServeCommand: AsyncParsableCommand {
             rules: rules,
             load: { [self] in try resolvedConfiguration(environment: environment) },
             configPath: config,
-            configFileBeforeLoad: configFileBeforeLoad,
+            watchedAtStart: watchedAtStart,
             environment: environment,
             discoverCredentials: discoverCredentials,
             logLevel: logLevel,

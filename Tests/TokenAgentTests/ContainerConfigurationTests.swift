@@ -38,6 +38,9 @@ struct ContainerConfigurationTests {
             (#"{"socket_group": -1}"#, "socket_group"),
             (#"{"socket_group": 1.5}"#, "socket_group"),
             (#"{"socket_group": "two words"}"#, "socket_group"),
+            (#"{"socket_group": "4294967295"}"#, "socket_group"),
+            (#"{"socket_group": 4294967295}"#, "socket_group"),
+            (#"{"allow": {"vehicle": {"users": ["4294967295"]}}}"#, "allow.vehicle.users.0"),
         ] {
             #expect(throws: ConfigurationError.self, "\(json)") { try parse(json) }
             do {
@@ -59,8 +62,13 @@ struct ContainerConfigurationTests {
         #expect(!strict.allows(root, kind: "vehicle"))
         #expect(!strict.allowsAdmin(root))
         #expect(strict.allows(root, kind: "trip"), "a kind without rules stays open to root too")
-        #expect(strict.allows(PeerCredentials(pid: 0, uid: 999, gid: 999), kind: "vehicle"), "the agent's uid")
-        #expect(strict.allows(PeerCredentials(pid: 0, uid: 1001, gid: 1001), kind: "vehicle"))
+        #expect(strict.allows(PeerCredentials(pid: 7, uid: 999, gid: 999), kind: "vehicle"), "the agent's uid")
+        #expect(strict.allowsAdmin(PeerCredentials(pid: 7, uid: 999, gid: 999)))
+        // The agent's uid from outside its PID namespace (pid 0): any pod may run as that uid.
+        #expect(!strict.allows(PeerCredentials(pid: 0, uid: 999, gid: 999), kind: "vehicle"))
+        #expect(!strict.allowsAdmin(PeerCredentials(pid: 0, uid: 999, gid: 999)))
+        #expect(trusting.allows(PeerCredentials(pid: 0, uid: 999, gid: 999), kind: "vehicle"), "on a host it passes")
+        #expect(strict.allows(PeerCredentials(pid: 0, uid: 1001, gid: 1001), kind: "vehicle"), "rules by uid hold")
         let named = AccessRules(
             allow: ["vehicle": AccessRules.Principals(uids: [0])],
             admin: nil,

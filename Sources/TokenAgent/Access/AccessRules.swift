@@ -43,9 +43,10 @@ public struct SystemPrincipalResolver: PrincipalResolver {
 /// learns new kinds and forgets old ones, never lets a kind be served without the rules of its
 /// own generation.
 ///
-/// The agent's own uid passes every rule, and so does uid 0 unless ``trustRoot`` is off: on a host
-/// they can read the agent's memory anyway. In a container, root may be any pod's user, which
-/// cannot read the agent's memory: there `trust_root: false` makes uid 0 an ordinary uid.
+/// The agent's own uid and uid 0 pass every rule: on a host they can read the agent's memory
+/// anyway. In a container host, root, or the agent's uid, may be any pod's user, which cannot:
+/// there `trust_root: false` makes uid 0 an ordinary uid, and lets the agent's uid pass only from
+/// a process in the agent's own PID namespace (an `exec` into its container).
 public struct AccessRules: Sendable, Hashable {
     /// What the rules say of a peer's request for a kind.
     public enum Verdict: Sendable, Hashable {
@@ -136,8 +137,12 @@ public struct AccessRules: Sendable, Hashable {
         return isPrivileged(peer) || admin.match(peer)
     }
 
+    /// uid 0 with ``trustRoot``; the agent's own uid, and without ``trustRoot`` only from a process
+    /// in the agent's PID namespace (pid > 0): in a container host, a pod of another namespace may
+    /// run as any uid, the agent's included, and read nothing of the agent's.
     private func isPrivileged(_ peer: PeerCredentials) -> Bool {
-        peer.uid == agentUID || (trustRoot && peer.uid == 0)
+        if trustRoot { return peer.uid == 0 || peer.uid == agentUID }
+        return peer.uid == agentUID && peer.pid > 0
     }
 
     /// The kinds among `kinds` whose readers `new` rules decide differently from these.

@@ -91,7 +91,10 @@ public enum ConfigurationFile {
         init(from decoder: any Decoder) throws {
             let container = try decoder.singleValueContainer()
             if let name = try? container.decode(String.self) {
-                guard !name.isEmpty, name.utf8.count <= 256, !name.contains(where: \.isWhitespace) else {
+                // 4294967295 is (uid_t)-1, "no change" to chown: never an id.
+                guard !name.isEmpty, name.utf8.count <= 256, !name.contains(where: \.isWhitespace),
+                    UInt32(name) != UInt32.max
+                else {
                     throw DecodingError.dataCorruptedError(
                         in: container,
                         debugDescription: "must be a user or group name, or a number"
@@ -258,7 +261,7 @@ public enum ConfigurationFile {
     }
 
     private static func dotted(_ path: [any CodingKey]) -> String {
-        path.isEmpty ? "config" : path.map(\.stringValue).joined(separator: ".")
+        path.isEmpty ? "config" : path.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")
     }
 
     private static func describe(_ type: Any.Type) -> String {

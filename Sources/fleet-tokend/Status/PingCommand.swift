@@ -7,13 +7,14 @@ import TokenWire
 ///
 /// It fails only when the agent is stuck: no answer in time, or an answer saying its refresher
 /// stalled. A degraded agent (a token provider or IAM down) still answers `PONG`: it is serving
-/// the tokens it holds, and restarting it would lose them.
+/// the tokens it holds, and restarting it would lose them. A busy agent (`ERR busy`: all its
+/// connections taken) answers too, and passes.
 struct PingCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ping",
         abstract: "Check that the running agent answers and its refresher runs (a liveness probe).",
         discussion:
-            "Exit status: 0 the agent answered PONG; 1 it answered with an error (its refresher stalled); 69 unreachable, or no answer in time."
+            "Exit status: 0 the agent answered PONG, or busy (every connection taken); 1 it answered with another error (its refresher stalled); 69 unreachable, or no answer in time."
     )
 
     @Option(help: "Unix socket path (default $FLEET_TOKEND_SOCKET, else /run/fleet-tokend/tokens.sock).")
@@ -41,6 +42,12 @@ struct PingCommand: ParsableCommand {
             return
         }
         if case .error(let error) = WireReply.parse(Substring(reply)) {
+            // Busy (every connection taken, say) is an agent that answers: restarting it would
+            // only drop its cache. Only a stalled refresher is a stuck agent.
+            if error.code == .busy {
+                if !quiet { print("busy: \(TerminalText.escaped(error.message))") }
+                return
+            }
             fail("the agent answered: \(error.code.rawValue) \(error.message)", status: 1)
         }
         fail("invalid reply from the agent (socket \(path))", status: 69)
