@@ -117,25 +117,40 @@ final class FetchCoordinator: Sendable {
     /// The fetch of `key` in flight, started (for `owner`, the requesting uid) if there is none;
     /// `busy` when too many of the kind's fetches, or of `owner`'s first fetches, already wait for
     /// a place. The caller waits on it; a caller that leaves tells ``left(_:flight:)``.
-    func flight(for key: TokenKey, owner: UInt32? = nil) -> Result<Flight, EngineFailure> {
+    /// What ``flight(for:owner:unless:)`` did.
+    enum FlightStart {
+        /// Joined the flight in progress, or started one.
+        case started(Flight)
+        /// Started none: a fetch of the key ended since the caller's decision (`unless` held).
+        case recordedSince
+        /// Started none: this failure answers the request.
+        case refused(EngineFailure)
+    }
+
+    /// Joins the fetch of `key` in flight, or starts one, unless no flight is left to join and
+    /// `recordedSince` says a fetch has recorded a token since the caller decided to fetch (it
+    /// is asked under the coordinator's lock, so a flight cannot end in between: a fetch records
+    /// its result before its flight ends).
+    func flight(for key: TokenKey, owner: UInt32? = nil, unless recordedSince: () -> Bool) -> FlightStart {
         // The parser refuses these ids first; this keeps any other caller of the engine from
         // sending one to a provider or a signer.
         if let problem = TokenIdentifier.keyProblem(kind: key.kind, id: key.id.utf8) {
-            return .failure(.rejected("\(problem); never fetched"))
+            return .refused(.rejected("\(problem); never fetched"))
         }
         return state.withLock { state in
-            if let flight = join(key, in: &state) { return .success(flight) }
-            guard state.lanes[key.kind] != nil else { return .failure(state.runtime.unknownKind(key.kind)) }
+            if let flight = join(key, in: &state) { return .started(flight) }
+            if recordedSince() { return .recordedSince }
+            guard state.lanes[key.kind] != nil else { return .refused(state.runtime.unknownKind(key.kind)) }
             guard state.queuedByKind[key.kind, default: 0] < limits.queuedPerKind else {
-                return .failure(.busy(kind: key.kind))
+                return .refused(.busy(kind: key.kind))
             }
             if let owner, state.queuedByOwner[owner, default: 0] >= limits.queuedPerUID {
-                return .failure(.busyForUID(owner))
+                return .refused(.busyForUID(owner))
             }
             guard let flight = start(key, owner: owner, priority: .get, in: &state) else {
-                return .failure(state.runtime.unknownKind(key.kind))
+                return .refused(state.runtime.unknownKind(key.kind))
             }
-            return .success(flight)
+            return .started(flight)
         }
     }
 

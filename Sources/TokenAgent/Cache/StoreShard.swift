@@ -42,23 +42,27 @@ struct StoreShard {
     // MARK: Requests
 
     /// Decides a request on `key` at `now`: serve (the token handed to `serve`, under the lock),
-    /// fail, or fetch.
+    /// fail, or fetch. `fetched` is set to when the entry's token was fetched (`.origin` when
+    /// there is none), for ``fetchedAt(_:hash:)`` to tell whether a fetch ended since.
     mutating func decide(
         _ key: EntryKey,
         hash: Int,
         _ request: EngineRequest,
         now: MonotonicInstant,
+        fetched: inout MonotonicInstant,
         serve: (TokenView) -> Void
     ) -> StoreDecision {
         guard runtime.providers[key.kind] != nil else { return .fail(runtime.unknownKind(key.kind)) }
         let policy = runtime.policy
         guard let slot = table.slot(of: key, hashValue: hash) else {
             if request.isGet { misses += 1 }
+            fetched = .origin
             return .fetch
         }
         let mirror = self.mirror
         var reactivated = false
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
+            fetched = entry.fetchedAt
             reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
             entry.lastRead = now
             if request.isGet { entry.reads &+= 1 }
@@ -86,6 +90,12 @@ struct StoreShard {
             if case .fetch = decision { misses += 1 } else if case .served = decision { hits += 1 }
         }
         return decision
+    }
+
+    /// When the token of `key` was fetched; `.origin` when it has none. Never touches the entry.
+    func fetchedAt(_ key: EntryKey, hash: Int) -> MonotonicInstant {
+        guard let slot = table.slot(of: key, hashValue: hash) else { return .origin }
+        return table.entry(inSlot: slot)?.value.fetchedAt ?? .origin
     }
 
     /// A GET on an existing entry: ``StoreDecision/served`` means "serve the entry's token".

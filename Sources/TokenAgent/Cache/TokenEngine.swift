@@ -204,22 +204,37 @@ public final class TokenEngine: Sendable {
         requester: UInt32?,
         serve: (TokenView) -> Void
     ) -> Decision {
-        switch store.decide(key, request, now: clock.now, serve: serve) {
-        case .served: return .served
-        case .fail(let failure): return .ready(.failure(failure))
-        case .fetch:
-            let tokenKey = key.tokenKey
-            switch fetches.flight(for: tokenKey, owner: requester) {
-            case .success(let flight): return .wait(flight, tokenKey)
-            case .failure(let failure):
-                // A report whose replacement could not start has not used up its window.
-                if case .refresh(let refused?) = request { store.withdrawReport(key, refused: refused) }
-                return .ready(.failure(failure))
+        // A fetch of this key may end between the store's decision and the coordinator's lock:
+        // then no flight is left to join, and its token, recorded before its flight ended, may
+        // answer the request. It is decided again (twice at most; then it fetches as decided).
+        var attempt = 0
+        while true {
+            attempt += 1
+            var fetched = MonotonicInstant.origin
+            switch store.decide(key, request, now: clock.now, fetched: &fetched, serve: serve) {
+            case .served: return .served
+            case .fail(let failure): return .ready(.failure(failure))
+            case .fetch:
+                let tokenKey = key.tokenKey
+                let seen = fetched
+                let recheck = attempt < 3
+                switch fetches.flight(
+                    for: tokenKey,
+                    owner: requester,
+                    unless: { recheck && store.fetchedAt(key) != seen }
+                ) {
+                case .started(let flight): return .wait(flight, tokenKey)
+                case .recordedSince: continue
+                case .refused(let failure):
+                    // A report whose replacement could not start has not used up its window.
+                    if case .refresh(let refused?) = request { store.withdrawReport(key, refused: refused) }
+                    return .ready(.failure(failure))
+                }
+            case .joinOrFail(let failure):
+                let tokenKey = key.tokenKey
+                guard let flight = fetches.flightInProgress(for: tokenKey) else { return .ready(.failure(failure)) }
+                return .wait(flight, tokenKey)
             }
-        case .joinOrFail(let failure):
-            let tokenKey = key.tokenKey
-            guard let flight = fetches.flightInProgress(for: tokenKey) else { return .ready(.failure(failure)) }
-            return .wait(flight, tokenKey)
         }
     }
 
@@ -337,7 +352,8 @@ public final class TokenEngine: Sendable {
         let now = clock.now
         for id in ids where seen.insert(Array(id.utf8)).inserted && !TokenIdentifier.isReserved(id.utf8) {
             let key = EntryKey(kind: kind, id: id)
-            switch store.decide(key, .warm, now: now, serve: { _ in }) {
+            var fetched = MonotonicInstant.origin
+            switch store.decide(key, .warm, now: now, fetched: &fetched, serve: { _ in }) {
             case .served: outcome.cached += 1
             case .fetch: toFetch.append(key.tokenKey)
             case .fail, .joinOrFail: continue

@@ -51,10 +51,19 @@ final class TokenStore: Sendable {
         _ key: EntryKey,
         _ request: EngineRequest,
         now: MonotonicInstant,
+        fetched: inout MonotonicInstant,
         serve: (TokenView) -> Void
     ) -> StoreDecision {
         let hash = key.hashValue
-        return shard(hashValue: hash).state.withLock { $0.decide(key, hash: hash, request, now: now, serve: serve) }
+        return shard(hashValue: hash).state.withLock {
+            $0.decide(key, hash: hash, request, now: now, fetched: &fetched, serve: serve)
+        }
+    }
+
+    /// When the token of `key` was fetched (`.origin`: none), never touching the entry.
+    func fetchedAt(_ key: EntryKey) -> MonotonicInstant {
+        let hash = key.hashValue
+        return shard(hashValue: hash).state.withLock { $0.fetchedAt(key, hash: hash) }
     }
 
     /// Undoes a report's claim on its re-fetch guard window when its replacement fetch could not
