@@ -377,7 +377,9 @@ struct SharedMemoryTests {
         let reader = try await SegmentReaderProcess(socket: first.socketPath, kind: "vehicle")
         defer { reader.stop() }
         #expect(try await reader.ask("f-1")?.hasPrefix("HIT \(before) ") == true)
-        try await reader.send("FOLLOW 4 f-1")
+        // Long enough for the stop, the new agent's start and its first GET in a loaded full run
+        // (4 s was missed there: the reader ended before the new segment held the token).
+        try await reader.send("FOLLOW 10 f-1")
         try await Task.sleep(for: .milliseconds(500))
         #expect(await first.stop() == 0)
         let second = try await AgentProcess(arguments, socketPath: first.socketPath)
