@@ -138,11 +138,11 @@ public struct AccessRules: Sendable, Hashable {
     }
 
     /// uid 0 with ``trustRoot``; the agent's own uid, and without ``trustRoot`` only from a process
-    /// in the agent's PID namespace (pid > 0): in a container host, a pod of another namespace may
+    /// in the agent's PID namespace (``PeerCredentials/visiblePID``): in a container host, a pod of another namespace may
     /// run as any uid, the agent's included, and read nothing of the agent's.
     private func isPrivileged(_ peer: PeerCredentials) -> Bool {
         if trustRoot { return peer.uid == 0 || peer.uid == agentUID }
-        return peer.uid == agentUID && peer.pid > 0
+        return peer.uid == agentUID && peer.visiblePID != nil
     }
 
     /// The kinds among `kinds` whose readers `new` rules decide differently from these.

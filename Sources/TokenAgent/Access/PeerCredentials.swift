@@ -18,6 +18,10 @@ public struct PeerCredentials: Sendable, Hashable {
         self.groups = groups
     }
 
+    /// The peer's pid when it names a process in the agent's PID namespace; `nil` for a peer
+    /// outside it, whose pid the kernel reports as 0 (a worker in another container).
+    public var visiblePID: Int32? { pid > 0 ? pid : nil }
+
     /// Whether the peer is in `group`, as its primary or a supplementary group.
     public func isMember(of group: UInt32) -> Bool { gid == group || groups.contains(group) }
 }

@@ -12,9 +12,6 @@ extension PeerCredentials {
         return metadata
     }
 
-    /// The peer's pid when it is one in the agent's PID namespace.
-    var visiblePID: Int32? { pid > 0 ? pid : nil }
-
     /// The log fields for `peer`, or `peer_credentials=unknown` when the kernel reported none.
     static func logMetadata(_ peer: PeerCredentials?) -> Logger.Metadata {
         peer?.logMetadata ?? ["peer_credentials": "unknown"]
