@@ -10,6 +10,8 @@
 #   OUT [Benchmarks/.callgrind]  where the per-window profiles (callgrind_annotate, inclusive) go
 #   DETERMINISTIC_HASHING [1]  run the agent with SWIFT_DETERMINISTIC_HASHING=1 (0: a random seed)
 #   AGENT_BINARY      the agent to measure (default: this tree's release build)
+#   KEEP_RAW [0]      1: also keep each window's callgrind output in OUT (for callgrind_annotate
+#                     --tree=caller, or kcachegrind)
 # Builds the agent (release, .build-bench-release) and load-gen (release, Benchmarks/.build),
 # installs valgrind when missing (root), starts `fleet-tokend serve` on its demo issuer under
 # callgrind, warms the keys (`load-gen --warm`), then per window: zeroes the counters
@@ -26,6 +28,7 @@ DEPTHS=${DEPTHS:-"1 32"}
 ROUNDS=${ROUNDS:-2}
 OUT=${OUT:-Benchmarks/.callgrind}
 DETERMINISTIC_HASHING=${DETERMINISTIC_HASHING:-1}
+KEEP_RAW=${KEEP_RAW:-0}
 
 if ! command -v valgrind >/dev/null 2>&1 || ! command -v callgrind_control >/dev/null 2>&1; then
     if [ "$(id -u)" -ne 0 ]; then
@@ -149,6 +152,7 @@ for depth in $DEPTHS; do
             callgrind_annotate --inclusive=yes --threshold=100 "$file" 2>/dev/null | sed -n 1,120p \
                 | swift demangle --simplified
         } >"$profile"
+        [ "$KEEP_RAW" = 0 ] || cp "$file" "$OUT/depth-$depth-round-$round.callgrind.out"
     done
 done
 echo "profiles: $OUT/depth-*-round-*.txt" >&2

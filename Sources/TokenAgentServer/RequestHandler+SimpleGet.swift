@@ -15,9 +15,12 @@ extension RequestHandler {
             }
             // Read before the check: a reload after it makes the reply be checked again.
             let rulesVersion = status.access.version
-            if let denied = status.access.check(peer, kind: kind) {
-                append(Slot(reply: .error(denied), verb: .get))
-                return true
+            if !allowedKinds.allows(kind, version: rulesVersion) {
+                if let denied = status.access.check(peer, kind: kind) {
+                    append(Slot(reply: .error(denied), verb: .get))
+                    return true
+                }
+                allowedKinds.remember(kind, version: rulesVersion)
             }
             let id = UnsafeRawBufferPointer(rebasing: bytes[get.id])
             // First in line, a cached token is written straight into the output from where the
@@ -71,5 +74,27 @@ extension RequestHandler {
             if kind.bytes.withUnsafeBytes({ $0.elementsEqual(bytes) }) { return kind.name }
         }
         return nil
+    }
+}
+
+/// The kinds a connection's peer was allowed under one version of the access rules: a GET of one
+/// of them under the same version skips the rules (a lock and two dictionary lookups). Denials
+/// are never remembered: each is counted, and logged once per peer and kind, by the rules.
+struct AllowedKinds {
+    private var version = -1
+    private var kinds: [String] = []
+
+    /// Whether `kind` was allowed under rules `version`.
+    func allows(_ kind: String, version: Int) -> Bool {
+        version == self.version && kinds.contains(kind)
+    }
+
+    /// `kind` was allowed under rules `version`; what was allowed under another is forgotten.
+    mutating func remember(_ kind: String, version: Int) {
+        if version != self.version {
+            self.version = version
+            kinds.removeAll(keepingCapacity: true)
+        }
+        kinds.append(kind)
     }
 }

@@ -21,7 +21,7 @@ struct QuiesceEvent: Sendable {}
 /// encoding (`+Encoding`), the slow-client clocks (`+SlowClients`) and the shared-memory verbs
 /// (`SharedMemory/RequestHandler+SharedMemory.swift`).
 final class RequestHandler: ChannelDuplexHandler {
-    typealias InboundIn = RequestFrame
+    typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
@@ -40,6 +40,8 @@ final class RequestHandler: ChannelDuplexHandler {
     private var finishing = false
     var readHeld = false
     var closed = false
+    /// Splits what the connection reads into request lines.
+    private var framer = RequestFramer()
     /// The shared-memory descriptors this connection was sent and asked for (SHM).
     var descriptors = DescriptorLedger()
     /// The `WARM` fetches this connection may still have outstanding.
@@ -75,6 +77,8 @@ final class RequestHandler: ChannelDuplexHandler {
     /// The configured kind names and the engine's kinds version they were read at.
     var kindNames: [(name: String, bytes: [UInt8])] = []
     var kindNamesVersion = -1
+    /// The kinds the peer was allowed under the rules version last seen.
+    var allowedKinds = AllowedKinds()
 
     init(
         engine: TokenEngine,
@@ -115,7 +119,20 @@ final class RequestHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard acceptingRequests, !closed else { return }
-        let frame = unwrapInboundIn(data)
+        framer.append(unwrapInboundIn(data))
+        takeFrames(context: context)
+    }
+
+    /// Takes every frame the bytes read so far hold, in order, while the connection takes
+    /// requests; those it cannot take yet wait in `deferred`.
+    private func takeFrames(context: ChannelHandlerContext) {
+        while acceptingRequests, !closed, let frame = framer.next() {
+            take(frame, context: context)
+        }
+        writeReadyReplies(context: context)
+    }
+
+    private func take(_ frame: RequestFrame, context: ChannelHandlerContext) {
         // Inside a read burst: replies wait for `channelReadComplete` to be written together.
         // (Lines taken later, from `deferred`, come outside one and are written at once.)
         if case .line = frame { reading = true }
@@ -124,7 +141,8 @@ final class RequestHandler: ChannelDuplexHandler {
         } else {
             deferred.append(frame)
         }
-        writeReadyReplies(context: context)
+        // A reply that could not be encoded at once (a slot) goes out as soon as it is ready.
+        if !slots.isEmpty { writeReadyReplies(context: context) }
     }
 
     /// Takes the lines kept while no more requests could be, as far as the connection now can.
@@ -181,8 +199,12 @@ final class RequestHandler: ChannelDuplexHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         // Events come outside read bursts (end of input may deliver a last line after the
         // burst's end): what they make ready is written at once.
-        reading = false
         if let event = event as? ChannelEvent, event == .inputClosed {
+            // The lines read before the end of input, and a last one without its LF, are
+            // requests too.
+            while acceptingRequests, !closed, let frame = framer.next() { take(frame, context: context) }
+            if acceptingRequests, !closed, let last = framer.finish() { take(last, context: context) }
+            reading = false
             inputClosed = true
             if closed {
                 // Lingering after our last reply: the client has read it and closed its side.
@@ -192,10 +214,12 @@ final class RequestHandler: ChannelDuplexHandler {
             // No read follows the end of input; the lines read before it are still answered.
             writeReadyReplies(context: context)
         } else if event is QuiesceEvent {
+            reading = false
             acceptingRequests = false
             finishing = true
             writeReadyReplies(context: context)
         } else {
+            reading = false
             context.fireUserInboundEventTriggered(event)
         }
     }

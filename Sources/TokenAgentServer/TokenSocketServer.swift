@@ -170,8 +170,7 @@ public final class TokenSocketServer: Service, Sendable {
                             )
                         )
                     }
-                    try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(LineFrameDecoder()),
+                    try channel.pipeline.syncOperations.addHandler(
                         RequestHandler(
                             engine: engine,
                             status: status,
@@ -180,14 +179,14 @@ public final class TokenSocketServer: Service, Sendable {
                             peer: peer,
                             requestTimeout: requestTimeout,
                             stallTimeout: stallTimeout
-                        ),
-                    ])
+                        )
+                    )
                 }
             }
     }
 
-    /// Adds the handlers that serve one client connection (framing, then requests) to `channel`,
-    /// as the server does for each connection it accepts, with no peer credentials. For
+    /// Adds the handler that serves one client connection (it frames its own input) to
+    /// `channel`, as the server does for each connection it accepts, with no peer credentials. For
     /// benchmarks and tests that drive the real pipeline on an `EmbeddedChannel`; call it on the
     /// channel's event loop.
     public static func addConnectionHandlers(
@@ -196,10 +195,7 @@ public final class TokenSocketServer: Service, Sendable {
         status: AgentStatus,
         logger: Logger
     ) throws {
-        try channel.pipeline.syncOperations.addHandlers([
-            ByteToMessageHandler(LineFrameDecoder()),
-            RequestHandler(engine: engine, status: status, logger: logger),
-        ])
+        try channel.pipeline.syncOperations.addHandler(RequestHandler(engine: engine, status: status, logger: logger))
     }
 
     private func track(_ channel: any Channel, uid: UInt32?) {

@@ -58,7 +58,6 @@ private struct Connection {
         )
         try channel.pipeline.syncOperations.addHandlers([
             counter,
-            ByteToMessageHandler(LineFrameDecoder()),
             RequestHandler(
                 engine: engine,
                 status: status,

@@ -1,8 +1,10 @@
 /// A hash table that remembers use order, for a least-recently-used bound.
 ///
-/// Entries live in one flat array of slots linked into a use-ordered list by index, so the layout
-/// stays a plain array (easy to scan, and to mirror into a shared segment later). The index from
-/// key to slot is its own open-addressing table of 32-bit slot numbers (linear probing,
+/// Entries live in flat arrays indexed by slot number, linked into a use-ordered list by index,
+/// so the layout stays plain arrays (easy to scan, and to mirror into a shared segment later).
+/// Keys, values and each slot's bookkeeping (hash and links) are three arrays side by side: a
+/// probe or a relink reads 16 bytes of bookkeeping and never copies a key or a value. The index
+/// from key to slot is its own open-addressing table of 32-bit slot numbers (linear probing,
 /// backward-shift deletion), with each slot keeping its key's hash: 4 bytes a bucket instead of a
 /// second copy of every key. Every operation is O(1).
 ///
@@ -10,9 +12,8 @@
 /// and use order is kept per group: the least recently used entry of any group is at hand, and
 /// the number of entries of each.
 public struct LRUTable<Key: Hashable, Value> {
-    fileprivate struct Slot {
-        var key: Key
-        var value: Value
+    /// A slot's bookkeeping, apart from its key and value.
+    fileprivate struct Links {
         /// The low 32 bits of the key's hash (enough to skip most key comparisons and to rehash).
         var hash: UInt32
         var newer: Int32  // towards the most recently used end of its group; -1 at the end
@@ -20,7 +21,10 @@ public struct LRUTable<Key: Hashable, Value> {
         var group: Int32
     }
 
-    private var slots: [Slot?] = []
+    /// Each slot's key, value and bookkeeping; `nil` key and value in a free slot.
+    private var keys: [Key?] = []
+    private var values: [Value?] = []
+    private var links: [Links] = []
     private var free: [Int32] = []
     /// Slot numbers by hash, -1 where empty; a power of two long, at most three quarters full.
     private var buckets: [Int32] = []
@@ -33,7 +37,11 @@ public struct LRUTable<Key: Hashable, Value> {
     /// Creates an empty table. `expectedCount` reserves room for that many entries up front
     /// (address space only: pages are touched as entries arrive), so growth does not double it.
     public init(expectedCount: Int = 0) {
-        if expectedCount > 0 { slots.reserveCapacity(expectedCount) }
+        if expectedCount > 0 {
+            keys.reserveCapacity(expectedCount)
+            values.reserveCapacity(expectedCount)
+            links.reserveCapacity(expectedCount)
+        }
     }
 
     /// The number of entries.
@@ -42,7 +50,7 @@ public struct LRUTable<Key: Hashable, Value> {
     /// The value for `key`, without changing the use order.
     public func peek(_ key: Key) -> Value? {
         guard let slot = find(key) else { return nil }
-        return slots[slot]!.value
+        return values[slot]
     }
 
     /// Changes the value for `key` in place and marks it most recently used; returns `nil` when absent.
@@ -50,7 +58,7 @@ public struct LRUTable<Key: Hashable, Value> {
     public mutating func update<R>(_ key: Key, touch: Bool = true, _ body: (inout Value) -> R) -> R? {
         guard let slot = find(key) else { return nil }
         if touch { moveToNewest(slot) }
-        return body(&slots[slot]!.value)
+        return body(&values[slot]!)
     }
 
     /// Inserts or replaces the value for `key`, marks it most recently used, and returns the least
@@ -60,7 +68,7 @@ public struct LRUTable<Key: Hashable, Value> {
     public mutating func set(_ key: Key, _ value: Value, capacity: Int, group: Int = 0) -> (key: Key, value: Value)? {
         let hash = key.hashValue
         if let slot = find(key, hash: hash) {
-            slots[slot]!.value = value
+            values[slot] = value
             moveToNewest(slot)
             return nil
         }
@@ -80,18 +88,20 @@ public struct LRUTable<Key: Hashable, Value> {
         if let reused = free.popLast() {
             slot = Int(reused)
         } else {
-            slot = slots.count
-            slots.append(nil)
+            slot = keys.count
+            keys.append(nil)
+            values.append(nil)
+            links.append(Links(hash: 0, newer: -1, older: -1, group: 0))
         }
-        slots[slot] = Slot(
-            key: key,
-            value: value,
+        keys[slot] = key
+        values[slot] = value
+        links[slot] = Links(
             hash: UInt32(truncatingIfNeeded: hash),
             newer: -1,
             older: newest[group],
             group: Int32(group)
         )
-        if newest[group] >= 0 { slots[Int(newest[group])]!.newer = Int32(slot) }
+        if newest[group] >= 0 { links[Int(newest[group])].newer = Int32(slot) }
         newest[group] = Int32(slot)
         if oldest[group] < 0 { oldest[group] = Int32(slot) }
         insertIntoIndex(slot: slot, hash: hash)
@@ -106,11 +116,12 @@ public struct LRUTable<Key: Hashable, Value> {
         guard let bucket = bucket(of: key, hash: key.hashValue) else { return nil }
         let slot = Int(buckets[bucket])
         removeFromIndex(bucket: bucket)
-        let links = links(of: slot)
-        unlink(slot, links)
-        let value = slots[slot]!.value
-        sizes[links.group] -= 1
-        slots[slot] = nil
+        let slotLinks = links[slot]
+        unlink(slotLinks)
+        let value = values[slot]
+        sizes[Int(slotLinks.group)] -= 1
+        keys[slot] = nil
+        values[slot] = nil
         free.append(Int32(slot))
         live -= 1
         return value
@@ -122,7 +133,7 @@ public struct LRUTable<Key: Hashable, Value> {
     /// The least recently used key of `group`, if it has any.
     public func oldestKey(inGroup group: Int) -> Key? {
         guard group >= 0, group < oldest.count, oldest[group] >= 0 else { return nil }
-        return slots[Int(oldest[group])]!.key
+        return keys[Int(oldest[group])]
     }
 
     /// The number of entries of `group`.
@@ -144,17 +155,17 @@ public struct LRUTable<Key: Hashable, Value> {
 
     /// The key and value in `slot`, if the slot is in use.
     public func entry(inSlot slot: Int) -> (key: Key, value: Value)? {
-        guard slot >= 0, slot < slots.count, let entry = slots[slot] else { return nil }
-        return (entry.key, entry.value)
+        guard slot >= 0, slot < keys.count, let key = keys[slot], let value = values[slot] else { return nil }
+        return (key, value)
     }
 
     /// Changes the value in `slot` in place (marking it most recently used when `touch`); `nil`
     /// when the slot is not in use.
     @discardableResult
     public mutating func update<R>(slot: Int, touch: Bool = false, _ body: (inout Value) -> R) -> R? {
-        guard slot >= 0, slot < slots.count, slots[slot] != nil else { return nil }
+        guard slot >= 0, slot < values.count, values[slot] != nil else { return nil }
         if touch { moveToNewest(slot) }
-        return body(&slots[slot]!.value)
+        return body(&values[slot]!)
     }
 
     /// The slots in use, group by group, most recently used first in each.
@@ -167,10 +178,7 @@ public struct LRUTable<Key: Hashable, Value> {
 
     /// Calls `body` with every key, group by group, most recently used first in each.
     public func forEachKey(_ body: (Key, Value) -> Void) {
-        forEachSlotNewestFirst { slot in
-            let entry = slots[slot]!
-            body(entry.key, entry.value)
-        }
+        forEachSlotNewestFirst { slot in body(keys[slot]!, values[slot]!) }
     }
 
     private func forEachSlotNewestFirst(_ body: (Int) -> Void) {
@@ -178,7 +186,7 @@ public struct LRUTable<Key: Hashable, Value> {
             var slot = head
             while slot >= 0 {
                 body(Int(slot))
-                slot = slots[Int(slot)]!.older
+                slot = links[Int(slot)].older
             }
         }
     }
@@ -191,8 +199,8 @@ public struct LRUTable<Key: Hashable, Value> {
         var keys: [Key] = []
         var slot = group < oldest.count ? oldest[group] : -1
         while slot >= 0 {
-            keys.append(slots[Int(slot)]!.key)
-            slot = slots[Int(slot)]!.newer
+            keys.append(self.keys[Int(slot)]!)
+            slot = links[Int(slot)].newer
         }
         return keys
     }
@@ -212,9 +220,8 @@ public struct LRUTable<Key: Hashable, Value> {
         while true {
             let slot = buckets[bucket]
             if slot < 0 { return nil }
-            // Compared in place: binding the slot would copy it (and retain its strings).
             let candidate = Int(slot)
-            if slots[candidate]!.hash == UInt32(truncatingIfNeeded: hash), slots[candidate]!.key == key {
+            if links[candidate].hash == UInt32(truncatingIfNeeded: hash), keys[candidate] == key {
                 return bucket
             }
             bucket = (bucket + 1) & mask
@@ -232,9 +239,8 @@ public struct LRUTable<Key: Hashable, Value> {
         let size = max(16, buckets.count * 2)
         buckets = [Int32](repeating: -1, count: size)
         let mask = size - 1
-        for (slot, entry) in slots.enumerated() {
-            guard let entry else { continue }
-            var bucket = Int(entry.hash) & mask
+        for slot in keys.indices where keys[slot] != nil {
+            var bucket = Int(links[slot].hash) & mask
             while buckets[bucket] >= 0 { bucket = (bucket + 1) & mask }
             buckets[bucket] = Int32(slot)
         }
@@ -250,7 +256,7 @@ public struct LRUTable<Key: Hashable, Value> {
             next = (next + 1) & mask
             let slot = buckets[next]
             if slot < 0 { return }
-            let home = Int(slots[Int(slot)]!.hash) & mask
+            let home = Int(links[Int(slot)].hash) & mask
             // The entry at `next` may move into the hole unless its home lies in (hole, next].
             let staysPut = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next)
             if staysPut { continue }
@@ -262,30 +268,33 @@ public struct LRUTable<Key: Hashable, Value> {
 
     // MARK: Use order
 
-    /// Takes `slot` out of its group's list; `links` are its `(newer, older, group)`, read once by
-    /// the caller (reading a slot copies its key and value).
-    private mutating func unlink(_ slot: Int, _ links: (newer: Int32, older: Int32, group: Int)) {
-        if links.newer >= 0 { slots[Int(links.newer)]!.older = links.older } else { newest[links.group] = links.older }
-        if links.older >= 0 { slots[Int(links.older)]!.newer = links.newer } else { oldest[links.group] = links.newer }
-    }
-
-    private func links(of slot: Int) -> (newer: Int32, older: Int32, group: Int) {
-        let entry = slots[slot]!
-        return (entry.newer, entry.older, Int(entry.group))
+    /// Takes the slot whose bookkeeping is `slotLinks` out of its group's list.
+    private mutating func unlink(_ slotLinks: Links) {
+        let group = Int(slotLinks.group)
+        if slotLinks.newer >= 0 {
+            links[Int(slotLinks.newer)].older = slotLinks.older
+        } else {
+            newest[group] = slotLinks.older
+        }
+        if slotLinks.older >= 0 {
+            links[Int(slotLinks.older)].newer = slotLinks.newer
+        } else {
+            oldest[group] = slotLinks.newer
+        }
     }
 
     private mutating func moveToNewest(_ slot: Int) {
-        let links = links(of: slot)
-        let group = links.group
+        let slotLinks = links[slot]
+        let group = Int(slotLinks.group)
         guard Int32(slot) != newest[group] else { return }
-        unlink(slot, links)
-        slots[slot]!.older = newest[group]
-        slots[slot]!.newer = -1
-        if newest[group] >= 0 { slots[Int(newest[group])]!.newer = Int32(slot) }
+        unlink(slotLinks)
+        links[slot].older = newest[group]
+        links[slot].newer = -1
+        if newest[group] >= 0 { links[Int(newest[group])].newer = Int32(slot) }
         newest[group] = Int32(slot)
         if oldest[group] < 0 { oldest[group] = Int32(slot) }
     }
 }
 
 extension LRUTable: Sendable where Key: Sendable, Value: Sendable {}
-extension LRUTable.Slot: Sendable where Key: Sendable, Value: Sendable {}
+extension LRUTable.Links: Sendable {}

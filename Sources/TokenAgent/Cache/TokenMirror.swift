@@ -7,7 +7,7 @@
 /// took a token gives it back until the store stores another for the key or removes it, whatever
 /// happens to its segments meanwhile (growth, rotation, a limit). Its calls must not wait or take
 /// the store's locks.
-public protocol TokenMirror: Sendable {
+public protocol TokenMirror: AnyObject, Sendable {
     /// `token` is now the servable token of (`kind`, `id`). Returns whether the mirror holds it
     /// (then the store keeps no copy); `false` leaves the key out of the mirror (no segment for
     /// the kind, or none could take the token) and the store keeps its own copy.

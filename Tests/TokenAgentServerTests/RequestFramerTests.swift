@@ -1,6 +1,5 @@
 import Foundation
 import NIOCore
-import NIOEmbedded
 import NIOTestUtils
 import Testing
 import TokenWire
@@ -8,21 +7,21 @@ import TokenWire
 @testable import TestOracles
 @testable import TokenAgentServer
 
-/// ``LineFrameDecoder`` on NIO: NIO's decoder verifier, the 4096-byte limit, CRLF, partial-line
-/// news, and the fuzz corpus replayed through an `EmbeddedChannel` in random chunks against
+/// ``RequestFramer``: NIO's decoder verifier (through a decoder that wraps it), the 4096-byte
+/// limit, CRLF, partial-line news, and the fuzz corpus replayed in random chunks against
 /// ``RequestLinesOracle`` (`Tests/TestOracles/RequestLinesOracle.swift`).
-@Suite("Line frame decoder")
-struct LineFrameDecoderTests {
+@Suite("Request framer")
+struct RequestFramerTests {
     private static let limit = WireLimits.maxRequestLineBytes
 
     // MARK: NIO's verifier
 
     /// NIO's verifier feeds the inputs whole, a byte at a time (each byte in its own buffer, with
     /// bytes before and after it outside the readable window) and all at once, through one
-    /// decoder, and expects the same frames every way. ``RequestFrame/partialLine`` depends on
-    /// where chunks end by design (a byte at a time, every non-empty line has one), so the
-    /// verifier runs the real decoder behind ``LinesOnly``, which drops that news; it is checked
-    /// on its own below. Too-long lines end the framing for good, so they cannot be among the
+    /// decoder, and expects the same frames every way. The framer is no decoder of its own (the
+    /// request handler drives it read by read), so the verifier runs it inside ``LinesOnly``,
+    /// which also drops ``RequestFrame/partialLine``: that news depends on where chunks end by
+    /// design (a byte at a time, every non-empty line has one); it is checked on its own below. Too-long lines end the framing for good, so they cannot be among the
     /// verifier's shuffled and repeated inputs either.
     @Test func verifierGetsTheSameLinesHoweverTheInputIsSplit() throws {
         let pairs: [(String, [String])] = [
@@ -105,7 +104,7 @@ struct LineFrameDecoderTests {
 
     // MARK: The corpus
 
-    @Test func fuzzCorpusThroughAnEmbeddedChannelMatchesTheOracle() throws {
+    @Test func fuzzCorpusInRandomChunksMatchesTheOracle() throws {
         let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fuzz/corpus")
         let files = try FileManager.default.contentsOfDirectory(atPath: corpus.path).sorted()
@@ -145,33 +144,28 @@ struct LineFrameDecoderTests {
 
     // MARK: Helpers
 
-    /// Writes `chunks` into an `EmbeddedChannel` with the decoder, one `channelRead` each, then
-    /// (with `endOfInput`) closes the input, and returns what the decoder passed on; a line
-    /// delivered at end of input is a ``RequestLinesOracle/Event/lastLine(_:)``.
+    /// Gives `chunks` to a framer, one read each, taking every frame after each, then (with
+    /// `endOfInput`) its last line, and returns the frames; a line given at end of input is a
+    /// ``RequestLinesOracle/Event/lastLine(_:)``.
     private func frames(_ chunks: [[UInt8]], endOfInput: Bool = false) throws -> [RequestLinesOracle.Event] {
-        let channel = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder()))
-        defer { _ = try? channel.finish() }
+        var framer = RequestFramer()
         var events: [RequestLinesOracle.Event] = []
-        func readAll(atEnd: Bool) throws {
-            while let frame = try channel.readInbound(as: RequestFrame.self) {
-                switch frame {
-                case .line(let buffer):
-                    events.append(
-                        atEnd ? .lastLine(Array(buffer.readableBytesView)) : .line(Array(buffer.readableBytesView))
-                    )
-                case .partialLine: events.append(.partialLine)
-                case .tooLong: events.append(.tooLong)
-                }
+        func record(_ frame: RequestFrame, atEnd: Bool) {
+            switch frame {
+            case .line(let buffer):
+                events.append(
+                    atEnd ? .lastLine(Array(buffer.readableBytesView)) : .line(Array(buffer.readableBytesView))
+                )
+            case .partialLine: events.append(.partialLine)
+            case .tooLong: events.append(.tooLong)
             }
         }
+        let allocator = ByteBufferAllocator()
         for chunk in chunks {
-            try channel.writeInbound(channel.allocator.buffer(bytes: chunk))
-            try readAll(atEnd: false)
+            framer.append(allocator.buffer(bytes: chunk))
+            while let frame = framer.next() { record(frame, atEnd: false) }
         }
-        if endOfInput {
-            channel.pipeline.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
-            try readAll(atEnd: true)
-        }
+        if endOfInput, let last = framer.finish() { record(last, atEnd: true) }
         return events
     }
 
@@ -191,19 +185,18 @@ extension RequestFrame: Equatable {
     }
 }
 
-/// The real ``LineFrameDecoder``, in a `ByteToMessageHandler` on a channel of its own, with its
-/// ``RequestFrame/partialLine`` news dropped: every buffer it is given goes to that channel as is
-/// (reader index and neighbouring bytes included), and every line or too-long frame comes back out.
+/// The real ``RequestFramer`` as a decoder for NIO's verifier, its ``RequestFrame/partialLine``
+/// news dropped: every buffer it is given is appended as is (reader index and neighbouring bytes
+/// included), and every line or too-long frame is passed on.
 private struct LinesOnly: ByteToMessageDecoder {
     typealias InboundOut = RequestFrame
 
-    private let inner = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder()))
+    private var framer = RequestFramer()
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        let chunk = buffer
+        framer.append(buffer)
         buffer.moveReaderIndex(to: buffer.writerIndex)
-        try inner.writeInbound(chunk)
-        try forward(context: context)
+        forward(context: context)
         return .needMoreData
     }
 
@@ -213,13 +206,12 @@ private struct LinesOnly: ByteToMessageDecoder {
         seenEOF: Bool
     ) throws -> DecodingState {
         if buffer.readableBytes > 0 { _ = try decode(context: context, buffer: &buffer) }
-        inner.pipeline.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
-        try forward(context: context)
+        if let last = framer.finish() { context.fireChannelRead(Self.wrapInboundOut(last)) }
         return .needMoreData
     }
 
-    private func forward(context: ChannelHandlerContext) throws {
-        while let frame = try inner.readInbound(as: RequestFrame.self) {
+    private mutating func forward(context: ChannelHandlerContext) {
+        while let frame = framer.next() {
             if case .partialLine = frame { continue }
             context.fireChannelRead(Self.wrapInboundOut(frame))
         }

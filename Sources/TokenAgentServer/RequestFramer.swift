@@ -1,0 +1,73 @@
+import NIOCore
+import TokenWire
+
+/// One request line as framed off the socket, or news about the framing.
+enum RequestFrame {
+    /// A line without its LF (a CR before the LF is still there; the parser drops it).
+    case line(ByteBuffer)
+    /// A line over the limit; everything after it is discarded.
+    case tooLong
+    /// Bytes of a line without its LF have arrived and wait for the rest (sent once per line, so
+    /// the handler can time out a client that never finishes its line).
+    case partialLine
+}
+
+/// Splits a connection's byte stream into LF-terminated lines of at most
+/// ``WireLimits/maxRequestLineBytes`` with a ``LineFramer``. At end of input a last line without
+/// LF is still a request.
+///
+/// The request handler frames its own input with it, read by read, rather than through a
+/// `ByteToMessageHandler` in front of it: a line then costs no trip through the pipeline, no
+/// `NIOAny` and no generic decoding loop (docs/BENCHMARKS.md, "instructions per socket GET").
+/// A read's lines are slices of the read's own buffer; only the bytes of a line still waiting
+/// for its LF are kept between reads.
+struct RequestFramer {
+    /// Bytes read and not yet framed: the start of a line whose LF has not arrived.
+    private var buffered: ByteBuffer?
+    private var framer = LineFramer()
+    /// After a line over the limit: the rest of the input is dropped unread.
+    private var discarding = false
+    private var partialReported = false
+
+    /// Takes the bytes of one read.
+    mutating func append(_ bytes: ByteBuffer) {
+        guard !discarding else { return }
+        if buffered == nil || buffered!.readableBytes == 0 {
+            buffered = bytes
+        } else {
+            var bytes = bytes
+            buffered!.writeBuffer(&bytes)
+        }
+    }
+
+    /// The next frame of the bytes taken so far; `nil` when they hold no more.
+    mutating func next() -> RequestFrame? {
+        guard !discarding, var buffer = buffered else { return nil }
+        switch framer.next(in: buffer.readableBytesView) {
+        case .line(let length):
+            partialReported = false
+            let line = buffer.readSlice(length: length)!
+            buffer.moveReaderIndex(forwardBy: 1)
+            buffered = buffer.readableBytes > 0 ? buffer : nil
+            return .line(line)
+        case .tooLong:
+            discarding = true
+            buffered = nil
+            return .tooLong
+        case .needMoreData(let pending):
+            guard pending > 0, !partialReported else { return nil }
+            partialReported = true
+            return .partialLine
+        }
+    }
+
+    /// At end of input, once ``next()`` has given every frame: the last line, without its LF, if
+    /// bytes of one are left.
+    mutating func finish() -> RequestFrame? {
+        guard !discarding, var buffer = buffered, buffer.readableBytes > 0 else { return nil }
+        buffered = nil
+        framer.reset()
+        partialReported = false
+        return .line(buffer.readSlice(length: buffer.readableBytes)!)
+    }
+}
