@@ -15,7 +15,8 @@
 #   KEYLESS_IDS [2000]  IAM_LATENCY_MS [50]  KEYLESS_BUDGET [1200]  keyless.py
 # Builds the release agent (.build-bench-release) and the Benchmarks package (release) once, then
 # runs the existing programs and scripts (token-bench, compare.sh with load-gen, callgrind.sh,
-# the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh) against that one agent.
+# per-get.sh, the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh) against that
+# one agent.
 # Their own outputs are kept in Benchmarks/.report/. Rows and method: docs/BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -107,6 +108,8 @@ if wants instructions; then
     step "instructions per GET (callgrind.sh)"
     REQUESTS="$CALLGRIND_REQUESTS" ROUNDS="$CALLGRIND_ROUNDS" DEPTHS="1 32" KEYS=64 OUT="$out/callgrind" \
         bash Benchmarks/callgrind.sh >"$out/instructions.txt"
+    step "CPU time and system calls per GET (per-get.sh)"
+    LOADS="64x1 1x32" bash Benchmarks/per-get.sh >"$out/per-get.txt"
 fi
 if wants allocations; then
     step "allocations per GET (AgentHotPath)"
@@ -248,6 +251,18 @@ if "instructions" in groups:
     print(
         f"| instructions per socket GET | {n(sum(per[1]) / windows)} at depth 1, "
         f"{n(sum(per[32]) / len(per[32]))} at depth 32 | {agreement} |"
+    )
+    costs = {}
+    for line in open(f"{out}/per-get.txt"):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and "x" in cells[0] and cells[1].isdigit():
+            costs[cells[0]] = cells
+    print(
+        "| agent CPU and system calls per socket GET | "
+        + "; ".join(f"{load.replace('x', ' x ')}: {c[2]} µs, {c[3]} calls" for load, c in costs.items())
+        + " | user + system time from /proc; calls by strace -c (read, write, epoll_wait: "
+        + "; ".join(f"{c[4]}, {c[5]}, {c[6]}" for c in costs.values())
+        + ") |"
     )
 
 if "allocations" in groups:
