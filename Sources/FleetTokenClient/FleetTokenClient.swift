@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TokenSegment
 import TokenWire
 
 /// The client workers link to get Fleet Engine tokens from the host's `fleet-tokend` agent.
@@ -80,7 +81,7 @@ public final class FleetTokenClient: Sendable {
     /// Returns the error when the agent cannot be reached at all: a GET would wait for it again.
     private nonisolated(nonsending) func askForSegment(_ kind: String) async -> FleetTokenError? {
         do {
-            let (reply, descriptor) = try await exchangeReceiving(.shm(kind: kind))
+            let (reply, descriptor) = try await askForSegmentNamingLayouts(kind)
             segments.received(kind: kind, reply: reply, descriptor: descriptor)
             if descriptor != nil, segments.claimReporter() { startReportingTouches() }
             return nil
@@ -88,6 +89,21 @@ public final class FleetTokenClient: Sendable {
             segments.received(kind: kind, reply: nil, descriptor: nil)
             if case .agentUnreachable = error { return error }
             return nil
+        }
+    }
+
+    /// `SHM <kind> 1 2`: the layouts this client maps. An agent older than layout 2 refuses them
+    /// (`ERR bad-request usage: SHM <kind>`) and is asked again without, for its layout 1.
+    private nonisolated(nonsending) func askForSegmentNamingLayouts(
+        _ kind: String
+    ) async throws(FleetTokenError) -> (WireReply, Int32?) {
+        do {
+            return try await exchangeReceiving(.shm(kind: kind, layouts: SegmentLayout.readableVersions.map(Int.init)))
+        } catch {
+            guard case .badRequest(let text) = error, text.hasPrefix("bad-request: usage: SHM <kind>") else {
+                throw error
+            }
+            return try await exchangeReceiving(.shm(kind: kind))
         }
     }
 

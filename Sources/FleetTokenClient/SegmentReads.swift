@@ -181,8 +181,10 @@ final class SegmentReads: Sendable {
         var mapping = Mapping.unavailable(until: fsm_boottime_ns() + Self.retryAfterRefusal)
         if case .ok(let text)? = reply, let descriptor {
             let fields = WireReply.statsFields(text)
-            if fields["layout"] == String(SegmentLayout.version), let size = fields["size"].flatMap(Int.init),
-                let reader = try? SegmentReader(descriptor: descriptor, expectedSize: size, kind: kind)
+            if let layout = fields["layout"].flatMap(UInt32.init), SegmentLayout.readableVersions.contains(layout),
+                let size = fields["size"].flatMap(Int.init),
+                let reader = try? SegmentReader(descriptor: descriptor, expectedSize: size, kind: kind),
+                reader.layout == layout
             {
                 mapping = .mapped(reader)
             }

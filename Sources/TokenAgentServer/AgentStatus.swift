@@ -89,6 +89,7 @@ public struct AgentStatus: Sendable {
             + " shm_generations=\(stats.generations) shm_descriptors=\(stats.descriptors)"
             + " shm_not_mirrored=\(stats.notMirrored) shm_held_outside=\(stats.heldOutside)"
             + " shm_mapped_bytes=\(stats.mappedBytes) shm_retired_mapped=\(stats.retiredMapped)"
+            + " shm_old_readers=\(stats.oldReaderRequests)"
             + " touches=\(server.touchRequests)"
     }
 

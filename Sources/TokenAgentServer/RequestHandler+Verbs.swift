@@ -32,8 +32,8 @@ extension RequestHandler {
                 Slot(reply: engine.drop(kind: kind, id: id).map { .error($0.wireError) } ?? .line(.ok("")), verb: verb)
             )
         case .info(let kind, let id): append(Slot(infoWhenDue: true, verb: verb, key: (kind, id, nil)))
-        case .shm(let kind):
-            var slot = shmSlot(kind: kind)
+        case .shm(let kind, let layouts):
+            var slot = shmSlot(kind: kind, layouts: layouts)
             slot.verb = .shm
             append(slot)
         case .touch(let kind, let ids):
@@ -77,7 +77,7 @@ extension RequestHandler {
         case .metrics: return access.checkAdmin(peer, verb: "METRICS")
         case .drop(let kind, _): return access.checkAdmin(peer, verb: "DROP") ?? access.check(peer, kind: kind)
         case .info(let kind, _): return access.checkAdmin(peer, verb: "INFO") ?? access.check(peer, kind: kind)
-        case .get(let kind, _, _), .refresh(let kind, _, _), .shm(let kind), .warm(let kind, _):
+        case .get(let kind, _, _), .refresh(let kind, _, _), .shm(let kind, _), .warm(let kind, _):
             return access.check(peer, kind: kind)
         // Always answered OK: whether the peer may read the kind decides only whether it counts.
         case .touch: return nil

@@ -1,14 +1,18 @@
 /// The byte layout of a token segment, shared by the agent (the one writer) and every reader.
 ///
-/// A segment is one memory file: a 256-byte header, then a table of `slotCount` slots of
-/// `slotSize` bytes each. Every field is a little-endian 64-bit word read and written with
-/// atomic loads and stores, so readers in any language can follow it; docs/SHM.md is the
-/// language-neutral description, and `Examples/shm-reader` a C reader.
+/// A segment is one memory file: a 256-byte header, then (layout 2) an index of `indexCount`
+/// one-word entries, then a table of `slotCount` slots of `slotSize` bytes each; layout 1 has no
+/// index, its table starts after the header and is probed itself. Every field is a little-endian
+/// 64-bit word read and written with atomic loads and stores, so readers in any language can
+/// follow it; docs/SHM.md is the language-neutral description, and `Examples/shm-reader` a C
+/// reader.
 public enum SegmentLayout {
     /// The header's first word: the bytes `FTKSHM01`.
     public static let magic: UInt64 = 0x3130_4D48_534B_5446
-    /// The layout version this code reads and writes.
-    public static let version: UInt32 = 1
+    /// The layout version the agent writes.
+    public static let version: UInt32 = 2
+    /// The layout versions readers read.
+    public static let readableVersions: [UInt32] = [1, 2]
     /// The header's size in bytes; the table starts here.
     public static let headerSize = 256
     /// The bytes of a slot before its data: six words.
@@ -53,7 +57,47 @@ public enum SegmentLayout {
         /// The kind's name: its length in bytes, then up to 32 bytes in the next four words.
         public static let kindLength = 14
         public static let kindBytes = 15
+        /// Layout 2: the index's entries.
+        public static let indexCount = 19
     }
+
+    /// Layout 2: index entries, one word each, from the end of the header.
+    public enum Index {
+        /// Never used: a probe stops here.
+        public static let empty: UInt64 = 0
+        /// The low 32 bits of a removed entry (a probe goes on past it); the writer stores this.
+        public static let removed: UInt64 = 0xffff_ffff
+        /// The most slots or entries a layout 2 segment may have (slot numbers plus one, and the
+        /// removed marker, fit 32 bits).
+        public static let maxCount = 1 << 31 - 1
+
+        /// The entry of a live key: the high 32 bits of its hash, and its slot number plus one.
+        @inlinable
+        public static func entry(hash: UInt64, slot: Int) -> UInt64 {
+            hash & 0xffff_ffff_0000_0000 | UInt64(slot + 1)
+        }
+
+        /// Whether `entry` names a slot (neither never used nor removed).
+        @inlinable
+        public static func isLive(_ entry: UInt64) -> Bool {
+            entry != empty && entry & 0xffff_ffff != removed
+        }
+
+        /// The slot a live entry names.
+        @inlinable
+        public static func slot(of entry: UInt64) -> Int { Int(entry & 0xffff_ffff) - 1 }
+
+        /// Whether a live entry may be `hash`'s (its high 32 bits match).
+        @inlinable
+        public static func matches(_ entry: UInt64, hash: UInt64) -> Bool {
+            entry >> 32 == hash >> 32
+        }
+    }
+
+    /// Layout 2: where the slot table starts after an index of `indexCount` entries (a multiple
+    /// of 64 bytes).
+    @inlinable
+    public static func tableOffset(indexCount: Int) -> Int { (headerSize + 8 * indexCount + 63) & ~63 }
 
     /// Slot words (indices of 64-bit words from the slot's start).
     public enum Slot {
@@ -75,11 +119,11 @@ public enum SegmentLayout {
 
     /// Slot states.
     public enum State {
-        /// Never used: a probe stops here.
+        /// Layout 1: never used, a probe stops here. Layout 2: holds nothing.
         public static let empty: UInt64 = 0
         /// Holds a token.
         public static let live: UInt64 = 1
-        /// Held one: a probe goes on past it.
+        /// Layout 1: held one, a probe goes on past it.
         public static let tombstone: UInt64 = 2
     }
 
@@ -107,8 +151,9 @@ public enum SegmentLayout {
         slotSize(dataBytes: padded(idLength) + padded(tokenLength))
     }
 
-    /// The first slot of `hash`'s probe sequence in a table of `slotCount` slots: the high 64 bits
-    /// of `hash * slotCount` (a multiply-shift, so a table may have any number of slots).
+    /// The first place of `hash`'s probe sequence in a table of `slotCount` places (layout 2: index
+    /// entries; layout 1: slots): the high 64 bits of `hash * slotCount` (a multiply-shift, so a
+    /// table may have any number of places).
     @inlinable
     public static func home(of hash: UInt64, slotCount: Int) -> Int {
         Int(truncatingIfNeeded: hash.multipliedFullWidth(by: UInt64(slotCount)).high)

@@ -16,10 +16,17 @@ public final class SegmentReader: @unchecked Sendable {
     /// The mapping's size.
     public let size: Int
 
+    /// The segment's layout version (1 or 2).
+    public let layout: UInt32
+
     @usableFromInline let base: UnsafeRawPointer
     @usableFromInline let words: SharedWords
     private let slotCount: Int
     @usableFromInline let slotSize: Int
+    /// Where slot 0 starts.
+    @usableFromInline let tableOffset: Int
+    /// Layout 2: the index's entries (0 in layout 1, whose table is probed itself).
+    private let indexCount: Int
     private let seed: (UInt64, UInt64)
 
     /// How many times a lookup retries a slot it saw change while it copied it.
@@ -47,6 +54,9 @@ public final class SegmentReader: @unchecked Sendable {
         let countAndSize = words.load(H.slotCountAndSize)
         let slotCount = Int(countAndSize & 0xffff_ffff)
         let slotSize = Int(countAndSize >> 32)
+        let layout = UInt32(truncatingIfNeeded: versionAndHeader)
+        let tableOffset = Int(truncatingIfNeeded: words.load(H.tableOffset))
+        let indexCount = layout == 2 ? Int(truncatingIfNeeded: words.load(H.indexCount)) : 0
         let kindLength = Int(min(words.load(H.kindLength), 32))
         var kindBytes: [UInt8] = []
         for index in 0..<kindLength {
@@ -55,16 +65,19 @@ public final class SegmentReader: @unchecked Sendable {
         let problem: String? =
             if words.loadAcquiring(H.magic) != SegmentLayout.magic {
                 "not a token segment"
-            } else if UInt32(truncatingIfNeeded: versionAndHeader) != SegmentLayout.version {
-                "layout version \(UInt32(truncatingIfNeeded: versionAndHeader)), not \(SegmentLayout.version)"
+            } else if !SegmentLayout.readableVersions.contains(layout) {
+                "layout version \(layout), not one of \(SegmentLayout.readableVersions)"
+            } else if layout == 2 && (indexCount < 1 || indexCount > SegmentLayout.Index.maxCount) {
+                "index does not fit the mapping"
             } else if Int(versionAndHeader >> 32) != SegmentLayout.headerSize
-                || words.load(H.tableOffset) != UInt64(SegmentLayout.headerSize)
+                || tableOffset
+                    != (layout == 2 ? SegmentLayout.tableOffset(indexCount: indexCount) : SegmentLayout.headerSize)
                 || words.load(H.segmentSize) != UInt64(expectedSize)
             {
                 "header sizes do not match the mapping"
-            } else if slotCount == 0 || slotSize % 8 != 0
+            } else if slotCount == 0 || slotCount > SegmentLayout.Index.maxCount || slotSize % 8 != 0
                 || slotSize <= SegmentLayout.slotHeaderSize || slotSize > SegmentLayout.maxSlotSize
-                || SegmentLayout.headerSize + slotCount * slotSize != expectedSize
+                || tableOffset + slotCount * slotSize != expectedSize
             {
                 "slot table does not fit the mapping"
             } else if String(decoding: kindBytes, as: UTF8.self) != kind {
@@ -81,8 +94,11 @@ public final class SegmentReader: @unchecked Sendable {
         self.size = expectedSize
         self.kind = kind
         self.generation = words.load(H.generation)
+        self.layout = layout
         self.slotCount = slotCount
         self.slotSize = slotSize
+        self.tableOffset = tableOffset
+        self.indexCount = indexCount
         self.seed = (words.load(H.seed0), words.load(H.seed1))
     }
 
@@ -122,7 +138,7 @@ public final class SegmentReader: @unchecked Sendable {
     /// The slot's sequence value now (acquire): equal to a ``SlotCopy``'s, the copy still holds.
     @inlinable
     public func sequence(ofSlot slot: Int) -> UInt64 {
-        SharedWords(base + SegmentLayout.headerSize + slot * slotSize).loadAcquiring(SegmentLayout.Slot.sequence)
+        SharedWords(base + tableOffset + slot * slotSize).loadAcquiring(SegmentLayout.Slot.sequence)
     }
 
     /// Whether the segment can answer at `now`: not retired, and the writer's heartbeat is fresh.
@@ -189,72 +205,103 @@ public final class SegmentReader: @unchecked Sendable {
     }
 
     private func copy(idBytes: UnsafeRawBufferPointer) -> Found {
-        typealias S = SegmentLayout.Slot
         let hash = SipHash24.hash(idBytes, k0: seed.0, k1: seed.1)
+        let places = layout == 2 ? indexCount : slotCount
         let probes = min(
-            Int(min(words.loadAcquiring(SegmentLayout.Header.maxProbe), UInt64(slotCount))),
+            Int(min(words.loadAcquiring(SegmentLayout.Header.maxProbe), UInt64(places))),
             SegmentLayout.probeCap
         )
         let dataWords = (slotSize - SegmentLayout.slotHeaderSize) / 8
-        var slot = SegmentLayout.home(of: hash, slotCount: slotCount)
-        return withUnsafeTemporaryAllocation(of: UInt64.self, capacity: dataWords) { copy -> Found in
+        var place = SegmentLayout.home(of: hash, slotCount: places)
+        return withUnsafeTemporaryAllocation(of: UInt64.self, capacity: dataWords) { buffer -> Found in
             for _ in 0..<probes {
-                let slotWords = SharedWords(base + SegmentLayout.headerSize + slot * slotSize)
-                var attempt = 0
-                while true {
-                    let sequence = slotWords.loadAcquiring(S.sequence)
-                    if sequence & 1 == 1 {
-                        attempt += 1
-                        if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
+                let slot: Int
+                if layout == 2 {
+                    let entry = words.loadAcquiring(SegmentLayout.headerSize / 8 + place)
+                    if entry == SegmentLayout.Index.empty { return .absent }
+                    guard SegmentLayout.Index.isLive(entry), SegmentLayout.Index.matches(entry, hash: hash) else {
+                        place = SegmentLayout.next(place, slotCount: places)
                         continue
                     }
-                    let meta = slotWords.load(S.meta)
-                    let slotHash = slotWords.load(S.hash)
-                    let expiry = slotWords.load(S.expiry)
-                    let lifetime = slotWords.load(S.lifetime)
-                    let unixExpiry = Int64(bitPattern: slotWords.load(S.unixExpiry))
-                    let state = meta & 0xff
-                    let idLength = Int(meta >> 16 & 0xffff)
-                    let tokenLength = Int(meta >> 32)
-                    let idWords = SegmentLayout.padded(idLength) / 8
-                    let tokenWords = SegmentLayout.padded(tokenLength) / 8
-                    let candidate = state == SegmentLayout.State.live && slotHash == hash && idLength == idBytes.count
-                    let inBounds = idWords + tokenWords <= dataWords
-                    if candidate, inBounds {
-                        for word in 0..<(idWords + tokenWords) { copy[word] = slotWords.load(S.data + word) }
-                    }
-                    atomicMemoryFence(ordering: .acquiring)
-                    if slotWords.load(S.sequence) != sequence {
-                        attempt += 1
-                        if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
-                        continue
-                    }
-                    // The copy is whole; from here on only the copy is used.
-                    if state == SegmentLayout.State.empty { return .absent }
-                    guard candidate else { break }
-                    guard inBounds, tokenLength > 0 else { return .unusable("slot lengths out of bounds") }
-                    let bytes = UnsafeRawBufferPointer(copy)
-                    guard memcmp(bytes.baseAddress!, idBytes.baseAddress!, idBytes.count) == 0 else { break }
-                    let tokenBytes = UnsafeRawBufferPointer(
-                        rebasing: bytes[(idWords * 8)..<(idWords * 8 + tokenLength)]
-                    )
-                    guard let token = String(validating: tokenBytes, as: UTF8.self) else {
-                        return .unusable("token is not UTF-8")
-                    }
-                    return .found(
-                        SlotCopy(
-                            slot: slot,
-                            sequence: sequence,
-                            token: token,
-                            expiry: expiry,
-                            lifetime: lifetime,
-                            unixExpiry: unixExpiry
-                        )
-                    )
+                    slot = SegmentLayout.Index.slot(of: entry)
+                    guard slot < slotCount else { return .unusable("index names a slot past the table") }
+                } else {
+                    slot = place
                 }
-                slot = SegmentLayout.next(slot, slotCount: slotCount)
+                switch copy(slot: slot, idBytes: idBytes, hash: hash, into: buffer, dataWords: dataWords) {
+                case .found(let found): return .found(found)
+                case .unusable(let reason): return .unusable(reason)
+                case .absent where layout == 1: return .absent
+                case .absent, nil: break
+                }
+                place = SegmentLayout.next(place, slotCount: places)
             }
             return .absent
+        }
+    }
+
+    /// Copies `slot` under its sequence counter: `.found` when the whole copy holds `idBytes`
+    /// (hash `hash`), `.absent` when the slot holds nothing (layout 1: a never-used slot, the end
+    /// of the probe), `nil` when it holds another id or a tombstone (probe on), `.unusable` when
+    /// it kept changing or its lengths cannot be.
+    private func copy(
+        slot: Int,
+        idBytes: UnsafeRawBufferPointer,
+        hash: UInt64,
+        into copy: UnsafeMutableBufferPointer<UInt64>,
+        dataWords: Int
+    ) -> Found? {
+        typealias S = SegmentLayout.Slot
+        let slotWords = SharedWords(base + tableOffset + slot * slotSize)
+        var attempt = 0
+        while true {
+            let sequence = slotWords.loadAcquiring(S.sequence)
+            if sequence & 1 == 1 {
+                attempt += 1
+                if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
+                continue
+            }
+            let meta = slotWords.load(S.meta)
+            let slotHash = slotWords.load(S.hash)
+            let expiry = slotWords.load(S.expiry)
+            let lifetime = slotWords.load(S.lifetime)
+            let unixExpiry = Int64(bitPattern: slotWords.load(S.unixExpiry))
+            let state = meta & 0xff
+            let idLength = Int(meta >> 16 & 0xffff)
+            let tokenLength = Int(meta >> 32)
+            let idWords = SegmentLayout.padded(idLength) / 8
+            let tokenWords = SegmentLayout.padded(tokenLength) / 8
+            let candidate = state == SegmentLayout.State.live && slotHash == hash && idLength == idBytes.count
+            let inBounds = idWords + tokenWords <= dataWords
+            if candidate, inBounds {
+                for word in 0..<(idWords + tokenWords) { copy[word] = slotWords.load(S.data + word) }
+            }
+            atomicMemoryFence(ordering: .acquiring)
+            if slotWords.load(S.sequence) != sequence {
+                attempt += 1
+                if attempt > Self.tornReadRetries { return .unusable("slot kept changing") }
+                continue
+            }
+            // The copy is whole; from here on only the copy is used.
+            if state == SegmentLayout.State.empty { return .absent }
+            guard candidate else { return nil }
+            guard inBounds, tokenLength > 0 else { return .unusable("slot lengths out of bounds") }
+            let bytes = UnsafeRawBufferPointer(copy)
+            guard memcmp(bytes.baseAddress!, idBytes.baseAddress!, idBytes.count) == 0 else { return nil }
+            let tokenBytes = UnsafeRawBufferPointer(rebasing: bytes[(idWords * 8)..<(idWords * 8 + tokenLength)])
+            guard let token = String(validating: tokenBytes, as: UTF8.self) else {
+                return .unusable("token is not UTF-8")
+            }
+            return .found(
+                SlotCopy(
+                    slot: slot,
+                    sequence: sequence,
+                    token: token,
+                    expiry: expiry,
+                    lifetime: lifetime,
+                    unixExpiry: unixExpiry
+                )
+            )
         }
     }
 }

@@ -14,12 +14,16 @@ public struct SegmentError: Error, CustomStringConvertible {
     init(describing: String) { description = describing }
 }
 
-/// The agent's side of one segment: the only writer. Not thread-safe: its owner serialises every
-/// call (one lock per kind).
+/// The agent's side of one segment (layout 2): the only writer. Not thread-safe: its owner
+/// serialises every call (one lock per kind).
 ///
-/// Each change follows the seqlock protocol of docs/SHM.md: the slot's sequence counter is made
-/// odd, a release fence, the words are stored (relaxed atomics), and the counter is made even
-/// with a release store. A replaced or removed token's bytes are zeroed in the same window.
+/// Each change to a slot follows the seqlock protocol of docs/SHM.md: the slot's sequence counter
+/// is made odd, a release fence, the words are stored (relaxed atomics), and the counter is made
+/// even with a release store. A replaced or removed token's bytes are zeroed in the same window.
+/// A new key's slot is written before its index entry is stored (release); a removed key's entry
+/// is marked removed before its slot is cleared. Slots are handed out densely from the start of
+/// the table, a freed one first, so only the pages of slots in use are touched. The writer keeps
+/// no copy of the ids: it finds a key by probing its own index, as a reader does.
 public final class SegmentWriter {
     /// The kind whose tokens the segment holds.
     public let kind: String
@@ -32,33 +36,41 @@ public final class SegmentWriter {
     /// The number of slots and each one's size.
     public let slotCount: Int
     public let slotSize: Int
+    /// The index's entries: twice the slots.
+    public let indexCount: Int
 
     private let base: UnsafeMutableRawPointer
     private let words: SharedWords
+    private let tableOffset: Int
     private let seed: (UInt64, UInt64)
-    /// Where each id's token is, by the id's UTF-8 bytes (an id is its bytes: two ids Swift's
-    /// `String ==` calls equal, such as a precomposed `é` and `e` with a combining accent, are two
-    /// keys): the writer's own index, so it never probes to find a key.
-    private var index: [[UInt8]: Int] = [:]
-    private var tombstones = 0
+    /// Slots freed by removals, reused first (last freed first: its pages are warm).
+    private var freeSlots: [Int32] = []
+    /// Slots below this have been used; the next new slot is this one when none is free.
+    private var usedSlots = 0
+    private var live = 0
+    /// Index entries marked removed.
+    private var removedEntries = 0
     private var maxProbe = 0
     /// Whether the segment was retired (wiped, flagged); it takes no more writes.
     public private(set) var isRetired = false
 
     /// The tokens held.
-    public var count: Int { index.count }
+    public var count: Int { live }
     /// The most data (id and token, each padded to a word) any token stored here needed.
     public private(set) var largestData = 0
-    /// Whether another key fits under the load factor (3/4 of the slots, tombstones counted).
-    public var hasRoomForAnotherKey: Bool { (index.count + tombstones + 1) * 4 <= slotCount * 3 }
+    /// Whether another key fits: a free slot, and the index under three quarters full with
+    /// removed entries counted.
+    public var hasRoomForAnotherKey: Bool {
+        live < slotCount && (live + removedEntries + 1) * 4 <= indexCount * 3
+    }
     /// The largest id and token lengths a slot holds.
     public func fits(idLength: Int, tokenLength: Int) -> Bool {
         SegmentLayout.slotHeaderSize + SegmentLayout.padded(idLength) + SegmentLayout.padded(tokenLength) <= slotSize
     }
 
-    /// Makes a segment of `slotCount` slots (at least 64) of
-    /// `slotSize` bytes, maps it read-write and seals it so no other descriptor or mapping can
-    /// ever write, grow or shrink it.
+    /// Makes a segment of `slotCount` slots (at least 64) of `slotSize` bytes with twice as many
+    /// index entries, maps it read-write and seals it so no other descriptor or mapping can ever
+    /// write, grow or shrink it.
     public init(
         kind: String,
         generation: UInt64,
@@ -67,13 +79,15 @@ public final class SegmentWriter {
         policy: SegmentPolicy,
         seed: (UInt64, UInt64) = (UInt64.random(in: .min ... .max), UInt64.random(in: .min ... .max))
     ) throws(SegmentError) {
-        let slots = max(64, requestedSlots)
+        let slots = min(max(64, requestedSlots), SegmentLayout.Index.maxCount / 2)
         self.kind = kind
         self.generation = generation
         self.slotCount = slots
         self.slotSize = slotSize
+        self.indexCount = 2 * slots
         self.seed = seed
-        self.size = SegmentLayout.headerSize + slots * slotSize
+        self.tableOffset = SegmentLayout.tableOffset(indexCount: 2 * slots)
+        self.size = tableOffset + slots * slotSize
         let fd = fsm_memfd_create("fleet-tokend-\(kind)")
         guard fd >= 0 else { throw SegmentError("memfd_create") }
         guard ftruncate(fd, off_t(size)) == 0 else {
@@ -112,8 +126,9 @@ public final class SegmentWriter {
         words.store(H.seed0, seed.0)
         words.store(H.seed1, seed.1)
         words.store(H.slotCountAndSize, UInt64(slotCount) | UInt64(slotSize) << 32)
-        words.store(H.tableOffset, UInt64(SegmentLayout.headerSize))
+        words.store(H.tableOffset, UInt64(tableOffset))
         words.store(H.segmentSize, UInt64(size))
+        words.store(H.indexCount, UInt64(indexCount))
         let name = Array(kind.utf8.prefix(32))
         words.store(H.kindLength, UInt64(name.count))
         storeBytes(name, atWord: H.kindBytes, words: 4)
@@ -155,15 +170,18 @@ public final class SegmentWriter {
     ///   - unixExpiry: its expiry, Unix seconds.
     @discardableResult
     public func put(id: String, token: String, expiry: UInt64, lifetime: UInt64, unixExpiry: Int64) -> PutOutcome {
+        var id = id
         var token = token
-        return token.withUTF8 { tokenBytes in
-            put(
-                idBytes: Array(id.utf8),
-                token: UnsafeRawBufferPointer(tokenBytes),
-                expiry: expiry,
-                lifetime: lifetime,
-                unixExpiry: unixExpiry
-            )
+        return id.withUTF8 { idBytes in
+            token.withUTF8 { tokenBytes in
+                put(
+                    idBytes: UnsafeRawBufferPointer(idBytes),
+                    token: UnsafeRawBufferPointer(tokenBytes),
+                    expiry: expiry,
+                    lifetime: lifetime,
+                    unixExpiry: unixExpiry
+                )
+            }
         }
     }
 
@@ -172,7 +190,7 @@ public final class SegmentWriter {
     /// ``put(id:token:expiry:lifetime:unixExpiry:)``.
     @discardableResult
     public func put(
-        idBytes: [UInt8],
+        idBytes: UnsafeRawBufferPointer,
         token tokenBytes: UnsafeRawBufferPointer,
         expiry: UInt64,
         lifetime: UInt64,
@@ -180,16 +198,14 @@ public final class SegmentWriter {
     ) -> PutOutcome {
         guard !isRetired else { return .retired }
         guard fits(idLength: idBytes.count, tokenLength: tokenBytes.count) else { return .tooLarge }
+        let hash = SipHash24.hash(idBytes, k0: seed.0, k1: seed.1)
+        let found = find(idBytes, hash: hash)
         let slot: Int
-        let idHash: UInt64
-        if let existing = index[idBytes] {
+        if let existing = found.slot {
             slot = existing
-            idHash = slotWords(slot).load(SegmentLayout.Slot.hash)
         } else {
-            guard hasRoomForAnotherKey else { return .full }
-            idHash = idBytes.withUnsafeBytes { SipHash24.hash($0, k0: seed.0, k1: seed.1) }
-            slot = claimSlot(hash: idHash)
-            index[idBytes] = slot
+            guard hasRoomForAnotherKey, !SegmentLayout.Index.isLive(indexEntry(found.entry)) else { return .full }
+            slot = claimSlot()
         }
         largestData = max(largestData, SegmentLayout.padded(idBytes.count) + SegmentLayout.padded(tokenBytes.count))
         write(slot: slot) { slotWords in
@@ -202,77 +218,89 @@ public final class SegmentWriter {
                     tokenLength: tokenBytes.count
                 )
             )
-            slotWords.store(SegmentLayout.Slot.hash, idHash)
+            slotWords.store(SegmentLayout.Slot.hash, hash)
             slotWords.store(SegmentLayout.Slot.expiry, expiry)
             slotWords.store(SegmentLayout.Slot.lifetime, lifetime)
             slotWords.store(SegmentLayout.Slot.unixExpiry, UInt64(bitPattern: unixExpiry))
             let idWords = SegmentLayout.padded(idBytes.count) / 8
             let tokenWords = SegmentLayout.padded(tokenBytes.count) / 8
-            idBytes.withUnsafeBytes { storeBytes($0, into: slotWords, atWord: SegmentLayout.Slot.data, words: idWords) }
+            storeBytes(idBytes, into: slotWords, atWord: SegmentLayout.Slot.data, words: idWords)
             storeBytes(tokenBytes, into: slotWords, atWord: SegmentLayout.Slot.data + idWords, words: tokenWords)
             // Whatever the old token held beyond the new one is zeroed.
             for word in (idWords + tokenWords)..<max(idWords + tokenWords, oldWords) {
                 slotWords.store(SegmentLayout.Slot.data + word, 0)
             }
         }
+        if found.slot == nil {
+            // The slot is complete before any reader can find it.
+            if found.probe > maxProbe {
+                maxProbe = found.probe
+                words.storeReleasing(SegmentLayout.Header.maxProbe, UInt64(found.probe))
+            }
+            if indexEntry(found.entry) & 0xffff_ffff == SegmentLayout.Index.removed { removedEntries -= 1 }
+            storeIndexEntry(found.entry, SegmentLayout.Index.entry(hash: hash, slot: slot))
+            live += 1
+        }
         return .stored
     }
 
     /// Removes `id`'s token, zeroing its bytes.
     public func remove(id: String) {
-        guard !isRetired, let slot = index.removeValue(forKey: Array(id.utf8)) else { return }
+        var id = id
+        id.withUTF8 { remove(idBytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Removes the token of the id whose UTF-8 bytes are `idBytes`, zeroing its bytes.
+    public func remove(idBytes: UnsafeRawBufferPointer) {
+        guard !isRetired, live > 0 else { return }
+        let found = find(idBytes, hash: SipHash24.hash(idBytes, k0: seed.0, k1: seed.1))
+        guard let slot = found.slot else { return }
+        // No reader finds the slot from here on; one that found it before sees it change.
+        storeIndexEntry(found.entry, SegmentLayout.Index.removed)
+        removedEntries += 1
+        live -= 1
         clear(slot: slot)
-        // A tombstone just before a never-used slot ends every chain there: it (and the
-        // tombstones before it) can be never-used again, so chains stay short.
-        guard state(of: SegmentLayout.next(slot, slotCount: slotCount)) == SegmentLayout.State.empty else { return }
-        var current = slot
-        while state(of: current) == SegmentLayout.State.tombstone {
-            write(slot: current) { $0.store(SegmentLayout.Slot.meta, SegmentLayout.State.empty) }
-            tombstones -= 1
-            current = current == 0 ? slotCount - 1 : current - 1
+        freeSlots.append(Int32(slot))
+        // Removed entries just before a never-used one end every probe there: they (and the
+        // removed ones before them) can be never-used again, so probe sequences stay short.
+        guard indexEntry(SegmentLayout.next(found.entry, slotCount: indexCount)) == SegmentLayout.Index.empty else {
+            return
+        }
+        var entry = found.entry
+        while indexEntry(entry) & 0xffff_ffff == SegmentLayout.Index.removed {
+            storeIndexEntry(entry, SegmentLayout.Index.empty)
+            removedEntries -= 1
+            entry = entry == 0 ? indexCount - 1 : entry - 1
         }
     }
 
     /// Calls `body` with the bytes of the token held for the id whose UTF-8 bytes are `id` (valid
-    /// only during the call); returns whether one is held (`false`: `body` was not called). The agent's
-    /// own read of its segment: the owner serialises it with every write, so it needs no sequence
-    /// check. It probes as a reader does (no `String` of the id is made).
+    /// only during the call); returns whether one is held (`false`: `body` was not called). The
+    /// agent's own read of its segment: the owner serialises it with every write, so it needs no
+    /// sequence check. It probes as a reader does (no `String` of the id is made).
     public func withToken(id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
-        guard !isRetired, !index.isEmpty, let idStart = id.baseAddress else { return false }
-        let hash = SipHash24.hash(id, k0: seed.0, k1: seed.1)
-        var slot = SegmentLayout.home(of: hash, slotCount: slotCount)
-        for _ in 0..<maxProbe {
-            let slotWords = self.slotWords(slot)
-            let meta = slotWords.load(SegmentLayout.Slot.meta)
-            let state = meta & 0xff
-            if state == SegmentLayout.State.empty { return false }
-            if state == SegmentLayout.State.live, slotWords.load(SegmentLayout.Slot.hash) == hash,
-                Int(meta >> 16 & 0xffff) == id.count
-            {
-                let data = UnsafeRawPointer(
-                    base + SegmentLayout.headerSize + slot * slotSize + SegmentLayout.slotHeaderSize
-                )
-                if memcmp(data, idStart, id.count) == 0 {
-                    body(UnsafeRawBufferPointer(start: data + SegmentLayout.padded(id.count), count: Int(meta >> 32)))
-                    return true
-                }
-            }
-            slot = SegmentLayout.next(slot, slotCount: slotCount)
-        }
-        return false
+        guard !isRetired, live > 0 else { return false }
+        guard let slot = find(id, hash: SipHash24.hash(id, k0: seed.0, k1: seed.1)).slot else { return false }
+        let meta = slotWords(slot).load(SegmentLayout.Slot.meta)
+        let data = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
+        body(UnsafeRawBufferPointer(start: data + SegmentLayout.padded(id.count), count: Int(meta >> 32)))
+        return true
     }
 
-    /// Every token held, for copying into a new segment: the id's bytes, the token's bytes (valid
-    /// only during the call), expiry, lifetime and Unix expiry. No `String` is made.
-    public func forEachToken(_ body: ([UInt8], UnsafeRawBufferPointer, UInt64, UInt64, Int64) -> Void) {
-        for (id, slot) in index {
+    /// Every token held, for copying into a new segment: the id's bytes and the token's bytes
+    /// (both valid only during the call), expiry, lifetime and Unix expiry. No `String` is made.
+    public func forEachToken(
+        _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer, UInt64, UInt64, Int64) -> Void
+    ) {
+        for slot in 0..<usedSlots {
             let slotWords = self.slotWords(slot)
             let meta = slotWords.load(SegmentLayout.Slot.meta)
+            guard meta & 0xff == SegmentLayout.State.live else { continue }
             let idLength = Int(meta >> 16 & 0xffff)
             let tokenLength = Int(meta >> 32)
-            let dataStart = base + SegmentLayout.headerSize + slot * slotSize + SegmentLayout.slotHeaderSize
+            let dataStart = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
             body(
-                id,
+                UnsafeRawBufferPointer(start: dataStart, count: idLength),
                 UnsafeRawBufferPointer(start: dataStart + SegmentLayout.padded(idLength), count: tokenLength),
                 slotWords.load(SegmentLayout.Slot.expiry),
                 slotWords.load(SegmentLayout.Slot.lifetime),
@@ -294,50 +322,79 @@ public final class SegmentWriter {
     public func retire() {
         guard !isRetired else { return }
         words.storeSequentially(SegmentLayout.Header.flags, SegmentLayout.retiredFlag)
-        for slot in index.values { clear(slot: slot) }
-        index = [:]
+        for slot in 0..<usedSlots where slotWords(slot).load(SegmentLayout.Slot.meta) & 0xff != 0 {
+            clear(slot: slot)
+        }
+        live = 0
         isRetired = true
+    }
+
+    // MARK: The index
+
+    /// Where `idBytes` (whose hash is `hash`) is: its index entry and slot when held; otherwise the
+    /// entry a new key takes (the first removed or never-used one on its probe sequence) and the
+    /// probe length to it.
+    private func find(_ idBytes: UnsafeRawBufferPointer, hash: UInt64) -> (entry: Int, slot: Int?, probe: Int) {
+        var entry = SegmentLayout.home(of: hash, slotCount: indexCount)
+        var firstRemoved: (entry: Int, probe: Int)?
+        var probe = 1
+        while true {
+            let value = indexEntry(entry)
+            if value == SegmentLayout.Index.empty { break }
+            if value & 0xffff_ffff == SegmentLayout.Index.removed {
+                if firstRemoved == nil { firstRemoved = (entry, probe) }
+            } else if SegmentLayout.Index.matches(value, hash: hash) {
+                let slot = SegmentLayout.Index.slot(of: value)
+                if holds(slot: slot, idBytes, hash: hash) { return (entry, slot, probe) }
+            }
+            // Never more than every entry: the index always has a never-used one (it is kept
+            // under three quarters full), so this only bounds a damaged state.
+            if probe >= indexCount { break }
+            entry = SegmentLayout.next(entry, slotCount: indexCount)
+            probe += 1
+        }
+        if let firstRemoved { return (firstRemoved.entry, nil, firstRemoved.probe) }
+        return (entry, nil, probe)
+    }
+
+    /// Whether `slot` holds the id whose bytes are `idBytes` and hash is `hash`.
+    private func holds(slot: Int, _ idBytes: UnsafeRawBufferPointer, hash: UInt64) -> Bool {
+        let slotWords = self.slotWords(slot)
+        let meta = slotWords.load(SegmentLayout.Slot.meta)
+        guard meta & 0xff == SegmentLayout.State.live, Int(meta >> 16 & 0xffff) == idBytes.count,
+            slotWords.load(SegmentLayout.Slot.hash) == hash
+        else { return false }
+        guard let idStart = idBytes.baseAddress else { return true }
+        return memcmp(slotAddress(slot) + SegmentLayout.slotHeaderSize, idStart, idBytes.count) == 0
+    }
+
+    private func indexEntry(_ entry: Int) -> UInt64 { words.load(SegmentLayout.headerSize / 8 + entry) }
+
+    private func storeIndexEntry(_ entry: Int, _ value: UInt64) {
+        words.storeReleasing(SegmentLayout.headerSize / 8 + entry, value)
     }
 
     // MARK: Slots
 
-    private func slotWords(_ slot: Int) -> SharedWords {
-        SharedWords(UnsafeRawPointer(base + SegmentLayout.headerSize + slot * slotSize))
+    private func slotAddress(_ slot: Int) -> UnsafeMutableRawPointer { base + tableOffset + slot * slotSize }
+
+    private func slotWords(_ slot: Int) -> SharedWords { SharedWords(UnsafeRawPointer(slotAddress(slot))) }
+
+    /// A slot for a new key: the last freed one, else the first never used.
+    private func claimSlot() -> Int {
+        if let freed = freeSlots.popLast() { return Int(freed) }
+        usedSlots += 1
+        return usedSlots - 1
     }
 
-    /// The first never-used or tombstone slot of the probe sequence of `hash`.
-    private func claimSlot(hash: UInt64) -> Int {
-        var slot = SegmentLayout.home(of: hash, slotCount: slotCount)
-        var probe = 1
-        while true {
-            let state = state(of: slot)
-            if state == SegmentLayout.State.empty { break }
-            if state == SegmentLayout.State.tombstone {
-                tombstones -= 1
-                break
-            }
-            slot = SegmentLayout.next(slot, slotCount: slotCount)
-            probe += 1
-        }
-        if probe > maxProbe {
-            maxProbe = probe
-            // Before the slot is written: a reader that can see the slot probes far enough.
-            words.storeReleasing(SegmentLayout.Header.maxProbe, UInt64(probe))
-        }
-        return slot
-    }
-
-    /// Zeroes `slot`'s words and leaves a tombstone.
+    /// Zeroes `slot`'s words: it holds nothing.
     private func clear(slot: Int) {
         write(slot: slot) { slotWords in
             let oldWords = Self.dataWords(meta: slotWords.load(SegmentLayout.Slot.meta))
-            slotWords.store(SegmentLayout.Slot.meta, SegmentLayout.State.tombstone)
+            slotWords.store(SegmentLayout.Slot.meta, SegmentLayout.State.empty)
             for word in SegmentLayout.Slot.hash..<(SegmentLayout.Slot.data + oldWords) { slotWords.store(word, 0) }
         }
-        tombstones += 1
     }
-
-    private func state(of slot: Int) -> UInt64 { slotWords(slot).load(SegmentLayout.Slot.meta) & 0xff }
 
     /// The data words a slot's meta word says are in use.
     private static func dataWords(meta: UInt64) -> Int {

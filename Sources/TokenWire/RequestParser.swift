@@ -87,14 +87,21 @@ public enum RequestParser {
             if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
             return .success(.drop(kind: String(kind), id: String(id)))
         case .shm:
-            guard arguments.count == 1 else {
-                return .failure(WireError(.badRequest, "usage: SHM <kind>"))
+            // The layouts a reader can map: a few small numbers.
+            let layouts = arguments.dropFirst().compactMap { field -> Int? in
+                guard (1...4).contains(field.utf8.count), field.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
+                    let layout = Int(field), layout > 0
+                else { return nil }
+                return layout
+            }
+            guard arguments.count >= 1, arguments.count <= 9, layouts.count == arguments.count - 1 else {
+                return .failure(WireError(.badRequest, "usage: SHM <kind> [<layout> ...]"))
             }
             let kind = arguments[arguments.startIndex]
             guard TokenIdentifier.isWellFormedKind(kind) else {
                 return .failure(WireError(.badKind, "kind must be 1 to 32 of a-z, 0-9 and -"))
             }
-            return .success(.shm(kind: String(kind)))
+            return .success(.shm(kind: String(kind), layouts: layouts))
         case .touch:
             guard arguments.count >= 2 else {
                 return .failure(WireError(.badRequest, "usage: TOUCH <kind> <id> [<id> ...]"))

@@ -19,9 +19,10 @@ public enum WireRequest: Sendable, Hashable {
     case help
     /// `QUIT`.
     case quit
-    /// `SHM <kind>`: asks for the kind's shared-memory segment; the reply carries its descriptor
-    /// (docs/SHM.md).
-    case shm(kind: String)
+    /// `SHM <kind> [<layout> ...]`: asks for the kind's shared-memory segment; the reply carries
+    /// its descriptor (docs/SHM.md). `layouts` are the segment layouts the reader can map; none
+    /// named is a reader of layout 1 only (one built before layout 2).
+    case shm(kind: String, layouts: [Int] = [])
     /// `TOUCH <kind> <id> [<id> ...]`: reports keys read through shared memory, so the agent keeps
     /// refreshing them. Never fetches; always answered `OK`.
     case touch(kind: String, ids: [String])
@@ -86,7 +87,7 @@ public enum WireRequest: Sendable, Hashable {
         case .metrics: return "METRICS"
         case .help: return "HELP"
         case .quit: return "QUIT"
-        case .shm(let kind): return "SHM \(kind)"
+        case .shm(let kind, let layouts): return (["SHM", kind] + layouts.map(String.init)).joined(separator: " ")
         case .touch(let kind, let ids): return "TOUCH \(kind) " + ids.joined(separator: " ")
         case .warm(let kind, let ids): return "WARM \(kind) " + ids.joined(separator: " ")
         }

@@ -1,5 +1,6 @@
 import FleetTokenClient
 import Foundation
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -51,5 +52,39 @@ struct HostileSegmentTests {
         let agent = try HostileAgent { line in line.hasPrefix("SHM ") ? shm : plausibleTokenReply("socket-token") }
         defer { agent.stop() }
         #expect(try await client(agent).token(.vehicle("v-1")).jwt == "socket-token")
+    }
+
+    @Test func anAgentBeforeLayoutTwoIsAskedAgainWithoutLayouts() async throws {
+        let writer = try segmentHolding(token: "segment-token")
+        defer { withExtendedLifetime(writer) {} }
+        let shm = shmReply(writer, [writer.descriptor])
+        let lines = Mutex<[String]>([])
+        // An agent that knows only `SHM <kind>`, as agents before layout 2 did.
+        let agent = try HostileAgent { line in
+            lines.withLock { $0.append(line) }
+            if line == "SHM vehicle" { return shm }
+            if line.hasPrefix("SHM ") { return .line("ERR bad-request usage: SHM <kind>") }
+            return plausibleTokenReply("socket-token")
+        }
+        defer { agent.stop() }
+        let client = client(agent)
+        #expect(try await client.token(.vehicle("v-1")).jwt == "segment-token")
+        #expect(client.sharedMemoryReads == 1)
+        #expect(lines.withLock { $0.filter { $0.hasPrefix("SHM") } } == ["SHM vehicle 1 2", "SHM vehicle"])
+    }
+
+    @Test func aReplyWhoseLayoutIsNotTheSegmentsIsRefused() async throws {
+        let writer = try segmentHolding(token: "segment-token")
+        defer { withExtendedLifetime(writer) {} }
+        // A layout 2 segment announced as layout 1: the client maps nothing.
+        let shm = HostileAgent.Answer.line(
+            "OK size=\(writer.size) layout=1 generation=\(writer.generation)",
+            descriptors: [writer.descriptor]
+        )
+        let agent = try HostileAgent { line in line.hasPrefix("SHM ") ? shm : plausibleTokenReply("socket-token") }
+        defer { agent.stop() }
+        let client = client(agent)
+        #expect(try await client.token(.vehicle("v-1")).jwt == "socket-token")
+        #expect(client.sharedMemoryReads == 0)
     }
 }

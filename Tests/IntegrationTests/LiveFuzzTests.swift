@@ -313,7 +313,7 @@ private struct StormPlan: Sendable {
                 replies.append(.exact("(METRICS is not part of the storm)"))
             case .success(.drop(let kind, _)):
                 replies.append(configuredKinds.contains(kind) ? .exact("OK") : .prefix("ERR bad-kind "))
-            case .success(.get(let kind, _, _)), .success(.refresh(let kind, _, _)), .success(.shm(let kind)):
+            case .success(.get(let kind, _, _)), .success(.refresh(let kind, _, _)), .success(.shm(let kind, _)):
                 // SHM: a segment's reply, or busy when this connection already had it.
                 replies.append(configuredKinds.contains(kind) ? .anyReply : .prefix("ERR bad-kind "))
             case .success(.touch): replies.append(.exact("OK"))

@@ -1,6 +1,7 @@
 import FleetTokenClient
 import Foundation
 import Testing
+import TokenWire
 
 #if canImport(Glibc)
     import Glibc
@@ -243,6 +244,21 @@ struct SharedMemoryTests {
             #expect(replies[1].hasPrefix("ERR busy segment "), "\(replies[1])")
             #expect(replies[2].hasPrefix("ERR bad-kind"), "\(replies[2])")
             #expect(replies[3] == "PONG", "replies after a descriptor keep their order")
+        }
+    }
+
+    @Test func readersThatDoNotNameLayoutTwoAreCountedAndStillAnswered() async throws {
+        try await withProviderAndAgent { agent, _ in
+            // A reader built before layout 2 names no layout; one of layout 1 only names 1; a
+            // current one names 1 and 2 (here after the first was sent this generation: busy, and
+            // not counted).
+            let replies = try await agent.send("SHM vehicle", "SHM trip 1", "SHM vehicle 1 2", "SHM vehicle x", "STATS")
+            #expect(replies.count == 5)
+            #expect(replies[0].hasPrefix("OK size=") && replies[0].contains(" layout=2 "), "\(replies[0])")
+            #expect(replies[1].hasPrefix("OK size=") && replies[1].contains(" layout=2 "), "\(replies[1])")
+            #expect(replies[2].hasPrefix("ERR busy segment "), "\(replies[2])")
+            #expect(replies[3] == "ERR bad-request usage: SHM <kind> [<layout> ...]")
+            #expect(WireReply.statsFields(String(replies[4].dropFirst(3)))["shm_old_readers"] == "2")
         }
     }
 

@@ -96,13 +96,22 @@ struct SegmentTests {
     }
 
     @Test func aFullSegmentAndAnOversizedTokenAreRefused() throws {
+        // Layout 2: as many keys as slots (the index has twice as many entries).
         let writer = try writer(slots: 64, slotSize: 512)
-        for index in 0..<48 {
+        for index in 0..<64 {
             #expect(
                 writer.put(id: "f-\(index)", token: "t", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .stored
             )
         }
-        #expect(writer.put(id: "f-48", token: "t", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .full)
+        #expect(writer.put(id: "f-64", token: "t", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .full)
+        writer.remove(id: "f-3")
+        #expect(
+            writer.put(id: "f-64", token: "t", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .stored,
+            "a removed key's slot is reused"
+        )
+        #expect(
+            try reader(writer).lookup(id: "f-64", minimumValidity: nil, now: now) == .hit(token: "t", unixExpiry: 1)
+        )
         #expect(
             writer.put(id: "f-1", token: "u", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .stored,
             "a held key is replaced"

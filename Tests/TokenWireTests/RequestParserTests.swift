@@ -47,6 +47,20 @@ struct RequestParserTests {
         #expect(parse("GET  vehicle   v-1 ") == .success(.get(kind: "vehicle", id: "v-1", minValiditySeconds: nil)))
     }
 
+    @Test func shmNamesTheLayoutsItsReaderMaps() {
+        #expect(parse("SHM vehicle") == .success(.shm(kind: "vehicle", layouts: [])))
+        #expect(parse("SHM vehicle 1 2") == .success(.shm(kind: "vehicle", layouts: [1, 2])))
+        #expect(parse("SHM trip 2") == .success(.shm(kind: "trip", layouts: [2])))
+        #expect(WireRequest.shm(kind: "vehicle", layouts: [1, 2]).line == "SHM vehicle 1 2")
+        #expect(WireRequest.shm(kind: "vehicle").line == "SHM vehicle")
+        for line in [
+            "SHM", "SHM vehicle 0", "SHM vehicle -1", "SHM vehicle 12345", "SHM vehicle two", "SHM vehicle 1.5",
+            "SHM vehicle " + Array(repeating: "1", count: 9).joined(separator: " "),
+        ] {
+            #expect(code(line) == .badRequest, "\(line)")
+        }
+    }
+
     @Test func wrongFieldsAreBadRequests() {
         for line in [
             "", "   ", "GET", "GET vehicle", "GET vehicle a b c", "REFRESH vehicle", "DROP", "PING now",

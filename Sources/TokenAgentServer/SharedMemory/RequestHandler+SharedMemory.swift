@@ -36,14 +36,17 @@ struct DescriptorLedger {
 }
 
 extension RequestHandler {
-    /// The reply slot for `SHM <kind>`: the kind's segment offered, or why not.
-    func shmSlot(kind: String) -> Slot {
+    /// The reply slot for `SHM <kind> [<layout> ...]`: the kind's segment offered, or why not. A
+    /// reader that does not name the layout the agent writes is offered it all the same (it
+    /// refuses the layout and uses the socket) and counted, so a fleet left on the slow path shows.
+    func shmSlot(kind: String, layouts: [Int]) -> Slot {
         guard engine.kinds.contains(kind) else {
             return Slot(reply: .error(EngineFailure.unknownKind(kind, configured: engine.kinds).wireError))
         }
         guard let segments = status.segments else {
             return Slot(reply: .error(WireError(.unavailable, "shared memory is off")))
         }
+        if !layouts.contains(Int(SegmentLayout.version)) { segments.countOldReaderRequest() }
         let now = NIODeadline.now()
         if now - descriptors.minuteStart >= .minutes(1) {
             descriptors.minuteStart = now

@@ -80,7 +80,7 @@ extension SharedSegments {
             // No new generation allowed: the readers must still be re-checked, so the kind goes
             // without a segment until a beat can make one. Its tokens stay here meanwhile.
             current.forEachToken { id, token, expiry, lifetime, unixExpiry in
-                state.orphans[kind, default: [:]][id] = Orphan(
+                state.orphans[kind, default: [:]][Array(id)] = Orphan(
                     token: Array(token),
                     expiry: expiry,
                     lifetime: lifetime,
@@ -168,14 +168,16 @@ extension SharedSegments {
             Self.retire(current, &state)
         } else if let orphans = state.orphans[kind] {
             for (id, orphan) in orphans
-            where orphan.token.withUnsafeBytes({
-                writer.put(
-                    idBytes: id,
-                    token: $0,
-                    expiry: orphan.expiry,
-                    lifetime: orphan.lifetime,
-                    unixExpiry: orphan.unixExpiry
-                )
+            where id.withUnsafeBytes({ idBytes in
+                orphan.token.withUnsafeBytes {
+                    writer.put(
+                        idBytes: idBytes,
+                        token: $0,
+                        expiry: orphan.expiry,
+                        lifetime: orphan.lifetime,
+                        unixExpiry: orphan.unixExpiry
+                    )
+                }
             }) == .stored {
                 state.orphans[kind]?.removeValue(forKey: id)
             }

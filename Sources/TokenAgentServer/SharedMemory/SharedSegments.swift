@@ -51,6 +51,9 @@ public final class SharedSegments: TokenMirror, Sendable {
         public var mappedBytes = 0
         /// Retired generations a reader still holds (a descriptor or a mapping).
         public var retiredMapped = 0
+        /// `SHM` requests from readers that did not name the layout the agent writes: readers
+        /// built before it, which use the socket instead.
+        public var oldReaderRequests = 0
     }
 
     struct State {
@@ -205,6 +208,11 @@ public final class SharedSegments: TokenMirror, Sendable {
             state.statistics.descriptors += 1
             return .offered(Offer(descriptor: descriptor, size: writer.size, generation: writer.generation, kind: kind))
         }
+    }
+
+    /// Counts an `SHM` request from a reader that did not name the layout the agent writes.
+    public func countOldReaderRequest() {
+        state.withLock { $0.statistics.oldReaderRequests += 1 }
     }
 
     // MARK: Upkeep
