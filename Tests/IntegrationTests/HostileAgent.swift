@@ -38,11 +38,14 @@ final class HostileAgent: Sendable {
     private let state = Mutex(State())
     private let written = Atomic(0)
     private let requestCount = Atomic(0)
+    private let connectionCount = Atomic(0)
 
     /// Bytes written to every connection so far.
     var bytesWritten: Int { written.load(ordering: .relaxed) }
     /// Request lines read so far.
     var requests: Int { requestCount.load(ordering: .relaxed) }
+    /// Connections accepted so far.
+    var connectionsAccepted: Int { connectionCount.load(ordering: .relaxed) }
 
     /// Listens on a new socket and answers every request line with `answer(line)`.
     init(answer: @escaping @Sendable (String) -> Answer) throws {
@@ -92,6 +95,7 @@ final class HostileAgent: Sendable {
                 close(connection)
                 break
             }
+            connectionCount.add(1, ordering: .relaxed)
             Thread.detachNewThread { [self] in serve(connection) }
         }
         close(listener)
