@@ -54,6 +54,7 @@ struct AgentRuntime {
 
         var segmentLimits = SharedSegments.Limits()
         segmentLimits.maxTotalBytes = configuration.sharedMemoryMaxBytes
+        segmentLimits.rotationInterval = configuration.sharedMemoryRotation
         let segments =
             configuration.sharedMemory
             ? SharedSegments(

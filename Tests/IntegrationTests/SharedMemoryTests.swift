@@ -247,6 +247,27 @@ struct SharedMemoryTests {
         }
     }
 
+    @Test func sharedMemoryRotationSetsHowOldASegmentGets() async throws {
+        let config = "/tmp/ftd-rotation-\(UUID().uuidString.prefix(8)).json"
+        try #"{"shared_memory_rotation": 1}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        try await withProviderAndAgent(["--config", config]) { agent, _ in
+            func generation() async throws -> String? {
+                let reply = try await agent.send("SHM vehicle 1 2").first ?? ""
+                return WireReply.statsFields(String(reply.dropFirst(3)))["generation"]
+            }
+            let first = try #require(try await generation())
+            // The heartbeat (every second) replaces a segment older than a second: a new
+            // generation within a few beats (each `send` is a new connection).
+            var later = first
+            for _ in 0..<40 where later == first {
+                try await Task.sleep(for: .milliseconds(250))
+                later = try await generation() ?? first
+            }
+            #expect(later != first, "no new generation within 10 s with shared_memory_rotation 1")
+        }
+    }
+
     @Test func readersThatDoNotNameLayoutTwoAreCountedAndStillAnswered() async throws {
         try await withProviderAndAgent { agent, _ in
             // A reader built before layout 2 names no layout; one of layout 1 only names 1; a

@@ -61,6 +61,12 @@ struct ConfigurationTests {
 
     @Test func hugeNumbersAreRefusedNotTrapped() {
         #expect(problem(#"{"shared_memory_max_bytes": 1e300}"#)?.key == "shared_memory_max_bytes")
+        for rotation in ["0", "0.5", "86401", "-1"] {
+            #expect(
+                problem(#"{"shared_memory_rotation": \#(rotation)}"#)?.key == "shared_memory_rotation",
+                "\(rotation)"
+            )
+        }
         #expect(problem(#"{"max_entries": 1e300}"#)?.key == "max_entries")
         #expect(problem(#"{"min_validity": 1e300}"#)?.key == "min_validity")
         #expect(problem(#"{"issuer_lifetime": 1e300}"#)?.key == "issuer_lifetime")

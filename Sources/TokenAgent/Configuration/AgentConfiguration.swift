@@ -41,6 +41,9 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// The most bytes the shared-memory segments may take together, retired generations a reader
     /// still holds included (default 512 MiB).
     public var sharedMemoryMaxBytes = 512 << 20
+    /// How old a kind's segment gets before a new generation replaces it (rules are checked again
+    /// at least this often), seconds (default 15 minutes).
+    public var sharedMemoryRotation: Double = 900
     /// The most cache entries.
     public var maxEntries = 100_000
     /// The most concurrent fetches to one kind's provider.
@@ -190,6 +193,9 @@ public struct AgentConfiguration: Sendable, Hashable {
             guard value.isFinite, value >= 0, value <= 300 else {
                 throw ConfigurationError(key: name, "must be seconds from 0 to 300")
             }
+        }
+        guard sharedMemoryRotation.isFinite, sharedMemoryRotation >= 1, sharedMemoryRotation <= 86_400 else {
+            throw ConfigurationError(key: "shared_memory_rotation", "must be seconds from 1 to 86400")
         }
         guard sharedMemoryMaxBytes >= 1 << 20 else {
             throw ConfigurationError(key: "shared_memory_max_bytes", "must be at least 1048576 (1 MiB)")

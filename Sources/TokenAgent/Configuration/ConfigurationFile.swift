@@ -30,6 +30,7 @@ public enum ConfigurationFile {
         var rejectionMemory: Double?
         var sharedMemory: Bool?
         var sharedMemoryMaxBytes: Double?
+        var sharedMemoryRotation: Double?
         var metricsListen: String?
         var degradedAfter: Double?
         var refresherStallAfter: Double?
@@ -61,6 +62,7 @@ public enum ConfigurationFile {
             case rejectionMemory = "rejection_memory"
             case sharedMemory = "shared_memory"
             case sharedMemoryMaxBytes = "shared_memory_max_bytes"
+            case sharedMemoryRotation = "shared_memory_rotation"
             case metricsListen = "metrics_listen"
             case degradedAfter = "degraded_after"
             case refresherStallAfter = "refresher_stall_after"
@@ -225,6 +227,7 @@ public enum ConfigurationFile {
         if let value = contents.sharedMemoryMaxBytes {
             configuration.sharedMemoryMaxBytes = try whole(value, key: "shared_memory_max_bytes")
         }
+        if let value = contents.sharedMemoryRotation { configuration.sharedMemoryRotation = value }
         if let value = contents.metricsListen { configuration.metricsListen = value }
         if let value = contents.degradedAfter { configuration.degradedAfter = value }
         if let value = contents.refresherStallAfter { configuration.refresherStallAfter = value }
