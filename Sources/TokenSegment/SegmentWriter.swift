@@ -51,8 +51,10 @@ public final class SegmentWriter {
     /// Index entries marked removed.
     private var removedEntries = 0
     private var maxProbe = 0
-    /// Whether the segment was retired (wiped, flagged); it takes no more writes.
+    /// Whether the segment was retired (flagged, then wiped); it takes no more writes.
     public private(set) var isRetired = false
+    /// Slots below this are zeroed since the segment was retired.
+    private var wiped = 0
 
     /// The tokens held.
     public var count: Int { live }
@@ -317,16 +319,69 @@ public final class SegmentWriter {
         }
     }
 
+    /// Copies the tokens of up to `count` slots from `first` on into `other`, for a new
+    /// generation built a batch at a time; the slot to go on from, or `nil` when every slot ever
+    /// used has been copied. `false` in `stored` when `other` refused one (full or too small).
+    public func copyTokens(into other: SegmentWriter, fromSlot first: Int, count: Int, stored: inout Bool) -> Int? {
+        let end = min(usedSlots, first + count)
+        stored = true
+        guard first < end else { return nil }
+        for slot in first..<end {
+            let slotWords = self.slotWords(slot)
+            let meta = slotWords.load(SegmentLayout.Slot.meta)
+            guard meta & 0xff == SegmentLayout.State.live else { continue }
+            let idLength = Int(meta >> 16 & 0xffff)
+            let dataStart = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
+            let outcome = other.put(
+                idBytes: UnsafeRawBufferPointer(start: dataStart, count: idLength),
+                token: UnsafeRawBufferPointer(
+                    start: dataStart + SegmentLayout.padded(idLength),
+                    count: Int(meta >> 32)
+                ),
+                expiry: slotWords.load(SegmentLayout.Slot.expiry),
+                lifetime: slotWords.load(SegmentLayout.Slot.lifetime),
+                unixExpiry: Int64(bitPattern: slotWords.load(SegmentLayout.Slot.unixExpiry))
+            )
+            if outcome != .stored {
+                stored = false
+                return nil
+            }
+        }
+        return end < usedSlots ? end : nil
+    }
+
+    /// The size of a segment of `slotCount` slots of `slotSize` bytes, as ``init`` makes it.
+    public static func size(slotCount: Int, slotSize: Int) -> Int {
+        let slots = min(max(64, slotCount), SegmentLayout.Index.maxCount / 2)
+        return SegmentLayout.tableOffset(indexCount: 2 * slots) + slots * slotSize
+    }
+
     /// Marks the segment retired, then zeroes every slot that held a token: readers ask for a
     /// new segment, and no token lingers here. It takes no more writes.
     public func retire() {
+        markRetired()
+        while wipe(count: usedSlots) {}
+    }
+
+    /// Sets the retired flag (readers ask for a new segment) and takes no more writes; the slots
+    /// are zeroed by ``wipe(count:)``.
+    public func markRetired() {
         guard !isRetired else { return }
         words.storeSequentially(SegmentLayout.Header.flags, SegmentLayout.retiredFlag)
-        for slot in 0..<usedSlots where slotWords(slot).load(SegmentLayout.Slot.meta) & 0xff != 0 {
-            clear(slot: slot)
-        }
         live = 0
         isRetired = true
+    }
+
+    /// Zeroes the next `count` slots of a retired segment (those that held a token); whether
+    /// slots are left to zero.
+    public func wipe(count: Int) -> Bool {
+        guard isRetired else { return false }
+        let end = min(usedSlots, wiped + count)
+        for slot in wiped..<end where slotWords(slot).load(SegmentLayout.Slot.meta) & 0xff != 0 {
+            clear(slot: slot)
+        }
+        wiped = end
+        return wiped < usedSlots
     }
 
     // MARK: The index

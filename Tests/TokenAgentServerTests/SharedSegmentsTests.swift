@@ -67,6 +67,54 @@ struct SharedSegmentsTests {
         )
     }
 
+    @Test func aRotationBuiltBesideTheSegmentKeepsEveryChangeMadeDuringIt() throws {
+        let segments = makeSegments { $0.initialSlots = 256 }
+        defer { segments.retireAll() }
+        var tokens: [String: String] = [:]
+        for index in 0..<200 {
+            tokens["v-\(index)"] = token("v-\(index)", length: 300)
+            #expect(store(segments, "v-\(index)", tokens["v-\(index)"]!))
+        }
+        guard case .offered(let old) = segments.offer(kind: "vehicle", unlessAlreadySent: { _ in false }) else {
+            Issue.record("no segment")
+            return
+        }
+        defer { close(old.descriptor) }
+        let oldReader = try SegmentReader(descriptor: old.descriptor, expectedSize: old.size, kind: "vehicle")
+        #expect(segments.startBuilding("vehicle"))
+        #expect(segments.advanceBuilding(batch: 20), "slots left after the first batch")
+        // While it is built: readers and the agent still read the current generation, and every
+        // change reaches both, on either side of the copy's progress (slots are used in order).
+        #expect(read(segments, "v-150") == tokens["v-150"])
+        segments.tokenRemoved(kind: "vehicle", id: "v-5")  // copied already
+        segments.tokenRemoved(kind: "vehicle", id: "v-150")  // not copied yet
+        tokens["v-5"] = nil
+        tokens["v-150"] = nil
+        tokens["v-7"] = token("v-7-renewed", length: 300)
+        tokens["v-160"] = token("v-160-renewed", length: 300)
+        tokens["v-900"] = token("v-900", length: 300)
+        for id in ["v-7", "v-160", "v-900"] { #expect(store(segments, id, tokens[id]!)) }
+        #expect(segments.statistics().generations == 2, "the generation being built is made, not yet in force")
+        var batches = 1
+        while segments.advanceBuilding(batch: 20) { batches += 1 }
+        #expect(batches >= 9)
+        // The new generation is in force with exactly the tokens held now; the old one is retired.
+        guard case .offered(let new) = segments.offer(kind: "vehicle", unlessAlreadySent: { _ in false }) else {
+            Issue.record("no segment after the rotation")
+            return
+        }
+        close(new.descriptor)
+        #expect(new.generation > old.generation)
+        #expect(oldReader.isRetired)
+        #expect(segments.statistics().slotsUsed == tokens.count)
+        for index in 0..<1000 {
+            let id = "v-\(index)"
+            #expect(read(segments, id) == tokens[id], "\(id)")
+        }
+        #expect(try readerSees(segments, "v-150") == nil, "a token removed during the copy does not come back")
+        #expect(try readerSees(segments, "v-160") == tokens["v-160"])
+    }
+
     @Test func everyTokenTakenComesBackThroughGrowth() throws {
         let segments = makeSegments { $0.initialSlots = 64 }
         defer { segments.retireAll() }

@@ -17,6 +17,8 @@ struct Options {
     var connections = 1
     var depth = 1
     var keys = 1
+    /// The number of the first key: keys are bench-<firstKey> ... bench-<firstKey + keys - 1>.
+    var firstKey = 0
     var duration = 10.0
     var warmup = 1.0
     var threads = 1
@@ -42,6 +44,7 @@ struct Options {
           --connections C     connections, default 1
           --depth D           requests in flight per connection (pipelined, closed loop), default 1
           --keys K            keys bench-0 ... bench-<K-1>, default 1
+          --first-key F       start the keys at bench-<F> instead (new keys beside a measured load)
           --duration S        measured seconds, default 10
           --warmup S          seconds run before measuring, default 1
           --threads T         threads driving the connections (epoll when one drives several), default 1
@@ -87,6 +90,7 @@ struct Options {
             case "--connections": options.connections = integer(flag, atLeast: 1)
             case "--depth": options.depth = integer(flag, atLeast: 1)
             case "--keys": options.keys = integer(flag, atLeast: 1)
+            case "--first-key": options.firstKey = integer(flag, atLeast: 0)
             case "--duration": options.duration = seconds(flag)
             case "--warmup": options.warmup = seconds(flag)
             case "--threads": options.threads = integer(flag, atLeast: 1)

@@ -25,7 +25,7 @@ final class RequestBook {
         let offsets = UnsafeMutablePointer<Int>.allocate(capacity: count + 1)
         for request in 0..<count {
             offsets[request] = all.count
-            let key = "bench-\(request % options.keys)"
+            let key = "bench-\(options.firstKey + request % options.keys)"
             switch options.wire {
             case .agent:
                 all += Array("GET \(options.kind) \(key)\n".utf8)

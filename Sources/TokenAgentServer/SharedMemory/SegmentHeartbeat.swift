@@ -14,7 +14,12 @@ public struct SegmentHeartbeat: Service {
 
     public func run() async throws {
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            segments.beat()
+            segments.startBeat()
+            // A rotation's copy and wipe, a batch at a time, with a pause between batches so the
+            // requests waiting for the segments' lock take it first.
+            while segments.advanceBuilding(batch: SharedSegments.buildBatch), !Task.isCancelled {
+                try? await Task.sleep(for: .microseconds(200))
+            }
             do {
                 try await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
             } catch {

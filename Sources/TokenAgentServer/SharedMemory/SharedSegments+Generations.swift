@@ -108,7 +108,8 @@ extension SharedSegments {
 
     /// A new generation of `kind` of `slots` slots of `slotSize` bytes, holding every token of
     /// `current` (which is retired) or, without one, the tokens kept for the kind; `nil` (nothing
-    /// changed) when a limit forbids it or it cannot be made.
+    /// changed) when a limit forbids it or it cannot be made. Made and filled under the lock: a
+    /// rotation builds its generation beside the current one instead (``startBuild(_:_:)``).
     private func make(
         _ kind: String,
         _ state: inout State,
@@ -118,16 +119,55 @@ extension SharedSegments {
         reason: String,
         warn: Bool = true
     ) -> SegmentWriter? {
+        guard let writer = newGeneration(kind, &state, slots: slots, slotSize: slotSize, reason: reason, warn: warn)
+        else { return nil }
+        // This generation replaces any being built.
+        abandonBuild(kind, &state)
+        if let current {
+            // Sized for every token of `current`: none is left out.
+            current.copyTokens(into: writer)
+            Self.retire(current, &state)
+        } else if let orphans = state.orphans[kind] {
+            for (id, orphan) in orphans
+            where id.withUnsafeBytes({ idBytes in
+                orphan.token.withUnsafeBytes {
+                    writer.put(
+                        idBytes: idBytes,
+                        token: $0,
+                        expiry: orphan.expiry,
+                        lifetime: orphan.lifetime,
+                        unixExpiry: orphan.unixExpiry
+                    )
+                }
+            }) == .stored {
+                state.orphans[kind]?.removeValue(forKey: id)
+            }
+            if state.orphans[kind]?.isEmpty == true { state.orphans[kind] = nil }
+        }
+        install(writer, kind, &state, reason: reason)
+        return writer
+    }
+
+    /// A new, empty generation of `kind`, counted against the limits; `nil` when a limit forbids
+    /// it or it cannot be made.
+    private func newGeneration(
+        _ kind: String,
+        _ state: inout State,
+        slots: Int,
+        slotSize: Int,
+        reason: String,
+        warn: Bool
+    ) -> SegmentWriter? {
         let now = fsm_boottime_ns()
         var recent = state.recentGenerations[kind, default: []].filter {
             now &- $0 < UInt64(saturatingNanoseconds: limits.generationWindow)
         }
         // Every generation that may still be mapped counts, the one this replaces included (a
-        // reader may keep it): the segments never take more than the limit. A kind's retired
-        // generations that readers keep may take only their share, so one kind's readers cannot
-        // use up the others' room.
+        // reader may keep it), and one being built: the segments never take more than the limit.
+        // A kind's retired generations that readers keep may take only their share, so one
+        // kind's readers cannot use up the others' room.
         state.mapped.collect()
-        let newBytes = SegmentLayout.headerSize + slots * slotSize
+        let newBytes = SegmentWriter.size(slotCount: slots, slotSize: slotSize)
         let retiredShare = limits.maxTotalBytes / (2 * max(1, state.kinds.count))
         guard recent.count < limits.maxGenerationsPerMinute,
             state.mapped.totalBytes + newBytes <= limits.maxTotalBytes,
@@ -162,34 +202,18 @@ extension SharedSegments {
             }
             return nil
         }
-        if let current {
-            // Sized for every token of `current`: none is left out.
-            current.copyTokens(into: writer)
-            Self.retire(current, &state)
-        } else if let orphans = state.orphans[kind] {
-            for (id, orphan) in orphans
-            where id.withUnsafeBytes({ idBytes in
-                orphan.token.withUnsafeBytes {
-                    writer.put(
-                        idBytes: idBytes,
-                        token: $0,
-                        expiry: orphan.expiry,
-                        lifetime: orphan.lifetime,
-                        unixExpiry: orphan.unixExpiry
-                    )
-                }
-            }) == .stored {
-                state.orphans[kind]?.removeValue(forKey: id)
-            }
-            if state.orphans[kind]?.isEmpty == true { state.orphans[kind] = nil }
-        }
         recent.append(now)
         state.recentGenerations[kind] = recent
         state.nextGeneration += 1
         state.statistics.generations += 1
-        state.writers[kind] = writer
-        state.createdAt[kind] = now
         state.mapped.add(writer)
+        return writer
+    }
+
+    /// Makes `writer` the kind's segment.
+    private func install(_ writer: SegmentWriter, _ kind: String, _ state: inout State, reason: String) {
+        state.writers[kind] = writer
+        state.createdAt[kind] = fsm_boottime_ns()
         logger.debug(
             "shared-memory segment replaced",
             metadata: [
@@ -197,6 +221,67 @@ extension SharedSegments {
                 "bytes": "\(writer.size)",
             ]
         )
-        return writer
+    }
+
+    // MARK: Generations built beside the current one
+
+    /// Starts building `kind`'s next generation beside its current one (a rotation): from now on
+    /// every change to the kind goes to both, and ``advanceBuilds(_:batch:)`` copies the current
+    /// one's tokens into it a batch at a time, the lock released between batches, then switches
+    /// to it. `false` when a limit forbids a new generation now.
+    func startBuild(_ kind: String, _ state: inout State) -> Bool {
+        guard state.building[kind] == nil, let current = state.writers[kind] else { return false }
+        guard
+            let writer = newGeneration(
+                kind,
+                &state,
+                slots: current.slotCount,
+                slotSize: current.slotSize,
+                reason: "rotation",
+                warn: true
+            )
+        else { return false }
+        state.building[kind] = Build(writer: writer, nextSlot: 0)
+        return true
+    }
+
+    /// Copies up to `batch` slots' tokens into each generation being built; a build that has
+    /// copied every slot becomes its kind's segment, and the one it replaces is retired. Whether
+    /// any build has slots left.
+    func advanceBuilds(_ state: inout State, batch: Int) -> Bool {
+        state.wiping.removeAll { !$0.wipe(count: batch) }
+        var more = !state.wiping.isEmpty
+        for (kind, build) in state.building {
+            guard let current = state.writers[kind] else {
+                abandonBuild(kind, &state)
+                continue
+            }
+            var stored = true
+            let next = current.copyTokens(into: build.writer, fromSlot: build.nextSlot, count: batch, stored: &stored)
+            if !stored {
+                // It could not take a token the current one holds (it was sized like it, so only a
+                // change since could do this): the current one stays, the next beat tries again.
+                abandonBuild(kind, &state)
+            } else if let next {
+                state.building[kind]?.nextSlot = next
+                more = true
+            } else {
+                // Readers of the current one ask for the new one from its flag on; its slots are
+                // zeroed a batch at a time from the next call.
+                state.building[kind] = nil
+                current.markRetired()
+                state.mapped.retire(kind: kind, generation: current.generation)
+                state.wiping.append(current)
+                install(build.writer, kind, &state, reason: "rotation")
+                more = true
+            }
+        }
+        return more
+    }
+
+    /// Drops the generation being built for `kind`, if any (retired: it was never offered).
+    func abandonBuild(_ kind: String, _ state: inout State) {
+        guard let build = state.building.removeValue(forKey: kind) else { return }
+        Self.retire(build.writer, &state)
     }
 }

@@ -73,6 +73,17 @@ public final class SharedSegments: TokenMirror, Sendable {
         var orphans: [String: [[UInt8]: Orphan]] = [:]
         /// Every generation made that may still be mapped, current or retired.
         var mapped = MappedGenerations()
+        /// Kinds whose next generation is being built beside the current one (rotation).
+        var building: [String: Build] = [:]
+        /// Generations a rotation replaced: retired (flagged), their slots zeroed a batch at a time.
+        var wiping: [SegmentWriter] = []
+    }
+
+    /// A kind's next generation being built: it takes every change to the kind, and the current
+    /// one's tokens are copied into it from `nextSlot` on.
+    struct Build {
+        var writer: SegmentWriter
+        var nextSlot: Int
     }
 
     /// A token kept outside any segment.
@@ -140,7 +151,23 @@ public final class SharedSegments: TokenMirror, Sendable {
                 lifetime: lifetimeNanos,
                 unixExpiry: unix
             )
-            if outcome == .stored { return true }
+            if outcome == .stored {
+                // The generation being built takes every change, so it holds what this one does
+                // when it replaces it.
+                if let build = state.building[kind],
+                    build.writer.put(
+                        id: id,
+                        token: token,
+                        expiry: expiryNanos,
+                        lifetime: lifetimeNanos,
+                        unixExpiry: unix
+                    )
+                        != .stored
+                {
+                    abandonBuild(kind, &state)
+                }
+                return true
+            }
             let idLength = id.utf8.count
             let tokenLength = token.utf8.count
             if let grown = grow(kind, &state, idLength: idLength, tokenLength: tokenLength),
@@ -159,6 +186,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     public func tokenRemoved(kind: String, id: String) {
         state.withLock { state in
             state.writers[kind]?.remove(id: id)
+            state.building[kind]?.writer.remove(id: id)
             if state.orphans[kind] != nil { Self.removeOrphan(kind, Array(id.utf8), &state) }
         }
     }
@@ -218,15 +246,25 @@ public final class SharedSegments: TokenMirror, Sendable {
     // MARK: Upkeep
 
     /// The heartbeat (every second): stamps every segment, and replaces those older than the
-    /// rotation interval.
+    /// rotation interval. A replacement is built beside the current segment, which readers go on
+    /// using: its tokens are copied a batch at a time, the lock released between batches, so no
+    /// request waits for more than one batch; then the new generation takes over.
     public func beat() {
+        startBeat()
+        while advanceBuilding(batch: Self.buildBatch) {}
+    }
+
+    /// The heartbeat's stamps and the rotations it starts, without copying: the caller then calls
+    /// ``advanceBuilding(batch:)`` until it returns `false`, pausing between calls so requests
+    /// waiting for the lock go first (``SegmentHeartbeat``).
+    public func startBeat() {
         let now = fsm_boottime_ns()
         state.withLock { state in
             state.mapped.collect()
             for writer in state.writers.values { writer.beat(now: now) }
             let rotation = UInt64(saturatingNanoseconds: limits.rotationInterval)
-            for (kind, created) in state.createdAt where now &- created >= rotation {
-                replace(kind, &state, reason: "rotation")
+            for (kind, created) in state.createdAt where now &- created >= rotation && state.building[kind] == nil {
+                if !startBuild(kind, &state) { replace(kind, &state, reason: "rotation") }
             }
             // A kind a limit left without a segment gets one again as soon as the limit allows.
             for kind in state.kinds where state.writers[kind] == nil {
@@ -234,6 +272,17 @@ public final class SharedSegments: TokenMirror, Sendable {
             }
         }
     }
+
+    /// Starts building `kind`'s next generation beside its current one, as a due rotation does;
+    /// `false` when none could start.
+    func startBuilding(_ kind: String) -> Bool { state.withLock { startBuild(kind, &$0) } }
+
+    /// Copies one batch into every generation being built (switching to those done), and zeroes
+    /// one batch of every generation they replaced; whether any work is left.
+    public func advanceBuilding(batch: Int) -> Bool { state.withLock { advanceBuilds(&$0, batch: batch) } }
+
+    /// Slots copied into a generation being built per hold of the lock: about 0.1 ms of copying.
+    public static let buildBatch = 256
 
     /// A reload: segments for exactly `kinds`, the serving rule `policy`, and a new generation
     /// for each kind in `rulesChanged` (its readers must be checked again). The new generations
@@ -244,6 +293,11 @@ public final class SharedSegments: TokenMirror, Sendable {
             state.withheld.formUnion(rulesChanged)
             state.policy = Self.segmentPolicy(policy)
             state.kinds = kinds
+            // A generation being built would miss this reload's changes to its kind's segment;
+            // one a rotation replaced is wiped before the new rules are in force.
+            for kind in Array(state.building.keys) { abandonBuild(kind, &state) }
+            for writer in state.wiping { writer.retire() }
+            state.wiping = []
             for kind in Array(state.writers.keys) where !kinds.contains(kind) {
                 if let writer = state.writers.removeValue(forKey: kind) { Self.retire(writer, &state) }
                 state.createdAt[kind] = nil
@@ -264,6 +318,9 @@ public final class SharedSegments: TokenMirror, Sendable {
     /// Retires every segment (a clean stop): readers stop using them, and their tokens are wiped.
     public func retireAll() {
         state.withLock { state in
+            for kind in Array(state.building.keys) { abandonBuild(kind, &state) }
+            for writer in state.wiping { writer.retire() }
+            state.wiping = []
             for writer in state.writers.values { Self.retire(writer, &state) }
             state.writers = [:]
             state.createdAt = [:]
