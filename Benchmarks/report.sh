@@ -4,8 +4,8 @@
 # output replaces the table verbatim. Not part of `swift test` or CI.
 #   bash Benchmarks/report.sh                         # every row (11 to 13 min on 2 cores, built)
 #   bash Benchmarks/report.sh --only memory           # some groups: --only a,b or --only a --only b
-# Groups (in the table's order): shm, socket, instructions, allocations, client, memory, startup,
-# keyless.
+# Groups (in the table's order): shm, socket, instructions, allocations, client, memory, stall,
+# startup, keyless.
 # Environment (defaults in brackets), to trade time for noise while iterating:
 #   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated)
 #   SHM_ITERATIONS [400000]  CLIENT_ITERATIONS [20000]            token-bench --iterations
@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 
-all_groups="shm socket instructions allocations client memory startup keyless"
+all_groups="shm socket instructions allocations client memory stall startup keyless"
 groups=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -129,6 +129,10 @@ if wants memory; then
     KEYS="$MEMORY_KEYS" MODES=on AGENTS="this=$AGENT_BINARY" bash Benchmarks/agent-memory.sh >"$out/memory.txt"
     step "$READERS readers of $MEMORY_KEYS tokens (shm-memory.sh)"
     KEYS="$MEMORY_KEYS" READERS="$READERS" bash Benchmarks/shm-memory.sh >"$out/readers.txt"
+fi
+if wants stall; then
+    step "p99.9 at 1,000 and 100,000 keys, and while segments rotate (stall.sh)"
+    KEYS="$MEMORY_KEYS" bash Benchmarks/stall.sh >"$out/stall.txt"
 fi
 if wants startup; then
     step "start to READY and the hand-over (startup.sh, $STARTUP_RUNS starts a row)"
@@ -335,6 +339,24 @@ if "memory" in groups:
         f"{n(int(hits.group(2)))} reads hit |"
     )
 
+
+if "stall" in groups:
+    medians = {}
+    for line in open(f"{out}/stall.txt").read().split("Medians by p99.9")[1].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[1].replace(".", "").isdigit():
+            medians[cells[0]] = cells
+    small, large = medians["1000 keys"], medians[f"{memory_keys} keys"]
+    rotating = next(cells for label, cells in medians.items() if "rotating" in label)
+    print(
+        f"| socket GET 64 x 1, p99.9 by key count | {n(memory_keys)} keys: {large[3]} µs; 1,000 keys: {small[3]} µs "
+        f"| **{float(large[3]) / float(small[3]):.2f}x** (max {large[4]} and {small[4]} µs) |"
+    )
+    print(
+        f"| socket GET 64 x 1, p99.9 while segments rotate every 2 s | {rotating[3]} µs "
+        f"({n(memory_keys)} keys; max {rotating[4]} µs) | without rotation: {large[3]} µs, "
+        f"**{float(rotating[3]) / float(large[3]):.2f}x** |"
+    )
 if "startup" in groups:
     startup = json.load(open(f"{out}/startup.json"))
     plain = startup["HTTP provider, empty cache"]["ready_ms"]
