@@ -81,7 +81,7 @@ public final class SegmentWriter {
         policy: SegmentPolicy,
         seed: (UInt64, UInt64) = (UInt64.random(in: .min ... .max), UInt64.random(in: .min ... .max))
     ) throws(SegmentError) {
-        let slots = min(max(64, requestedSlots), SegmentLayout.Index.maxCount / 2)
+        let slots = Self.slots(requested: requestedSlots)
         self.kind = kind
         self.generation = generation
         self.slotCount = slots
@@ -89,7 +89,7 @@ public final class SegmentWriter {
         self.indexCount = 2 * slots
         self.seed = seed
         self.tableOffset = SegmentLayout.tableOffset(indexCount: 2 * slots)
-        self.size = tableOffset + slots * slotSize
+        self.size = Self.size(slotCount: slots, slotSize: slotSize)
         let fd = fsm_memfd_create("fleet-tokend-\(kind)")
         guard fd >= 0 else { throw SegmentError("memfd_create") }
         guard ftruncate(fd, off_t(size)) == 0 else {
@@ -294,20 +294,9 @@ public final class SegmentWriter {
     public func forEachToken(
         _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer, UInt64, UInt64, Int64) -> Void
     ) {
-        for slot in 0..<usedSlots {
-            let slotWords = self.slotWords(slot)
-            let meta = slotWords.load(SegmentLayout.Slot.meta)
-            guard meta & 0xff == SegmentLayout.State.live else { continue }
-            let idLength = Int(meta >> 16 & 0xffff)
-            let tokenLength = Int(meta >> 32)
-            let dataStart = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
-            body(
-                UnsafeRawBufferPointer(start: dataStart, count: idLength),
-                UnsafeRawBufferPointer(start: dataStart + SegmentLayout.padded(idLength), count: tokenLength),
-                slotWords.load(SegmentLayout.Slot.expiry),
-                slotWords.load(SegmentLayout.Slot.lifetime),
-                Int64(bitPattern: slotWords.load(SegmentLayout.Slot.unixExpiry))
-            )
+        _ = forEachToken(inSlots: 0..<usedSlots) { id, token, expiry, lifetime, unixExpiry in
+            body(id, token, expiry, lifetime, unixExpiry)
+            return true
         }
     }
 
@@ -324,37 +313,45 @@ public final class SegmentWriter {
     /// used has been copied. `false` in `stored` when `other` refused one (full or too small).
     public func copyTokens(into other: SegmentWriter, fromSlot first: Int, count: Int, stored: inout Bool) -> Int? {
         let end = min(usedSlots, first + count)
-        stored = true
-        guard first < end else { return nil }
-        for slot in first..<end {
+        stored = forEachToken(inSlots: first..<max(first, end)) { id, token, expiry, lifetime, unixExpiry in
+            other.put(idBytes: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry) == .stored
+        }
+        return stored && end < usedSlots ? end : nil
+    }
+
+    /// Calls `body` with the token of every live slot in `slots` (as ``forEachToken(_:)``), until
+    /// it returns `false`; whether it never did.
+    private func forEachToken(
+        inSlots slots: Range<Int>,
+        _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer, UInt64, UInt64, Int64) -> Bool
+    ) -> Bool {
+        for slot in slots {
             let slotWords = self.slotWords(slot)
             let meta = slotWords.load(SegmentLayout.Slot.meta)
             guard meta & 0xff == SegmentLayout.State.live else { continue }
             let idLength = Int(meta >> 16 & 0xffff)
             let dataStart = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
-            let outcome = other.put(
-                idBytes: UnsafeRawBufferPointer(start: dataStart, count: idLength),
-                token: UnsafeRawBufferPointer(
-                    start: dataStart + SegmentLayout.padded(idLength),
-                    count: Int(meta >> 32)
-                ),
-                expiry: slotWords.load(SegmentLayout.Slot.expiry),
-                lifetime: slotWords.load(SegmentLayout.Slot.lifetime),
-                unixExpiry: Int64(bitPattern: slotWords.load(SegmentLayout.Slot.unixExpiry))
+            let going = body(
+                UnsafeRawBufferPointer(start: dataStart, count: idLength),
+                UnsafeRawBufferPointer(start: dataStart + SegmentLayout.padded(idLength), count: Int(meta >> 32)),
+                slotWords.load(SegmentLayout.Slot.expiry),
+                slotWords.load(SegmentLayout.Slot.lifetime),
+                Int64(bitPattern: slotWords.load(SegmentLayout.Slot.unixExpiry))
             )
-            if outcome != .stored {
-                stored = false
-                return nil
-            }
+            if !going { return false }
         }
-        return end < usedSlots ? end : nil
+        return true
     }
 
     /// The size of a segment of `slotCount` slots of `slotSize` bytes, as ``init`` makes it.
     public static func size(slotCount: Int, slotSize: Int) -> Int {
-        let slots = min(max(64, slotCount), SegmentLayout.Index.maxCount / 2)
+        let slots = slots(requested: slotCount)
         return SegmentLayout.tableOffset(indexCount: 2 * slots) + slots * slotSize
     }
+
+    /// The slots a segment asked for `requested` gets: at least 64, and few enough for the
+    /// index's 32-bit slot numbers.
+    private static func slots(requested: Int) -> Int { min(max(64, requested), SegmentLayout.Index.maxCount / 2) }
 
     /// Marks the segment retired, then zeroes every slot that held a token: readers ask for a
     /// new segment, and no token lingers here. It takes no more writes.
