@@ -44,21 +44,23 @@ struct CachingTests {
         }
     }
 
-    @Test func shortLivedTokensAreRefreshedInRealTime() async throws {
+    @Test func theMinimumMarginGovernsAShortLivedToken() async throws {
         try await withFake { fake in
-            fake.setAccessTokenLifetime(seconds: 3)
-            let directory = try TemporaryDirectory()
-            defer { directory.remove() }
-            let path = try directory.write("key.json", fake.serviceAccountKeyJSON())
+            // Five minutes: 10 % is 30 s, less than the 100 s minimum, so it is refreshed 100 s
+            // before it ends (the clock is stepped; real time adds only the test's own run).
+            fake.setAccessTokenLifetime(seconds: 300)
             var tuning = fastTuning
-            tuning.minimumRefreshMargin = 2
-            try await withSource(.file(path: path, via: "test"), tuning: tuning) { source in
+            tuning.minimumRefreshMargin = 100
+            let clock = OffsetClock()
+            try await withSource(.metadataServer(host: fake.metadataHost), tuning: tuning, clock: clock) { source in
                 let first = try await source.accessToken()
+                clock.advance(150)
                 #expect(try await source.accessToken() == first)
-                try await Task.sleep(for: .milliseconds(1100))
+                #expect(fake.metadataRequests.count == 1)
+                clock.advance(60)
                 let second = try await source.accessToken()
                 #expect(second != first)
-                #expect(fake.tokenRequests.count == 2)
+                #expect(fake.metadataRequests.count == 2)
             }
         }
     }

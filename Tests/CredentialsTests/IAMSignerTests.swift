@@ -226,6 +226,34 @@ struct IAMSignerTests {
         }
         await fake.stop()
     }
+
+    /// A signer or credentials source dropped without `shutdown()` (a configuration build given up
+    /// half-way, a test that ended early) closes its connections: it neither leaks them nor, in a
+    /// debug build, traps in AsyncHTTPClient's `deinit` and ends every test of the process.
+    @Test func aSignerOrSourceDroppedWithoutShutdownClosesItsConnections() async throws {
+        let fake = try await FakeGoogle.start()
+        func dropped(after fetches: Int) async throws {
+            let (signer, _) = try makeSigner(fake)
+            for id in 0..<fetches {
+                _ = try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-\(id)"))
+            }
+            if fetches > 0 { #expect(fake.openConnections == 2, "kept alive: the metadata server's and IAM's") }
+        }
+        func closed() async throws -> Bool {
+            let deadline = ContinuousClock.now + .seconds(30)
+            while fake.openConnections > 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            return fake.openConnections == 0
+        }
+        try await dropped(after: 2)
+        #expect(try await closed())
+        // Never used: no connection, and nothing to trap on.
+        try await dropped(after: 0)
+        #expect(try await closed())
+        #expect(fake.signatureCount == 2)
+        await fake.stop()
+    }
 }
 
 @Suite("IAM signer: refused credentials")

@@ -43,6 +43,7 @@ public final class FakeGoogle: Sendable {
         var metadataRequests: [MetadataRequest] = []
         var tokenURIs: Set<String> = []
         var refreshTokenRevoked = false
+        var openConnections = 0
     }
 
     struct FaultRule {
@@ -207,6 +208,9 @@ public final class FakeGoogle: Sendable {
     }
 
     // MARK: Records
+
+    /// The connections to the fake open now, whichever API they called.
+    public var openConnections: Int { state.withLock { $0.openConnections } }
 
     /// Every `signJwt` call, in order of arrival.
     public var signJwtCalls: [SignJwtCall] { state.withLock { $0.signJwtCalls } }

@@ -16,6 +16,16 @@ final class FakeGoogleHandler: ChannelInboundHandler {
 
     init(fake: @escaping () -> FakeGoogle) { self.fake = fake }
 
+    func channelActive(context: ChannelHandlerContext) {
+        fake().state.withLock { $0.openConnections += 1 }
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        fake().state.withLock { $0.openConnections -= 1 }
+        context.fireChannelInactive()
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):

@@ -140,9 +140,14 @@ struct ClientTests {
                 "no GET reached the agent"
             )
             #expect(client.localCounters.memoHits == 1)
-            #expect(try await client.token(.vehicle("memo-1"), minimumValidity: 3600) == first, "the agent answered")
+            // The memo holds less than the hour the token was issued for: the agent is asked (it
+            // answers from its cache, or fetches again when a second has passed since).
+            _ = try await client.token(.vehicle("memo-1"), minimumValidity: 3600)
             let last = try await agent.stats()
-            #expect(last["hits"]! == after["hits"]! + 1, "more validity than remembered: asked the agent")
+            #expect(
+                last["hits"]! + last["misses"]! == after["hits"]! + after["misses"]! + 1,
+                "more validity than remembered: asked the agent"
+            )
 
             let plain = self.client(agent, memo: false)
             _ = try await plain.token(.vehicle("memo-1"))

@@ -27,14 +27,12 @@ struct StatusConnectTests {
             if fd >= 0 { waiting.append(fd) }
         }
         #expect(!waiting.isEmpty, "the listener's queue holds a connection")
-        let started = ContinuousClock.now
         let result = try await run(
             "/usr/bin/timeout",
             ["20", AgentProcess.binary, "status", "--socket", path, "--timeout", "1"]
         )
-        let elapsed = ContinuousClock.now - started
+        // Ended by its own --timeout 1 (exit 69), not by the 20 s guard (`timeout` exits 124).
         #expect(result.status == 69, "exit \(result.status): \(result.stderr)")
-        #expect(result.stderr.contains("connection queue stayed full"), "\(result.stderr)")
-        #expect(elapsed < .seconds(10), "ended by --timeout 1, not by the 20 s guard: \(elapsed)")
+        #expect(result.stderr.contains("connection queue stayed full for 1.0 s"), "\(result.stderr)")
     }
 }

@@ -62,6 +62,8 @@ final class AccessTokenExchange: Sendable {
         try? await made?.shutdown()
     }
 
+    deinit { client.withLock { $0.made }?.shutDownInBackground() }
+
     private func httpClient() throws(CredentialsError) -> HTTPClient {
         let made = client.withLock { client -> HTTPClient? in
             if client.isShutDown { return nil }

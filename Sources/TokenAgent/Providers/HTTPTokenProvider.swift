@@ -188,6 +188,8 @@ public final class HTTPTokenProvider: TokenProvider {
         try? await client.shutdown()
     }
 
+    deinit { client.shutDownInBackground() }
+
     private static func describe(_ error: any Error) -> String {
         if let error = error as? HTTPClientError { return error.shortDescription }
         if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }

@@ -24,4 +24,13 @@ extension HTTPClient {
         configuration.decompression = .disabled
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
+
+    /// Starts shutting the client down and returns at once, for the `deinit` of its owner: an
+    /// owner dropped without its `shutdown()` (a configuration build given up half-way, a test
+    /// that ended early) still closes its connections, where AsyncHTTPClient would otherwise leak
+    /// them (and, in a debug build, trap). The shutdown holds the client until it is done; a
+    /// client already shut down is left as it is.
+    func shutDownInBackground() {
+        shutdown { _ in }
+    }
 }

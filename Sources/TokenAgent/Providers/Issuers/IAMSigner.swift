@@ -253,4 +253,6 @@ public final class IAMSigner: TokenProvider {
     public func shutdown() async {
         try? await client.shutdown()
     }
+
+    deinit { client.shutDownInBackground() }
 }
