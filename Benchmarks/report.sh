@@ -357,6 +357,14 @@ if "stall" in groups:
         f"({n(memory_keys)} keys; max {rotating[4]} µs) | without rotation: {large[3]} µs, "
         f"**{float(rotating[3]) / float(large[3]):.2f}x** |"
     )
+    steady = next((cells for label, cells in medians.items() if label.endswith(" inserted")), None)
+    growing = next((cells for label, cells in medians.items() if "across a growth" in label), None)
+    if steady and growing:
+        print(
+            f"| socket GET 64 x 1, p99.9 while new keys force a growth | {growing[3]} µs ({growing[0]}; max "
+            f"{growing[4]} µs) | the same inserts under the growth point ({steady[0]}): {steady[3]} µs, "
+            f"**{float(growing[3]) / float(steady[3]):.2f}x** |"
+        )
 if "startup" in groups:
     startup = json.load(open(f"{out}/startup.json"))
     plain = startup["HTTP provider, empty cache"]["ready_ms"]

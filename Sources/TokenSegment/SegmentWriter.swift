@@ -312,7 +312,7 @@ public final class SegmentWriter {
     /// generation built a batch at a time; the slot to go on from, or `nil` when every slot ever
     /// used has been copied. `false` in `stored` when `other` refused one (full or too small).
     public func copyTokens(into other: SegmentWriter, fromSlot first: Int, count: Int, stored: inout Bool) -> Int? {
-        let end = min(usedSlots, first + count)
+        let end = first + min(count, max(0, usedSlots - first))
         stored = forEachToken(inSlots: first..<max(first, end)) { id, token, expiry, lifetime, unixExpiry in
             other.put(idBytes: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry) == .stored
         }

@@ -68,7 +68,8 @@ struct SharedSegmentsTests {
     }
 
     @Test func aRotationBuiltBesideTheSegmentKeepsEveryChangeMadeDuringIt() throws {
-        let segments = makeSegments { $0.initialSlots = 256 }
+        // Under three quarters full, so no growth starts beside it.
+        let segments = makeSegments { $0.initialSlots = 512 }
         defer { segments.retireAll() }
         var tokens: [String: String] = [:]
         for index in 0..<200 {
@@ -113,6 +114,143 @@ struct SharedSegmentsTests {
         }
         #expect(try readerSees(segments, "v-150") == nil, "a token removed during the copy does not come back")
         #expect(try readerSees(segments, "v-160") == tokens["v-160"])
+    }
+
+    /// The generation `segments` offers for vehicles now, if any.
+    private func offeredGeneration(_ segments: SharedSegments) -> UInt64? {
+        guard case .offered(let offer) = segments.offer(kind: "vehicle", unlessAlreadySent: { _ in false }) else {
+            return nil
+        }
+        close(offer.descriptor)
+        return offer.generation
+    }
+
+    @Test func aSegmentThreeQuartersFullGrowsBesideItself() throws {
+        let segments = makeSegments { $0.initialSlots = 64 }
+        defer { segments.retireAll() }
+        var tokens: [String: String] = [:]
+        func add(_ range: Range<Int>) {
+            for index in range {
+                tokens["v-\(index)"] = token("v-\(index)", length: 300)
+                #expect(store(segments, "v-\(index)", tokens["v-\(index)"]!))
+            }
+        }
+        add(0..<47)
+        let first = try #require(offeredGeneration(segments))
+        #expect(segments.statistics().generations == 1)
+        add(47..<48)
+        // 48 of 64: a generation of twice the slots is made, not yet in force.
+        #expect(segments.statistics().generations == 2)
+        #expect(offeredGeneration(segments) == first)
+        guard case .offered(let old) = segments.offer(kind: "vehicle", unlessAlreadySent: { _ in false }) else {
+            Issue.record("no segment")
+            return
+        }
+        defer { close(old.descriptor) }
+        let oldReader = try SegmentReader(descriptor: old.descriptor, expectedSize: old.size, kind: "vehicle")
+        #expect(segments.advanceBuilding(batch: 20))
+        add(48..<52)  // while it is built: to both
+        while segments.advanceBuilding(batch: 20) {}
+        let second = try #require(offeredGeneration(segments))
+        #expect(second > first)
+        #expect(oldReader.isRetired)
+        let statistics = segments.statistics()
+        // Twice the slots, each sized for the longest token so far with 64 bytes to spare.
+        let slotSize = SegmentLayout.slotSize(dataBytes: SegmentLayout.padded(4) + SegmentLayout.padded(300) + 64)
+        #expect(statistics.bytes == SegmentWriter.size(slotCount: 128, slotSize: slotSize))
+        #expect(statistics.slotsUsed == 52)
+        for (id, text) in tokens { #expect(try readerSees(segments, id) == text, "\(id)") }
+        // The next growth starts at 96 of 128.
+        add(52..<95)
+        #expect(segments.statistics().generations == 2)
+        add(95..<96)
+        #expect(segments.statistics().generations == 3)
+    }
+
+    @Test func theHeartbeatTakesUpAGrowthAStoreStartedBeforeItsNextBeat() async throws {
+        let segments = makeSegments { $0.initialSlots = 64 }
+        defer { segments.retireAll() }
+        // One beat at its start, the next an hour later: only the store's wake-up can start the copy.
+        let heartbeat = Task { try await SegmentHeartbeat(segments: segments, interval: .seconds(3600)).run() }
+        defer { heartbeat.cancel() }
+        for index in 0..<10 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
+        let first = try #require(offeredGeneration(segments))
+        for index in 10..<48 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while offeredGeneration(segments) == first, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(offeredGeneration(segments) != first, "grown beside, switched to")
+        #expect(segments.statistics().generations == 2)
+        for index in 0..<48 { #expect(try readerSees(segments, "v-\(index)") == "tok-v-\(index)") }
+    }
+
+    @Test func aSegmentThatFillsBeforeItsGrowthIsBuiltFinishesTheBuild() throws {
+        let segments = makeSegments { $0.initialSlots = 64 }
+        defer { segments.retireAll() }
+        var tokens: [String: String] = [:]
+        for index in 0..<65 {
+            tokens["v-\(index)"] = token("v-\(index)", length: 300)
+            #expect(store(segments, "v-\(index)", tokens["v-\(index)"]!))
+            // One batch copied of the build started at 48, then no more: the store that finds
+            // no room copies the rest and switches.
+            if index == 50 { #expect(segments.advanceBuilding(batch: 10)) }
+        }
+        let statistics = segments.statistics()
+        #expect(statistics.generations == 2, "the build finished, no growth made under the lock besides")
+        #expect(statistics.slotsUsed == 65)
+        for (id, text) in tokens {
+            #expect(read(segments, id) == text, "\(id)")
+            #expect(try readerSees(segments, id) == text, "\(id)")
+        }
+        while segments.advanceBuilding(batch: 20) {}  // the old generation's wipe
+    }
+
+    @Test func oneKindsLockDoesNotHoldUpAnotherKind() async throws {
+        let segments = SharedSegments(
+            kinds: ["vehicle", "trip"],
+            policy: RefreshPolicy(),
+            logger: Logger(label: "test")
+        )
+        defer { segments.retireAll() }
+        #expect(store(segments, "v-1", "tok-v-1"))
+        let expiry = expiry
+        let unixExpiry = unixExpiry
+        let outcome = try await onThread { () -> (trip: Bool, vehicleWaited: Bool, vehicleRead: Bool) in
+            let tripDone = DispatchSemaphore(value: 0)
+            let vehicleDone = DispatchSemaphore(value: 0)
+            let tripStored = Mutex(false)
+            var trip = false
+            var vehicleWaited = false
+            // What a growth or a copy of the vehicle segment does: hold its lock.
+            segments.holdingLock(of: "vehicle") {
+                Thread.detachNewThread {
+                    let stored = segments.tokenStored(
+                        kind: "trip",
+                        id: "t-1",
+                        token: "tok-t-1",
+                        expiry: expiry,
+                        lifetime: 3600,
+                        unixExpiry: unixExpiry
+                    )
+                    let read = Array("t-1".utf8).withUnsafeBytes { segments.withToken(kind: "trip", id: $0) { _ in } }
+                    tripStored.withLock { $0 = stored && read }
+                    tripDone.signal()
+                }
+                Thread.detachNewThread {
+                    _ = Array("v-1".utf8).withUnsafeBytes { segments.withToken(kind: "vehicle", id: $0) { _ in } }
+                    vehicleDone.signal()
+                }
+                trip = tripDone.wait(timeout: .now() + 30) == .success && tripStored.withLock { $0 }
+                // The same kind's read waits for the lock (the check can fail: it must not pass).
+                vehicleWaited = vehicleDone.wait(timeout: .now() + 0.2) == .timedOut
+            }
+            let vehicleRead = vehicleDone.wait(timeout: .now() + 30) == .success
+            return (trip, vehicleWaited, vehicleRead)
+        }
+        #expect(outcome.trip, "a trip store and read while the vehicle lock is held")
+        #expect(outcome.vehicleWaited)
+        #expect(outcome.vehicleRead, "the vehicle read once the lock is free")
     }
 
     @Test func everyTokenTakenComesBackThroughGrowth() throws {
@@ -200,6 +338,13 @@ struct SharedSegmentsTests {
             #expect(read(segments, "v-\(index)") == "tok-v-\(index)")
             #expect(try readerSees(segments, "v-\(index)") == "tok-v-\(index)", "back in shared memory")
         }
+    }
+}
+
+/// Runs blocking work on a thread of its own, off Swift concurrency's small pool.
+private func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
     }
 }
 

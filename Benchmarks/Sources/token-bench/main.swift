@@ -29,6 +29,14 @@ func wanted(_ name: String) -> Bool { only.isEmpty || only.contains { name.conta
 // `--json <path>` also writes every row measured to that file, as a JSON array (for report.sh).
 let jsonPath = option("--json", "")
 
+// `token-bench provider`: only the local provider, for scripts (stall.sh's inserts of new keys):
+// prints its vehicle URL template, then serves until killed.
+if arguments.first == "provider" {
+    let provider = try await LocalProvider.start()
+    FileHandle.standardOutput.write(Data((provider.url(kind: "vehicle") + "\n").utf8))
+    while true { try await Task.sleep(for: .seconds(3600)) }
+}
+
 let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
 try? FileManager.default.removeItem(at: directory)
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

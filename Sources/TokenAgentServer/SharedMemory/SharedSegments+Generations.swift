@@ -1,6 +1,7 @@
 // The segments' generations: the limits on what they may cost, and how a kind's segment is
 // opened, grown, replaced (rotation, a change of rules) and reopened under those limits. Every
-// function here runs under the segments' lock, on the state it is handed.
+// function here runs under the kind's lock, on the state it is handed; those that count a
+// generation against the limits take the shared lock inside it.
 import CSharedMemory
 import Logging
 import TokenAgent
@@ -27,108 +28,113 @@ extension SharedSegments {
     }
 
     /// Retires `writer` (flagged and wiped): from now on only readers may hold it.
-    static func retire(_ writer: SegmentWriter, _ state: inout State) {
+    func retire(_ writer: SegmentWriter) {
         writer.retire()
-        state.mapped.retire(kind: writer.kind, generation: writer.generation)
+        shared.withLock { $0.mapped.retire(kind: writer.kind, generation: writer.generation) }
     }
 
-    static func open(_ kind: String, in state: inout State, limits: Limits, logger: Logger) {
-        do {
-            let writer = try SegmentWriter(
-                kind: kind,
-                generation: state.nextGeneration,
-                slotCount: limits.initialSlots,
+    /// The kind's first segment.
+    func open(_ kind: String, _ state: inout KindState) {
+        guard
+            let writer = newGeneration(
+                kind,
+                policy: state.policy,
+                slots: limits.initialSlots,
                 slotSize: 1024,
-                policy: state.policy
+                reason: "open",
+                limited: false
             )
-            state.nextGeneration += 1
-            state.statistics.generations += 1
-            state.writers[kind] = writer
-            state.createdAt[kind] = fsm_boottime_ns()
-            state.mapped.add(writer)
-        } catch {
-            logger.error(
-                "no shared-memory segment for a kind",
-                metadata: ["token_kind": "\(kind)", "error": "\(error)"]
-            )
-        }
+        else { return }
+        install(writer, kind, &state, reason: "open")
     }
 
-    /// A larger segment for `kind` holding every token of the current one, which is retired;
-    /// `nil` (and the current one kept) when a limit forbids it or no slot could hold the token.
-    func grow(_ kind: String, _ state: inout State, idLength: Int, tokenLength: Int) -> SegmentWriter? {
-        guard let current = state.writers[kind] else { return nil }
-        // Slots as small as the largest token seen needs, with 64 bytes to spare (tokens of a kind
-        // differ little in length), so a table of short tokens does not keep its first, larger
-        // slots; twice as many slots as tokens when full (growth by about 1.5x a time).
+    /// The slot size for tokens whose id and token take at most `dataBytes` (each padded to a
+    /// word), with 64 bytes to spare (tokens of a kind differ little in length), so a table of
+    /// short tokens does not keep its first, larger slots.
+    private static func slotSize(forData dataBytes: Int) -> Int {
+        min(SegmentLayout.maxSlotSize, SegmentLayout.slotSize(dataBytes: dataBytes + 64))
+    }
+
+    /// A larger segment for `kind` holding every token of the current one, which is retired,
+    /// made and filled under the kind's lock (the growth a store that finds no room needs at
+    /// once); `nil` (and the current one kept) when a limit forbids it or no slot could hold the
+    /// token. A segment three quarters full grows beside itself first (``startGrowthIfFilling``).
+    func grow(_ kind: String, _ state: inout KindState, idLength: Int, tokenLength: Int) -> SegmentWriter? {
+        guard let current = state.writer else { return nil }
         let needed = SegmentLayout.padded(idLength) + SegmentLayout.padded(tokenLength)
         guard SegmentLayout.slotSize(dataBytes: needed) <= SegmentLayout.maxSlotSize else { return nil }
-        let slotSize = min(
-            SegmentLayout.maxSlotSize,
-            SegmentLayout.slotSize(dataBytes: max(current.largestData, needed) + 64)
-        )
+        let slotSize = Self.slotSize(forData: max(current.largestData, needed))
+        // Twice as many slots as tokens when full (growth by about 1.5x a time).
         let slots = current.hasRoomForAnotherKey ? current.slotCount : max(64, (current.count + 1) * 2)
         return make(kind, &state, from: current, slots: slots, slotSize: slotSize, reason: "growth")
     }
 
     /// A new generation of `kind` like the current one (rotation, or a change of rules).
-    func replace(_ kind: String, _ state: inout State, reason: String) {
-        guard let current = state.writers[kind] else { return }
+    func replace(_ kind: String, _ state: inout KindState, reason: String) {
+        guard let current = state.writer else { return }
         if make(kind, &state, from: current, slots: current.slotCount, slotSize: current.slotSize, reason: reason)
             == nil
         {
             // No new generation allowed: the readers must still be re-checked, so the kind goes
             // without a segment until a beat can make one. Its tokens stay here meanwhile.
             current.forEachToken { id, token, expiry, lifetime, unixExpiry in
-                state.orphans[kind, default: [:]][Array(id)] = Orphan(
+                state.orphans[Array(id)] = Orphan(
                     token: Array(token),
                     expiry: expiry,
                     lifetime: lifetime,
                     unixExpiry: unixExpiry
                 )
             }
-            Self.retire(current, &state)
-            state.writers[kind] = nil
-            state.createdAt[kind] = nil
+            retire(current)
+            state.writer = nil
+            state.createdAt = 0
         }
     }
 
     /// A segment again for `kind`, which a limit left without one, holding the tokens kept for it
     /// meanwhile (those it can take; the rest stay kept here), if the limits allow one now.
-    func reopen(_ kind: String, _ state: inout State) {
-        let orphans = state.orphans[kind] ?? [:]
+    func reopen(_ kind: String, _ state: inout KindState) {
         var largest = 0
-        for (id, orphan) in orphans {
+        for (id, orphan) in state.orphans {
             largest = max(largest, SegmentLayout.padded(id.count) + SegmentLayout.padded(orphan.token.count))
         }
-        let slotSize = min(SegmentLayout.maxSlotSize, SegmentLayout.slotSize(dataBytes: max(largest + 64, 1024 - 48)))
-        let slots = max(limits.initialSlots, orphans.count * 2)
+        let slotSize = Self.slotSize(forData: max(largest, 1024 - 48 - 64))
+        let slots = max(limits.initialSlots, state.orphans.count * 2)
         _ = make(kind, &state, from: nil, slots: slots, slotSize: slotSize, reason: "reopen", warn: false)
     }
 
     /// A new generation of `kind` of `slots` slots of `slotSize` bytes, holding every token of
     /// `current` (which is retired) or, without one, the tokens kept for the kind; `nil` (nothing
     /// changed) when a limit forbids it or it cannot be made. Made and filled under the lock: a
-    /// rotation builds its generation beside the current one instead (``startBuild(_:_:)``).
+    /// rotation or an early growth builds its generation beside the current one instead
+    /// (``startBuild(_:_:reason:slots:slotSize:)``).
     private func make(
         _ kind: String,
-        _ state: inout State,
+        _ state: inout KindState,
         from current: SegmentWriter?,
         slots: Int,
         slotSize: Int,
         reason: String,
         warn: Bool = true
     ) -> SegmentWriter? {
-        guard let writer = newGeneration(kind, &state, slots: slots, slotSize: slotSize, reason: reason, warn: warn)
+        // This generation replaces any being built (whose bytes must not count against it).
+        abandonBuild(&state)
+        guard
+            let writer = newGeneration(
+                kind,
+                policy: state.policy,
+                slots: slots,
+                slotSize: slotSize,
+                reason: reason,
+                warn: warn
+            )
         else { return nil }
-        // This generation replaces any being built.
-        abandonBuild(kind, &state)
         if let current {
             // Sized for every token of `current`: none is left out.
             current.copyTokens(into: writer)
-            Self.retire(current, &state)
-        } else if let orphans = state.orphans[kind] {
-            for (id, orphan) in orphans
+            retire(current)
+        } else {
+            for (id, orphan) in state.orphans
             where id.withUnsafeBytes({ idBytes in
                 orphan.token.withUnsafeBytes {
                     writer.put(
@@ -140,80 +146,86 @@ extension SharedSegments {
                     )
                 }
             }) == .stored {
-                state.orphans[kind]?.removeValue(forKey: id)
+                state.orphans.removeValue(forKey: id)
             }
-            if state.orphans[kind]?.isEmpty == true { state.orphans[kind] = nil }
         }
         install(writer, kind, &state, reason: reason)
         return writer
     }
 
-    /// A new, empty generation of `kind`, counted against the limits; `nil` when a limit forbids
-    /// it or it cannot be made.
+    /// A new, empty generation of `kind`, counted against the limits (unless `limited` is false:
+    /// a kind's first segment); `nil` when a limit forbids it or it cannot be made.
     private func newGeneration(
         _ kind: String,
-        _ state: inout State,
+        policy: SegmentPolicy,
         slots: Int,
         slotSize: Int,
         reason: String,
-        warn: Bool
+        warn: Bool = true,
+        limited: Bool = true
     ) -> SegmentWriter? {
-        let now = fsm_boottime_ns()
-        var recent = state.recentGenerations[kind, default: []].filter {
-            now &- $0 < UInt64(saturatingNanoseconds: limits.generationWindow)
-        }
-        // Every generation that may still be mapped counts, the one this replaces included (a
-        // reader may keep it), and one being built: the segments never take more than the limit.
-        // A kind's retired generations that readers keep may take only their share, so one
-        // kind's readers cannot use up the others' room.
-        state.mapped.collect()
-        let newBytes = SegmentWriter.size(slotCount: slots, slotSize: slotSize)
-        let retiredShare = limits.maxTotalBytes / (2 * max(1, state.kinds.count))
-        guard recent.count < limits.maxGenerationsPerMinute,
-            state.mapped.totalBytes + newBytes <= limits.maxTotalBytes,
-            state.mapped.retiredBytes(of: kind) <= retiredShare
-        else {
-            // A kind without a segment is tried again every beat: it is warned about once, when it
-            // lost its segment.
-            if warn {
-                logger.warning(
-                    "shared-memory segment not replaced: limit reached",
-                    metadata: ["token_kind": "\(kind)", "reason": "\(reason)", "bytes": "\(newBytes)"]
-                )
+        shared.withLock { shared -> SegmentWriter? in
+            let now = fsm_boottime_ns()
+            var recent = shared.recentGenerations[kind, default: []].filter {
+                now &- $0 < UInt64(saturatingNanoseconds: limits.generationWindow)
             }
-            state.recentGenerations[kind] = recent
-            return nil
-        }
-        let writer: SegmentWriter
-        do {
-            writer = try SegmentWriter(
-                kind: kind,
-                generation: state.nextGeneration,
-                slotCount: slots,
-                slotSize: slotSize,
-                policy: state.policy
-            )
-        } catch {
-            if warn {
-                logger.error(
-                    "shared-memory segment not made",
-                    metadata: ["token_kind": "\(kind)", "error": "\(error)"]
-                )
+            // Every generation that may still be mapped counts, the one this replaces included (a
+            // reader may keep it), and one being built: the segments never take more than the
+            // limit. A kind's retired generations that readers keep may take only their share, so
+            // one kind's readers cannot use up the others' room.
+            shared.mapped.collect()
+            let newBytes = SegmentWriter.size(slotCount: slots, slotSize: slotSize)
+            let retiredShare = limits.maxTotalBytes / (2 * max(1, shared.kindCount))
+            guard
+                !limited
+                    || (recent.count < limits.maxGenerationsPerMinute
+                        && shared.mapped.totalBytes + newBytes <= limits.maxTotalBytes
+                        && shared.mapped.retiredBytes(of: kind) <= retiredShare)
+            else {
+                // A kind without a segment is tried again every beat: it is warned about once,
+                // when it lost its segment.
+                if warn {
+                    logger.warning(
+                        "shared-memory segment not replaced: limit reached",
+                        metadata: ["token_kind": "\(kind)", "reason": "\(reason)", "bytes": "\(newBytes)"]
+                    )
+                }
+                shared.recentGenerations[kind] = recent
+                return nil
             }
-            return nil
+            let writer: SegmentWriter
+            do {
+                writer = try SegmentWriter(
+                    kind: kind,
+                    generation: shared.nextGeneration,
+                    slotCount: slots,
+                    slotSize: slotSize,
+                    policy: policy
+                )
+            } catch {
+                if warn {
+                    logger.error(
+                        limited ? "shared-memory segment not made" : "no shared-memory segment for a kind",
+                        metadata: ["token_kind": "\(kind)", "error": "\(error)"]
+                    )
+                }
+                return nil
+            }
+            if limited {
+                recent.append(now)
+                shared.recentGenerations[kind] = recent
+            }
+            shared.nextGeneration += 1
+            shared.generations += 1
+            shared.mapped.add(writer)
+            return writer
         }
-        recent.append(now)
-        state.recentGenerations[kind] = recent
-        state.nextGeneration += 1
-        state.statistics.generations += 1
-        state.mapped.add(writer)
-        return writer
     }
 
     /// Makes `writer` the kind's segment.
-    private func install(_ writer: SegmentWriter, _ kind: String, _ state: inout State, reason: String) {
-        state.writers[kind] = writer
-        state.createdAt[kind] = fsm_boottime_ns()
+    private func install(_ writer: SegmentWriter, _ kind: String, _ state: inout KindState, reason: String) {
+        state.writer = writer
+        state.createdAt = fsm_boottime_ns()
         logger.debug(
             "shared-memory segment replaced",
             metadata: [
@@ -225,63 +237,116 @@ extension SharedSegments {
 
     // MARK: Generations built beside the current one
 
-    /// Starts building `kind`'s next generation beside its current one (a rotation): from now on
-    /// every change to the kind goes to both, and ``advanceBuilds(_:batch:)`` copies the current
-    /// one's tokens into it a batch at a time, the lock released between batches, then switches
-    /// to it. `false` when a limit forbids a new generation now.
-    func startBuild(_ kind: String, _ state: inout State) -> Bool {
-        guard state.building[kind] == nil, let current = state.writers[kind] else { return false }
+    /// Starts building `kind`'s next generation beside its current one: from now on every change
+    /// to the kind goes to both, and ``advanceBuild(_:_:batch:)`` copies the current one's tokens
+    /// into it a batch at a time, the lock released between batches, then switches to it. Sized
+    /// like the current one (a rotation) unless `slots` and `slotSize` say otherwise (a growth).
+    /// `false` when a limit forbids a new generation now.
+    func startBuild(
+        _ kind: String,
+        _ state: inout KindState,
+        reason: String,
+        slots: Int? = nil,
+        slotSize: Int? = nil,
+        warn: Bool = true
+    ) -> Bool {
+        guard state.build == nil, let current = state.writer else { return false }
         guard
             let writer = newGeneration(
                 kind,
-                &state,
-                slots: current.slotCount,
-                slotSize: current.slotSize,
-                reason: "rotation",
-                warn: true
+                policy: state.policy,
+                slots: slots ?? current.slotCount,
+                slotSize: slotSize ?? current.slotSize,
+                reason: reason,
+                warn: warn
             )
         else { return false }
-        state.building[kind] = Build(writer: writer, nextSlot: 0)
+        state.build = Build(writer: writer, nextSlot: 0, reason: reason)
         return true
     }
 
-    /// Copies up to `batch` slots' tokens into each generation being built; a build that has
-    /// copied every slot becomes its kind's segment, and the one it replaces is retired. Whether
-    /// any build has slots left.
-    func advanceBuilds(_ state: inout State, batch: Int) -> Bool {
+    /// Starts growing `kind`'s segment beside itself once it is three quarters full: a generation
+    /// of twice the slots, built while the rest fills, so a store rarely has to grow the segment
+    /// under the lock (``grow(_:_:idLength:tokenLength:)``). Tried once per segment; the heartbeat
+    /// is told to take it up at once.
+    func startGrowthIfFilling(_ kind: String, _ state: inout KindState) {
+        guard state.build == nil, let current = state.writer, current.count * 4 >= current.slotCount * 3,
+            state.growthTried != current.generation
+        else { return }
+        state.growthTried = current.generation
+        let started = startBuild(
+            kind,
+            &state,
+            reason: "growth",
+            slots: current.slotCount * 2,
+            slotSize: Self.slotSize(forData: current.largestData),
+            warn: false
+        )
+        if started { requestUpkeep(.copy) }
+    }
+
+    /// Copies up to `batch` slots' tokens into the kind's generation being built, switching to it
+    /// when every slot is copied (the one it replaces is retired), and zeroes up to `batch` slots
+    /// of the generations builds replaced. Whether any work is left.
+    func advanceBuild(_ kind: String, _ state: inout KindState, batch: Int) -> Bool {
         state.wiping.removeAll { !$0.wipe(count: batch) }
         var more = !state.wiping.isEmpty
-        for (kind, build) in state.building {
-            guard let current = state.writers[kind] else {
-                abandonBuild(kind, &state)
-                continue
-            }
-            var stored = true
-            let next = current.copyTokens(into: build.writer, fromSlot: build.nextSlot, count: batch, stored: &stored)
-            if !stored {
-                // It could not take a token the current one holds (it was sized like it, so only a
-                // change since could do this): the current one stays, the next beat tries again.
-                abandonBuild(kind, &state)
-            } else if let next {
-                state.building[kind]?.nextSlot = next
-                more = true
-            } else {
-                // Readers of the current one ask for the new one from its flag on; its slots are
-                // zeroed a batch at a time from the next call.
-                state.building[kind] = nil
-                current.markRetired()
-                state.mapped.retire(kind: kind, generation: current.generation)
-                state.wiping.append(current)
-                install(build.writer, kind, &state, reason: "rotation")
-                more = true
-            }
+        guard let build = state.build else { return more }
+        guard let current = state.writer else {
+            abandonBuild(&state)
+            return more
+        }
+        var stored = true
+        let next = current.copyTokens(into: build.writer, fromSlot: build.nextSlot, count: batch, stored: &stored)
+        if !stored {
+            // It could not take a token the current one holds (a token longer than its slots
+            // since it started): the current one stays; a rotation is tried again at the next
+            // beat, a growth when the segment fills.
+            abandonBuild(&state)
+        } else if let next {
+            state.build?.nextSlot = next
+            more = true
+        } else {
+            switchToBuild(kind, &state)
+            more = true
         }
         return more
     }
 
-    /// Drops the generation being built for `kind`, if any (retired: it was never offered).
-    func abandonBuild(_ kind: String, _ state: inout State) {
-        guard let build = state.building.removeValue(forKey: kind) else { return }
-        Self.retire(build.writer, &state)
+    /// Copies the rest of the kind's growth being built and switches to it: the current segment
+    /// filled before the build was done. The new segment, or `nil` when there was no growth
+    /// being built (a rotation's is no larger) or it could not take a token.
+    func finishBuild(_ kind: String, _ state: inout KindState) -> SegmentWriter? {
+        guard let build = state.build, let current = state.writer, build.writer.slotCount > current.slotCount,
+            build.writer.hasRoomForAnotherKey
+        else { return nil }
+        var stored = true
+        _ = current.copyTokens(into: build.writer, fromSlot: build.nextSlot, count: Int.max, stored: &stored)
+        guard stored else {
+            abandonBuild(&state)
+            return nil
+        }
+        switchToBuild(kind, &state)
+        return build.writer
+    }
+
+    /// Makes the generation built the kind's segment. Readers of the current one ask for the new
+    /// one from its flag on; its slots are zeroed a batch at a time from the next advance.
+    private func switchToBuild(_ kind: String, _ state: inout KindState) {
+        guard let build = state.build, let current = state.writer else { return }
+        state.build = nil
+        current.markRetired()
+        shared.withLock { $0.mapped.retire(kind: kind, generation: current.generation) }
+        state.wiping.append(current)
+        install(build.writer, kind, &state, reason: build.reason)
+        // Its slots zeroed right after, not at the next beat.
+        requestUpkeep(.copy)
+    }
+
+    /// Drops the generation being built, if any (retired: it was never offered).
+    func abandonBuild(_ state: inout KindState) {
+        guard let build = state.build else { return }
+        state.build = nil
+        retire(build.writer)
     }
 }

@@ -14,15 +14,18 @@ import TokenWire
 /// one fills up, when the kind's rules change, and at least every 15 minutes (docs/SHM.md).
 ///
 /// A replaced segment is retired: flagged, so readers ask again (and are checked again), and
-/// wiped, so no token lingers in it. Every change happens under one lock; none waits.
+/// wiped, so no token lingers in it. Each kind's segments are under a lock of their own
+/// (``KindSegments``), so one kind's growth or rotation never holds up another's reads; what the
+/// kinds share (the generations counted against the limits) is under a second lock, taken after a
+/// kind's and never before one. None waits for anything while held.
 ///
 /// The segments are the agent's only copy of the tokens they hold: the store reads them back
 /// through ``withToken(kind:id:_:)``. When a kind must go without a segment for a while (a limit
 /// stopped its new generation), its tokens are kept here, privately, until a segment can take
 /// them again, so no token the store counts on is lost.
 ///
-/// The limits and the generations (opening, growth, replacement, reopening) are in
-/// `SharedSegments+Generations.swift`.
+/// The limits and the generations (opening, growth, replacement, reopening, the builds beside the
+/// current segment) are in `SharedSegments+Generations.swift`.
 public final class SharedSegments: TokenMirror, Sendable {
     /// A read-only descriptor of a kind's current segment, for one peer.
     public struct Offer: Sendable {
@@ -56,27 +59,49 @@ public final class SharedSegments: TokenMirror, Sendable {
         public var oldReaderRequests = 0
     }
 
-    struct State {
-        var writers: [String: SegmentWriter] = [:]
-        var createdAt: [String: UInt64] = [:]
-        var recentGenerations: [String: [UInt64]] = [:]
-        var nextGeneration: UInt64
+    /// One kind's segments, under their own lock.
+    final class KindSegments: Sendable {
+        let kind: String
+        let state: Mutex<KindState>
+
+        init(kind: String, state: sending KindState) {
+            self.kind = kind
+            self.state = Mutex(state)
+        }
+    }
+
+    /// What a kind's lock guards.
+    struct KindState {
+        /// The current segment; `nil` while a limit leaves the kind without one.
+        var writer: SegmentWriter?
+        var createdAt: UInt64 = 0
+        /// Whether the kind is configured (a kind a reload removed keeps its entry, empty).
+        var configured = true
+        /// Whether the current segment is not offered yet (a reload is putting new rules in force).
+        var withheld = false
+        /// The serving rule the kind's segments carry.
         var policy: SegmentPolicy
-        var statistics = Statistics()
-        /// Kinds whose new segment is not offered yet (a reload is putting new rules in force).
-        var withheld: Set<String> = []
-        /// The configured kinds.
-        var kinds: Set<String> = []
-        /// Tokens of kinds that lost their segment to a limit, by kind and the id's UTF-8 bytes (an
-        /// id is its bytes), until a segment takes them again: the agent's only copy of them
+        /// Tokens kept while a limit leaves the kind without a segment, by the id's UTF-8 bytes
+        /// (an id is its bytes), until a segment takes them again: the agent's only copy of them
         /// meanwhile.
-        var orphans: [String: [[UInt8]: Orphan]] = [:]
+        var orphans: [[UInt8]: Orphan] = [:]
+        /// The next generation, being built beside the current one (growth or rotation).
+        var build: Build?
+        /// The generation of the segment whose early growth was tried: tried once per segment.
+        var growthTried: UInt64?
+        /// Generations a build replaced: retired (flagged), their slots zeroed a batch at a time.
+        var wiping: [SegmentWriter] = []
+    }
+
+    /// What the kinds share, under its own lock: taken while a kind's is held, never the other way.
+    struct Shared {
+        var nextGeneration: UInt64
+        var recentGenerations: [String: [UInt64]] = [:]
         /// Every generation made that may still be mapped, current or retired.
         var mapped = MappedGenerations()
-        /// Kinds whose next generation is being built beside the current one (rotation).
-        var building: [String: Build] = [:]
-        /// Generations a rotation replaced: retired (flagged), their slots zeroed a batch at a time.
-        var wiping: [SegmentWriter] = []
+        var generations = 0
+        /// How many kinds are configured (a kind's share of the retired generations' room).
+        var kindCount = 0
     }
 
     /// A kind's next generation being built: it takes every change to the kind, and the current
@@ -84,6 +109,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     struct Build {
         var writer: SegmentWriter
         var nextSlot: Int
+        var reason: String
     }
 
     /// A token kept outside any segment.
@@ -94,28 +120,55 @@ public final class SharedSegments: TokenMirror, Sendable {
         var unixExpiry: Int64
     }
 
-    private let state: Mutex<State>
+    /// Every kind ever configured, by name: looked up, then that kind's lock taken (the table's
+    /// lock is never held while another is taken).
+    private let table: Mutex<[String: KindSegments]>
+    let shared: Mutex<Shared>
     let limits: Limits
     let logger: Logger
+    private let descriptorCount = Atomic(0)
+    private let oldReaderCount = Atomic(0)
+    let notMirroredCount = Atomic(0)
+    /// What the heartbeat is woken for: its beat (``SegmentHeartbeat``'s ticker), or copying
+    /// and wiping a store started (a growth beside the segment, the wipe after a switch).
+    public enum Upkeep: Sendable {
+        case beat
+        case copy
+    }
+
+    /// The heartbeat's wake-ups, consumed by one ``SegmentHeartbeat``.
+    public let upkeep: AsyncStream<Upkeep>
+    private let upkeepContinuation: AsyncStream<Upkeep>.Continuation
 
     /// Segments for `kinds` under the agent's serving rule `policy`.
     public init(kinds: some Sequence<String>, policy: RefreshPolicy, limits: Limits = Limits(), logger: Logger) {
         self.limits = limits
         self.logger = logger
+        (upkeep, upkeepContinuation) = AsyncStream.makeStream(of: Upkeep.self, bufferingPolicy: .bufferingNewest(8))
         // Generations count from the milliseconds since boot, so a restarted agent's are higher.
-        var initial = State(nextGeneration: fsm_boottime_ns() / 1_000_000, policy: Self.segmentPolicy(policy))
-        initial.kinds = Set(kinds)
-        for kind in initial.kinds { Self.open(kind, in: &initial, limits: limits, logger: logger) }
-        state = Mutex(initial)
+        let configured = Set(kinds)
+        shared = Mutex(Shared(nextGeneration: fsm_boottime_ns() / 1_000_000, kindCount: configured.count))
+        var entries: [String: KindSegments] = [:]
+        for kind in configured {
+            entries[kind] = KindSegments(kind: kind, state: KindState(policy: Self.segmentPolicy(policy)))
+        }
+        table = Mutex(entries)
+        for entry in entries.values { entry.state.withLock { open(entry.kind, &$0) } }
     }
 
-    private static func segmentPolicy(_ policy: RefreshPolicy) -> SegmentPolicy {
+    static func segmentPolicy(_ policy: RefreshPolicy) -> SegmentPolicy {
         SegmentPolicy(
             minValidity: policy.minValidity,
             servingFloor: policy.servingFloor,
             idleTimeout: policy.idleTimeout
         )
     }
+
+    /// The kind's entry, if it was ever configured.
+    func entry(_ kind: String) -> KindSegments? { table.withLock { $0[kind] } }
+
+    /// Every kind's entry.
+    func entries() -> [KindSegments] { table.withLock { Array($0.values) } }
 
     // MARK: TokenMirror
 
@@ -127,15 +180,16 @@ public final class SharedSegments: TokenMirror, Sendable {
         lifetime: Double,
         unixExpiry: UnixTime
     ) -> Bool {
+        guard let entry = entry(kind) else { return false }
         let expiryNanos = UInt64(saturatingNanoseconds: expiry.seconds)
         let lifetimeNanos = UInt64(saturatingNanoseconds: lifetime)
         let unix = unixExpiry.wholeSeconds
-        return state.withLock { state -> Bool in
-            guard let writer = state.writers[kind] else {
+        return entry.state.withLock { state -> Bool in
+            guard state.configured else { return false }
+            guard let writer = state.writer else {
                 // A configured kind a limit left without a segment: kept with its other tokens,
                 // for the segment a beat makes.
-                guard state.kinds.contains(kind) else { return false }
-                state.orphans[kind, default: [:]][Array(id.utf8)] = Orphan(
+                state.orphans[Array(id.utf8)] = Orphan(
                     token: Array(token.utf8),
                     expiry: expiryNanos,
                     lifetime: lifetimeNanos,
@@ -143,75 +197,61 @@ public final class SharedSegments: TokenMirror, Sendable {
                 )
                 return true
             }
-            if state.orphans[kind] != nil { Self.removeOrphan(kind, Array(id.utf8), &state) }
-            let outcome = writer.put(
-                id: id,
-                token: token,
-                expiry: expiryNanos,
-                lifetime: lifetimeNanos,
-                unixExpiry: unix
-            )
+            if !state.orphans.isEmpty { state.orphans.removeValue(forKey: Array(id.utf8)) }
+            func put(_ writer: SegmentWriter) -> SegmentWriter.PutOutcome {
+                writer.put(id: id, token: token, expiry: expiryNanos, lifetime: lifetimeNanos, unixExpiry: unix)
+            }
+            var outcome = put(writer)
+            if outcome == .full, let built = finishBuild(kind, &state) {
+                // Filled before the larger generation being built beside it was done: the rest is
+                // copied now, and the token goes to the new one.
+                outcome = put(built)
+            }
             if outcome == .stored {
                 // The generation being built takes every change, so it holds what this one does
                 // when it replaces it.
-                if let build = state.building[kind],
-                    build.writer.put(
-                        id: id,
-                        token: token,
-                        expiry: expiryNanos,
-                        lifetime: lifetimeNanos,
-                        unixExpiry: unix
-                    )
-                        != .stored
-                {
-                    abandonBuild(kind, &state)
-                }
+                if let build = state.build, put(build.writer) != .stored { abandonBuild(&state) }
+                startGrowthIfFilling(kind, &state)
                 return true
             }
-            let idLength = id.utf8.count
-            let tokenLength = token.utf8.count
-            if let grown = grow(kind, &state, idLength: idLength, tokenLength: tokenLength),
-                grown.put(id: id, token: token, expiry: expiryNanos, lifetime: lifetimeNanos, unixExpiry: unix)
-                    == .stored
+            if let grown = grow(kind, &state, idLength: id.utf8.count, tokenLength: token.utf8.count),
+                put(grown) == .stored
             {
                 return true
             }
             // Left out: the segment must not keep an older token of the key.
-            state.writers[kind]?.remove(id: id)
-            state.statistics.notMirrored += 1
+            state.writer?.remove(id: id)
+            state.build?.writer.remove(id: id)
+            notMirroredCount.add(1, ordering: .relaxed)
             return false
         }
     }
 
     public func tokenRemoved(kind: String, id: String) {
-        state.withLock { state in
-            state.writers[kind]?.remove(id: id)
-            state.building[kind]?.writer.remove(id: id)
-            if state.orphans[kind] != nil { Self.removeOrphan(kind, Array(id.utf8), &state) }
+        entry(kind)?.state.withLock { state in
+            state.writer?.remove(id: id)
+            state.build?.writer.remove(id: id)
+            if !state.orphans.isEmpty { state.orphans.removeValue(forKey: Array(id.utf8)) }
         }
     }
 
     public func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
-        state.withLock { state -> Bool in
-            if let writer = state.writers[kind].map(LockedWriter.init), writer.writer.withToken(id: id, body) {
+        guard let entry = entry(kind) else { return false }
+        return entry.state.withLock { state -> Bool in
+            if let writer = state.writer.map(LockedWriter.init), writer.writer.withToken(id: id, body) {
                 return true
             }
-            guard let orphan = state.orphans[kind]?[Array(id)] else { return false }
+            guard !state.orphans.isEmpty, let orphan = state.orphans[Array(id)] else { return false }
             orphan.token.withUnsafeBytes(body)
             return true
         }
     }
 
-    /// A writer handed a caller's closure under the lock. Passed to a writer held in `State`, the
-    /// closure would tie the whole state to the caller's task as far as the region checker can
-    /// tell; the writer is used only for that call, under the lock.
+    /// A writer handed a caller's closure under the lock. Passed to a writer held in the state,
+    /// the closure would tie the whole state to the caller's task as far as the region checker
+    /// can tell; the writer is used only for that call, under the lock.
     private struct LockedWriter: @unchecked Sendable {
         let writer: SegmentWriter
-    }
-
-    private static func removeOrphan(_ kind: String, _ id: [UInt8], _ state: inout State) {
-        state.orphans[kind]?.removeValue(forKey: id)
-        if state.orphans[kind]?.isEmpty == true { state.orphans[kind] = nil }
     }
 
     // MARK: Descriptors
@@ -228,19 +268,20 @@ public final class SharedSegments: TokenMirror, Sendable {
     /// A read-only descriptor of `kind`'s current segment, unless `alreadySent` says the asker has
     /// that generation: both decided under one lock, so the generation checked is the one offered.
     public func offer(kind: String, unlessAlreadySent alreadySent: (UInt64) -> Bool) -> OfferOutcome {
-        state.withLock { state -> OfferOutcome in
-            guard let writer = state.writers[kind], !state.withheld.contains(kind) else { return .none }
+        guard let entry = entry(kind) else { return .none }
+        return entry.state.withLock { state -> OfferOutcome in
+            guard let writer = state.writer, !state.withheld else { return .none }
             if alreadySent(writer.generation) { return .alreadySent(generation: writer.generation) }
             let descriptor = fsm_reopen_read_only(writer.descriptor)
             guard descriptor >= 0 else { return .none }
-            state.statistics.descriptors += 1
+            descriptorCount.add(1, ordering: .relaxed)
             return .offered(Offer(descriptor: descriptor, size: writer.size, generation: writer.generation, kind: kind))
         }
     }
 
     /// Counts an `SHM` request from a reader that did not name the layout the agent writes.
     public func countOldReaderRequest() {
-        state.withLock { $0.statistics.oldReaderRequests += 1 }
+        oldReaderCount.add(1, ordering: .relaxed)
     }
 
     // MARK: Upkeep
@@ -256,30 +297,47 @@ public final class SharedSegments: TokenMirror, Sendable {
 
     /// The heartbeat's stamps and the rotations it starts, without copying: the caller then calls
     /// ``advanceBuilding(batch:)`` until it returns `false`, pausing between calls so requests
-    /// waiting for the lock go first (``SegmentHeartbeat``).
+    /// waiting for a kind's lock go first (``SegmentHeartbeat``).
     public func startBeat() {
         let now = fsm_boottime_ns()
-        state.withLock { state in
-            state.mapped.collect()
-            for writer in state.writers.values { writer.beat(now: now) }
-            let rotation = UInt64(saturatingNanoseconds: limits.rotationInterval)
-            for (kind, created) in state.createdAt where now &- created >= rotation && state.building[kind] == nil {
-                if !startBuild(kind, &state) { replace(kind, &state, reason: "rotation") }
-            }
-            // A kind a limit left without a segment gets one again as soon as the limit allows.
-            for kind in state.kinds where state.writers[kind] == nil {
-                reopen(kind, &state)
+        shared.withLock { $0.mapped.collect() }
+        let rotation = UInt64(saturatingNanoseconds: limits.rotationInterval)
+        for entry in entries() {
+            entry.state.withLock { state in
+                guard state.configured else { return }
+                state.writer?.beat(now: now)
+                if state.writer != nil, state.build == nil, now &- state.createdAt >= rotation {
+                    if !startBuild(entry.kind, &state, reason: "rotation") {
+                        replace(entry.kind, &state, reason: "rotation")
+                    }
+                }
+                // A kind a limit left without a segment gets one again as soon as the limit allows.
+                if state.writer == nil { reopen(entry.kind, &state) }
             }
         }
     }
 
     /// Starts building `kind`'s next generation beside its current one, as a due rotation does;
     /// `false` when none could start.
-    func startBuilding(_ kind: String) -> Bool { state.withLock { startBuild(kind, &$0) } }
+    func startBuilding(_ kind: String) -> Bool {
+        entry(kind)?.state.withLock { startBuild(kind, &$0, reason: "rotation") } ?? false
+    }
 
     /// Copies one batch into every generation being built (switching to those done), and zeroes
-    /// one batch of every generation they replaced; whether any work is left.
-    public func advanceBuilding(batch: Int) -> Bool { state.withLock { advanceBuilds(&$0, batch: batch) } }
+    /// one batch of every generation they replaced, each kind under its own lock; whether any work
+    /// is left.
+    public func advanceBuilding(batch: Int) -> Bool {
+        var more = false
+        for entry in entries() where entry.state.withLock({ advanceBuild(entry.kind, &$0, batch: batch) }) {
+            more = true
+        }
+        return more
+    }
+
+    /// Wakes the heartbeat for `reason`.
+    public func requestUpkeep(_ reason: Upkeep) {
+        upkeepContinuation.yield(reason)
+    }
 
     /// Slots copied into a generation being built per hold of the lock: about 0.1 ms of copying.
     public static let buildBatch = 256
@@ -289,58 +347,90 @@ public final class SharedSegments: TokenMirror, Sendable {
     /// are withheld (not offered) until ``offer(_:)`` once the new rules are in force: no reader
     /// of an old segment sees a token written after this, and none gets a new one under old rules.
     public func reconfigure(kinds: Set<String>, policy: RefreshPolicy, rulesChanged: Set<String>) {
-        state.withLock { state in
-            state.withheld.formUnion(rulesChanged)
-            state.policy = Self.segmentPolicy(policy)
-            state.kinds = kinds
-            // A generation being built would miss this reload's changes to its kind's segment;
-            // one a rotation replaced is wiped before the new rules are in force.
-            for kind in Array(state.building.keys) { abandonBuild(kind, &state) }
-            for writer in state.wiping { writer.retire() }
-            state.wiping = []
-            for kind in Array(state.writers.keys) where !kinds.contains(kind) {
-                if let writer = state.writers.removeValue(forKey: kind) { Self.retire(writer, &state) }
-                state.createdAt[kind] = nil
+        let segmentPolicy = Self.segmentPolicy(policy)
+        shared.withLock { $0.kindCount = kinds.count }
+        let all = table.withLock { table -> [KindSegments] in
+            for kind in kinds where table[kind] == nil {
+                table[kind] = KindSegments(kind: kind, state: KindState(policy: segmentPolicy))
             }
-            for kind in Array(state.orphans.keys) where !kinds.contains(kind) { state.orphans[kind] = nil }
-            for writer in state.writers.values { writer.update(state.policy) }
-            for kind in rulesChanged where state.writers[kind] != nil { replace(kind, &state, reason: "rules changed") }
-            // New kinds, and kinds a limit left without a segment, under the limits like any other.
-            for kind in kinds where state.writers[kind] == nil { reopen(kind, &state) }
+            return Array(table.values)
+        }
+        for entry in all {
+            entry.state.withLock { state in
+                let kind = entry.kind
+                // A generation being built would miss this reload's changes to its kind's segment
+                // (a growth may start again); one a build replaced is wiped before the new rules
+                // are in force.
+                abandonBuild(&state)
+                state.growthTried = nil
+                for writer in state.wiping { writer.retire() }
+                state.wiping = []
+                guard kinds.contains(kind) else {
+                    if let writer = state.writer { retire(writer) }
+                    state = KindState(configured: false, policy: segmentPolicy)
+                    return
+                }
+                state.configured = true
+                state.policy = segmentPolicy
+                state.writer?.update(segmentPolicy)
+                if rulesChanged.contains(kind) {
+                    state.withheld = true
+                    replace(kind, &state, reason: "rules changed")
+                }
+                // New kinds, and kinds a limit left without a segment, under the limits like any other.
+                if state.writer == nil { reopen(kind, &state) }
+            }
         }
     }
 
     /// Offers the segments of `kinds` again (after a reload put their new rules in force).
     public func offer(_ kinds: Set<String>) {
-        state.withLock { $0.withheld.subtract(kinds) }
+        for kind in kinds { entry(kind)?.state.withLock { $0.withheld = false } }
     }
 
     /// Retires every segment (a clean stop): readers stop using them, and their tokens are wiped.
     public func retireAll() {
-        state.withLock { state in
-            for kind in Array(state.building.keys) { abandonBuild(kind, &state) }
-            for writer in state.wiping { writer.retire() }
-            state.wiping = []
-            for writer in state.writers.values { Self.retire(writer, &state) }
-            state.writers = [:]
-            state.createdAt = [:]
-            state.orphans = [:]
-            state.kinds = []
+        shared.withLock { $0.kindCount = 0 }
+        for entry in entries() {
+            entry.state.withLock { state in
+                abandonBuild(&state)
+                for writer in state.wiping { writer.retire() }
+                if let writer = state.writer { retire(writer) }
+                state = KindState(configured: false, policy: state.policy)
+            }
         }
     }
 
     /// The segments' counts.
     public func statistics() -> Statistics {
-        state.withLock { state in
-            var statistics = state.statistics
-            statistics.segments = state.writers.count
-            statistics.bytes = state.writers.values.reduce(0) { $0 + $1.size }
-            statistics.slotsUsed = state.writers.values.reduce(0) { $0 + $1.count }
-            statistics.heldOutside = state.orphans.values.reduce(0) { $0 + $1.count }
-            state.mapped.collect()
-            statistics.mappedBytes = state.mapped.totalBytes
-            statistics.retiredMapped = state.mapped.retiredCount
-            return statistics
+        var statistics = Statistics()
+        for entry in entries() {
+            entry.state.withLock { state in
+                guard let writer = state.writer else {
+                    statistics.heldOutside += state.orphans.count
+                    return
+                }
+                statistics.segments += 1
+                statistics.bytes += writer.size
+                statistics.slotsUsed += writer.count
+                statistics.heldOutside += state.orphans.count
+            }
         }
+        shared.withLock { shared in
+            shared.mapped.collect()
+            statistics.generations = shared.generations
+            statistics.mappedBytes = shared.mapped.totalBytes
+            statistics.retiredMapped = shared.mapped.retiredCount
+        }
+        statistics.descriptors = descriptorCount.load(ordering: .relaxed)
+        statistics.notMirrored = notMirroredCount.load(ordering: .relaxed)
+        statistics.oldReaderRequests = oldReaderCount.load(ordering: .relaxed)
+        return statistics
+    }
+
+    /// Runs `body` holding `kind`'s lock (for tests: what a growth or a copy holding it does to
+    /// the other kinds).
+    func holdingLock(of kind: String, _ body: () -> Void) {
+        entry(kind)?.state.withLock { _ in body() }
     }
 }
