@@ -86,7 +86,7 @@ run() { # label agent keys
 # new keys are fetched from the provider (they start after the warm-up).
 grown() { # label preload
     local sock="$work/grow.sock" out before after
-    "$AGENT" serve --socket "$sock" --provider "vehicle=$(cat "$work/provider.url")" --max-entries $((KEYS * 2)) \
+    "$AGENT" serve --socket "$sock" --provider "vehicle=$(cat "$work/provider.url")" --max-entries 200000 \
         --log-level warning >"$work/grow.log" 2>&1 &
     local pid=$!
     for _ in $(seq 200); do
