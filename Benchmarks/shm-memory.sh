@@ -27,7 +27,16 @@ for start in $(seq 0 1000 $((KEYS - 1))); do
     for i in $(seq "$start" "$end"); do printf 'GET vehicle mem-%d\n' "$i"; done |
         socat -t 60 - "UNIX-CONNECT:$work/tokens.sock" | grep -c '^OK' > /dev/null
 done
-stats=$(printf 'STATS\n' | socat -t5 - "UNIX-CONNECT:$work/tokens.sock")
+# A growth started near the end (at three quarters of a segment's slots) may still be copying
+# beside the segment: wait until only the current segments are mapped (STATS shm_mapped_bytes ==
+# shm_bytes), so the readers map the segment they keep, not one about to be retired.
+for _ in $(seq 300); do
+    stats=$(printf 'STATS\n' | socat -t5 - "UNIX-CONNECT:$work/tokens.sock")
+    mapped=$(tr ' ' '\n' <<<"$stats" | sed -n 's/^shm_mapped_bytes=//p')
+    current=$(tr ' ' '\n' <<<"$stats" | sed -n 's/^shm_bytes=//p')
+    [ "$mapped" = "$current" ] && break
+    sleep 0.1
+done
 token_bytes=$(printf 'GET vehicle mem-0\n' | socat -t5 - "UNIX-CONNECT:$work/tokens.sock" | awk '{print length($2)}')
 echo "starting $READERS readers, each reading every key once..." >&2
 for r in $(seq "$READERS"); do
