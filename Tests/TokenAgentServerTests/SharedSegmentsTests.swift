@@ -185,6 +185,35 @@ struct SharedSegmentsTests {
         for index in 0..<48 { #expect(try readerSees(segments, "v-\(index)") == "tok-v-\(index)") }
     }
 
+    @Test func aGrowthALimitRefusedStartsOnceTheLimitAllows() async throws {
+        // One generation a window of 1.5 s: a change of rules takes it, so the growth at three
+        // quarters is refused, and tried again (a second later at the soonest) once the window
+        // has passed.
+        let segments = makeSegments {
+            $0.initialSlots = 64
+            $0.maxGenerationsPerMinute = 1
+            $0.generationWindow = 1.5
+        }
+        defer { segments.retireAll() }
+        for index in 0..<10 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
+        segments.reconfigure(kinds: ["vehicle"], policy: RefreshPolicy(), rulesChanged: ["vehicle"])
+        segments.offer(["vehicle"])
+        #expect(segments.statistics().generations == 2)
+        for index in 10..<48 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
+        #expect(segments.statistics().generations == 2, "refused: the window's one generation is used")
+        var index = 48
+        let deadline = ContinuousClock.now + .seconds(30)
+        // Under 64, so the one-step growth of a full segment is never what makes it.
+        while segments.statistics().generations == 2, index < 63, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(store(segments, "v-\(index)", "tok-v-\(index)"))
+            index += 1
+        }
+        #expect(segments.statistics().generations == 3, "the growth started once the window allowed")
+        while segments.advanceBuilding(batch: 64) {}
+        for stored in 0..<index { #expect(try readerSees(segments, "v-\(stored)") == "tok-v-\(stored)") }
+    }
+
     @Test func aSegmentThatFillsBeforeItsGrowthIsBuiltFinishesTheBuild() throws {
         let segments = makeSegments { $0.initialSlots = 64 }
         defer { segments.retireAll() }

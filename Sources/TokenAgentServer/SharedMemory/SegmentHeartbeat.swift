@@ -1,4 +1,6 @@
+import Foundation
 import ServiceLifecycle
+import Synchronization
 
 /// Beats the shared-memory segments once a second (readers ignore a segment whose beat is over
 /// 3 s old) and lets them rotate; on shutdown the agent retires them.
@@ -27,24 +29,39 @@ public struct SegmentHeartbeat: Service {
         }
         defer { ticker.cancel() }
         await cancelWhenGracefulShutdown {
-            let clock = ContinuousClock()
-            var lastBeat = clock.now - interval
             for await reason in segments.upkeep {
-                if case .beat = reason {
-                    segments.startBeat()
-                    lastBeat = clock.now
-                }
-                // A build's copy and the wipe of the generation it replaced, a batch at a time,
-                // with a pause between batches so the requests waiting for the kind's lock take
-                // it first; beats go on meanwhile, however long the copy.
-                while segments.advanceBuilding(batch: SharedSegments.buildBatch), !Task.isCancelled {
-                    try? await Task.sleep(for: .microseconds(200))
-                    if clock.now - lastBeat >= interval {
-                        segments.startBeat()
-                        lastBeat = clock.now
-                    }
+                if case .beat = reason { segments.startBeat() }
+                if segments.advanceBuilding(batch: SharedSegments.buildBatch) {
+                    await Self.copyTheRest(of: segments, beatingEvery: interval)
                 }
             }
+        }
+    }
+
+    /// A build's copy and the wipe of the generation it replaced, a batch at a time, on a thread
+    /// of its own: a pause of 200 µs between batches lets the requests waiting for the kind's
+    /// lock take it first, and must not wait behind whatever else Swift concurrency's pool runs
+    /// (a busy issuer's signing made each pause last tens of milliseconds there). Beats go on
+    /// meanwhile, however long the copy; cancelling stops it between batches.
+    private static func copyTheRest(of segments: SharedSegments, beatingEvery interval: Duration) async {
+        let stop = Atomic(false)
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                Thread.detachNewThread {
+                    let clock = ContinuousClock()
+                    var lastBeat = clock.now
+                    while !stop.load(ordering: .relaxed), segments.advanceBuilding(batch: SharedSegments.buildBatch) {
+                        usleep(200)
+                        if clock.now - lastBeat >= interval {
+                            segments.startBeat()
+                            lastBeat = clock.now
+                        }
+                    }
+                    continuation.resume()
+                }
+            }
+        } onCancel: {
+            stop.store(true, ordering: .relaxed)
         }
     }
 }

@@ -267,13 +267,15 @@ extension SharedSegments {
 
     /// Starts growing `kind`'s segment beside itself once it is three quarters full: a generation
     /// of twice the slots, built while the rest fills, so a store rarely has to grow the segment
-    /// under the lock (``grow(_:_:idLength:tokenLength:)``). Tried once per segment; the heartbeat
-    /// is told to take it up at once.
+    /// under the lock (``grow(_:_:idLength:tokenLength:)``). A start a limit refuses is tried
+    /// again a second later, silently (the one-step growth warns if it is refused too); the
+    /// heartbeat is woken to copy.
     func startGrowthIfFilling(_ kind: String, _ state: inout KindState) {
-        guard state.build == nil, let current = state.writer, current.count * 4 >= current.slotCount * 3,
-            state.growthTried != current.generation
-        else { return }
-        state.growthTried = current.generation
+        guard state.build == nil, let current = state.writer, current.count * 4 >= current.slotCount * 3 else {
+            return
+        }
+        let now = fsm_boottime_ns()
+        guard now >= state.growthNotBefore else { return }
         let started = startBuild(
             kind,
             &state,
@@ -282,7 +284,11 @@ extension SharedSegments {
             slotSize: Self.slotSize(forData: current.largestData),
             warn: false
         )
-        if started { requestUpkeep(.copy) }
+        if started {
+            requestUpkeep(.copy)
+        } else {
+            state.growthNotBefore = now &+ 1_000_000_000
+        }
     }
 
     /// Copies up to `batch` slots' tokens into the kind's generation being built, switching to it

@@ -87,8 +87,9 @@ public final class SharedSegments: TokenMirror, Sendable {
         var orphans: [[UInt8]: Orphan] = [:]
         /// The next generation, being built beside the current one (growth or rotation).
         var build: Build?
-        /// The generation of the segment whose early growth was tried: tried once per segment.
-        var growthTried: UInt64?
+        /// When an early growth a limit refused may be tried again (boot-clock nanoseconds): a
+        /// retired generation still being wiped or read may hold the kind's share for a while.
+        var growthNotBefore: UInt64 = 0
         /// Generations a build replaced: retired (flagged), their slots zeroed a batch at a time.
         var wiping: [SegmentWriter] = []
     }
@@ -362,7 +363,7 @@ public final class SharedSegments: TokenMirror, Sendable {
                 // (a growth may start again); one a build replaced is wiped before the new rules
                 // are in force.
                 abandonBuild(&state)
-                state.growthTried = nil
+                state.growthNotBefore = 0
                 for writer in state.wiping { writer.retire() }
                 state.wiping = []
                 guard kinds.contains(kind) else {
