@@ -2,7 +2,7 @@
 # The headline figures of docs/BENCHMARKS.md, measured in one sitting on this commit and printed as
 # the doc's table (markdown on standard output; progress on standard error), so a later run's
 # output replaces the table verbatim. Not part of `swift test` or CI.
-#   bash Benchmarks/report.sh                         # every row (about 14 min on 2 cores, built)
+#   bash Benchmarks/report.sh                         # every row (about 16 min on 2 cores, built)
 #   bash Benchmarks/report.sh --only memory           # some groups: --only a,b or --only a --only b
 # Groups (in the table's order): shm, socket, instructions, allocations, client, memory, stall,
 # startup, keyless.
