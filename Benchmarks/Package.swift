@@ -42,6 +42,13 @@ let package = Package(
             dependencies: ["CEpoll", .product(name: "Histogram", package: "hdrhistogram-swift")],
             swiftSettings: [.treatAllWarnings(as: .error)]
         ),
+        // A bare epoll server answering GETs from a fixed table: the floor a purpose-built loop
+        // could reach, beside Redis and the agent (docs/BENCHMARKS.md, "Where the socket's floor is").
+        .executableTarget(
+            name: "epoll-floor",
+            dependencies: ["CEpoll"],
+            swiftSettings: [.treatAllWarnings(as: .error)]
+        ),
         // The cached GET in-process: the agent's real connection pipeline on an EmbeddedChannel
         // and the real engine, measured by ordo-one/benchmark (malloc counts, wall clock). Lives
         // in Benchmarks/AgentHotPath, where the benchmark plugin looks for it. Run it with

@@ -1,0 +1,47 @@
+// A bare epoll server on a Unix socket that answers `GET <kind> bench-<n>` with a fixed 683-byte
+// token, as the agent would (`OK <token> <expires-at>`): no access check, no cache, no segment,
+// a reply table indexed by <n>. It measures the floor a purpose-built event loop in Swift could
+// reach on this machine, side by side with Redis and the agent under the same load-gen
+// (docs/BENCHMARKS.md, "Where the socket's floor is"). Not the agent; nothing else uses it.
+//   epoll-floor --unix PATH [--loops N] [--keys K]
+import CEpoll
+import Glibc
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+func option(_ name: String, _ fallback: String) -> String {
+    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return fallback }
+    return arguments[index + 1]
+}
+let path = option("--unix", "/tmp/epoll-floor.sock")
+let loops = Int(option("--loops", "2"))!
+let keys = Int(option("--keys", "64"))!
+
+/// `OK <token> <expires-at>\n` for each key: what the agent sends for a hit.
+let replies: [[UInt8]] = (0..<keys).map { key in
+    let token = "tok-bench-\(key)-" + String(repeating: "x", count: 683 - "tok-bench-\(key)-".utf8.count)
+    return Array("OK \(token) 1900000000\n".utf8)
+}
+let miss = Array("ERR not-found\n".utf8)
+
+unlink(path)
+let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+var address = sockaddr_un()
+address.sun_family = sa_family_t(AF_UNIX)
+withUnsafeMutableBytes(of: &address.sun_path) { raw in
+    for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+}
+let bound = withUnsafePointer(to: &address) {
+    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+    }
+}
+precondition(bound == 0 && listen(listener, 1024) == 0, "bind/listen \(path): \(errno)")
+
+setup = Setup(listener: listener, replies: replies, miss: miss)
+var threads: [pthread_t] = []
+for _ in 0..<loops {
+    var thread = pthread_t()
+    pthread_create(&thread, nil, loopThread, nil)
+    threads.append(thread)
+}
+for thread in threads { pthread_join(thread, nil) }
