@@ -26,6 +26,7 @@ struct IAMSignerTests {
             claims: claims,
             lifetime: lifetime,
             credentials: source,
+            connectTimeout: 10,  // loopback, but a loaded full run can be slow to accept
             timeout: timeout
         )
         return (signer, source)
