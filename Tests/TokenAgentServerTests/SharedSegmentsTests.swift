@@ -38,6 +38,15 @@ struct SharedSegmentsTests {
         return text
     }
 
+    /// Stores a 300-byte token for `v-<index>`, each index of `range`, and records it in `tokens`.
+    private func store(_ segments: SharedSegments, _ range: Range<Int>, into tokens: inout [String: String]) {
+        for index in range {
+            let id = "v-\(index)"
+            tokens[id] = token(id, length: 300)
+            #expect(store(segments, id, tokens[id]!), "\(id) taken")
+        }
+    }
+
     /// A token of `length` bytes naming `id`.
     private func token(_ id: String, length: Int) -> String {
         let head = "tok-\(id)-"
@@ -72,10 +81,7 @@ struct SharedSegmentsTests {
         let segments = makeSegments { $0.initialSlots = 512 }
         defer { segments.retireAll() }
         var tokens: [String: String] = [:]
-        for index in 0..<200 {
-            tokens["v-\(index)"] = token("v-\(index)", length: 300)
-            #expect(store(segments, "v-\(index)", tokens["v-\(index)"]!))
-        }
+        store(segments, 0..<200, into: &tokens)
         guard case .offered(let old) = segments.offer(kind: "vehicle", unlessAlreadySent: { _ in false }) else {
             Issue.record("no segment")
             return
@@ -129,12 +135,7 @@ struct SharedSegmentsTests {
         let segments = makeSegments { $0.initialSlots = 64 }
         defer { segments.retireAll() }
         var tokens: [String: String] = [:]
-        func add(_ range: Range<Int>) {
-            for index in range {
-                tokens["v-\(index)"] = token("v-\(index)", length: 300)
-                #expect(store(segments, "v-\(index)", tokens["v-\(index)"]!))
-            }
-        }
+        func add(_ range: Range<Int>) { store(segments, range, into: &tokens) }
         add(0..<47)
         let first = try #require(offeredGeneration(segments))
         #expect(segments.statistics().generations == 1)
@@ -218,13 +219,11 @@ struct SharedSegmentsTests {
         let segments = makeSegments { $0.initialSlots = 64 }
         defer { segments.retireAll() }
         var tokens: [String: String] = [:]
-        for index in 0..<65 {
-            tokens["v-\(index)"] = token("v-\(index)", length: 300)
-            #expect(store(segments, "v-\(index)", tokens["v-\(index)"]!))
-            // One batch copied of the build started at 48, then no more: the store that finds
-            // no room copies the rest and switches.
-            if index == 50 { #expect(segments.advanceBuilding(batch: 10)) }
-        }
+        // One batch copied of the build started at 48, then no more: the store that finds no
+        // room copies the rest and switches.
+        store(segments, 0..<51, into: &tokens)
+        #expect(segments.advanceBuilding(batch: 10))
+        store(segments, 51..<65, into: &tokens)
         let statistics = segments.statistics()
         #expect(statistics.generations == 2, "the build finished, no growth made under the lock besides")
         #expect(statistics.slotsUsed == 65)
