@@ -359,18 +359,15 @@ public final class SharedSegments: TokenMirror, Sendable {
         for entry in all {
             entry.state.withLock { state in
                 let kind = entry.kind
+                guard kinds.contains(kind) else {
+                    retireKind(&state, policy: segmentPolicy)
+                    return
+                }
                 // A generation being built would miss this reload's changes to its kind's segment
                 // (a growth may start again); one a build replaced is wiped before the new rules
                 // are in force.
-                abandonBuild(&state)
+                settle(&state)
                 state.growthNotBefore = 0
-                for writer in state.wiping { writer.retire() }
-                state.wiping = []
-                guard kinds.contains(kind) else {
-                    if let writer = state.writer { retire(writer) }
-                    state = KindState(configured: false, policy: segmentPolicy)
-                    return
-                }
                 state.configured = true
                 state.policy = segmentPolicy
                 state.writer?.update(segmentPolicy)
@@ -394,12 +391,25 @@ public final class SharedSegments: TokenMirror, Sendable {
         shared.withLock { $0.kindCount = 0 }
         for entry in entries() {
             entry.state.withLock { state in
-                abandonBuild(&state)
-                for writer in state.wiping { writer.retire() }
-                if let writer = state.writer { retire(writer) }
-                state = KindState(configured: false, policy: state.policy)
+                retireKind(&state, policy: state.policy)
             }
         }
+    }
+
+    /// Abandons the kind's build and finishes its wipes at once: a reload's changes, or a stop,
+    /// must not wait for the heartbeat.
+    private func settle(_ state: inout KindState) {
+        abandonBuild(&state)
+        for writer in state.wiping { writer.retire() }
+        state.wiping = []
+    }
+
+    /// Retires everything the kind holds (its segment wiped, its kept tokens dropped): it is no
+    /// longer configured.
+    private func retireKind(_ state: inout KindState, policy: SegmentPolicy) {
+        settle(&state)
+        if let writer = state.writer { retire(writer) }
+        state = KindState(configured: false, policy: policy)
     }
 
     /// The segments' counts.
