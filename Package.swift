@@ -39,6 +39,8 @@ let package = Package(
         // segment layout with its one writer and its readers. Toolchain only: the client links them.
         .target(name: "CSharedMemory"),
         .target(name: "TokenSegment", dependencies: ["CSharedMemory"], swiftSettings: strict),
+        // The agent's socket loop's C needs: epoll, eventfd, accept4, SO_PEERCRED.
+        .target(name: "CSocketLoop"),
         // The thin client library workers link: TokenWire, TokenSegment and the toolchain only.
         .target(
             name: "FleetTokenClient",
@@ -77,6 +79,7 @@ let package = Package(
             name: "TokenAgent",
             dependencies: [
                 "TokenWire",
+                "TokenSegment",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -95,6 +98,7 @@ let package = Package(
                 "TokenAgent",
                 "TokenSegment",
                 "CSharedMemory",
+                "CSocketLoop",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -127,11 +127,4 @@ uint64_t fsm_boottime_ns(void) {
     return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
-uint64_t fsm_socket_cookie(int fd) {
-    uint64_t cookie = 0;
-    socklen_t size = sizeof cookie;
-    if (getsockopt(fd, SOL_SOCKET, SO_COOKIE, &cookie, &size) != 0) return 0;
-    return cookie;
-}
-
 int fsm_return_free_memory(void) { return malloc_trim(0); }

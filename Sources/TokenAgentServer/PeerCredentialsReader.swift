@@ -1,62 +1,37 @@
-import NIOCore
+import CSocketLoop
 import TokenAgent
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// Reads a connected Unix socket's peer credentials through SwiftNIO's socket options:
-/// `SO_PEERCRED` (pid, uid, gid) and `SO_PEERGROUPS` (supplementary groups).
+/// Reads a connected Unix socket's peer credentials: `SO_PEERCRED` (pid, uid, gid) and
+/// `SO_PEERGROUPS` (supplementary groups).
 enum PeerCredentialsReader {
-    /// `struct ucred`, which Swift's Glibc module does not export.
-    private struct UCred: Sendable {
+    /// The peer of the connected Unix socket `socket`, or `nil` when the kernel cannot tell.
+    static func read(socket: Int32) -> PeerCredentials? {
         var pid: Int32 = 0
         var uid: UInt32 = 0
         var gid: UInt32 = 0
+        guard fsl_peer_credentials(socket, &pid, &uid, &gid) == 0 else { return nil }
+        var buffer = GroupBuffer(repeating: 0)
+        var length = socklen_t(MemoryLayout<GroupBuffer>.size)
+        let result = withUnsafeMutableBytes(of: &buffer) { raw in
+            getsockopt(socket, SOL_SOCKET, peerGroupsOption, raw.baseAddress, &length)
+        }
+        guard result == 0 else {
+            // Too many groups for the buffer, or an old kernel: the process's own record.
+            return PeerCredentials(pid: pid, uid: uid, gid: gid, groups: procGroups(pid: pid))
+        }
+        var groups: [UInt32] = []
+        for index in 0..<min(Int(length) / 4, buffer.count) { groups.append(buffer[index]) }
+        return PeerCredentials(pid: pid, uid: uid, gid: gid, groups: groups)
     }
 
     /// Room for the supplementary groups; a peer with more is read from `/proc`.
     private typealias GroupBuffer = InlineArray<256, UInt32>
 
-    private static let peerCredOption: Int32 = 17  // SO_PEERCRED
     private static let peerGroupsOption: Int32 = 59  // SO_PEERGROUPS (Linux 4.13)
-
-    /// The peer of `channel`, or `nil` when the channel cannot tell (not a Unix socket).
-    static func read(_ channel: any Channel) -> EventLoopFuture<PeerCredentials?> {
-        guard let provider = channel as? any SocketOptionProvider else {
-            return channel.eventLoop.makeSucceededFuture(nil)
-        }
-        let level = SocketOptionLevel(SOL_SOCKET)
-        let credentials: EventLoopFuture<UCred> = provider.unsafeGetSocketOption(
-            level: level,
-            name: SocketOptionName(peerCredOption)
-        )
-        return credentials.flatMap { cred -> EventLoopFuture<PeerCredentials?> in
-            let groups: EventLoopFuture<GroupBuffer> = provider.unsafeGetSocketOption(
-                level: level,
-                name: SocketOptionName(peerGroupsOption)
-            )
-            return groups.map { buffer -> PeerCredentials? in
-                PeerCredentials(pid: cred.pid, uid: cred.uid, gid: cred.gid, groups: Self.groups(in: buffer))
-            }.recover { _ in
-                // Too many groups for the buffer, or an old kernel: the process's own record.
-                PeerCredentials(pid: cred.pid, uid: cred.uid, gid: cred.gid, groups: Self.procGroups(pid: cred.pid))
-            }
-        }.recover { _ in nil }
-    }
-
-    /// The groups `SO_PEERGROUPS` wrote. The kernel keeps a process's groups sorted ascending and
-    /// NIO zeroes the buffer first, so the groups are the leading run of ascending values; a
-    /// leading 0 is gid 0 only when more groups follow (a lone gid 0 reads as no groups, which
-    /// matters only to rules that name group 0).
-    static func groups(in buffer: InlineArray<256, UInt32>) -> [UInt32] {
-        var end = 1
-        while end < buffer.count, buffer[end] != 0 { end += 1 }
-        if end == 1, buffer[0] == 0 { return [] }
-        var groups: [UInt32] = []
-        for index in 0..<end { groups.append(buffer[index]) }
-        return groups
-    }
 
     /// The `Groups:` line of `/proc/<pid>/status`.
     private static func procGroups(pid: Int32) -> [UInt32] {

@@ -6,7 +6,7 @@ import TokenWire
 extension RequestHandler {
     /// The fast path: a plain `GET` of a configured kind, recognised and looked up straight from
     /// the line's bytes; a cache hit allocates nothing. Returns `false` for any other line.
-    func handleSimpleGet(_ line: ByteBuffer, context: ChannelHandlerContext) -> Bool {
+    func handleSimpleGet(_ line: ByteBuffer) -> Bool {
         line.withUnsafeReadableBytes { bytes -> Bool in
             guard let get = SimpleGet.recognise(bytes),
                 let kind = configuredKind(UnsafeRawBufferPointer(rebasing: bytes[get.kind]))
@@ -43,8 +43,7 @@ extension RequestHandler {
                     verb: .get,
                     kind: kind,
                     rulesVersion: rulesVersion,
-                    key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) },
-                    context: context
+                    key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) }
                 )
             } else if let queued {
                 append(

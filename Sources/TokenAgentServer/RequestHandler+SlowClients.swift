@@ -7,16 +7,16 @@ import TokenWire
 extension RequestHandler {
     /// Starts the partial-line clock, unless reading is paused (then the client is not the one
     /// holding the line up) or it already runs.
-    func startPartialTimer(context: ChannelHandlerContext) {
+    func startPartialTimer() {
         guard partialPending, partialTimer == nil, !readHeld, !closed, acceptingRequests else { return }
-        partialTimer = context.eventLoop.assumeIsolated().scheduleTask(in: requestTimeout) { [self] in
+        partialTimer = transport.schedule(in: requestTimeout) { [self] in
             partialTimer = nil
             guard partialPending, acceptingRequests, !closed else { return }
             acceptingRequests = false
             logger.debug("partial request line timed out")
             append(Slot(reply: .error(WireError(.badRequest, "request timed out")), closeAfter: true))
             // Counted under `other`.
-            writeReadyReplies(context: context)
+            writeReadyReplies()
         }
     }
 
@@ -32,11 +32,11 @@ extension RequestHandler {
 
     /// Starts the clock on a peer that leaves its replies unread: once it runs out, the
     /// connection is closed, and what it was owed with it.
-    func startStallTimer(context: ChannelHandlerContext) {
+    func startStallTimer() {
         guard stallTimer == nil else { return }
-        stallTimer = context.eventLoop.assumeIsolated().scheduleTask(in: stallTimeout) { [self] in
+        stallTimer = transport.schedule(in: stallTimeout) { [self] in
             stallTimer = nil
-            guard !context.channel.isWritable else { return }
+            guard !transport.isWritable else { return }
             logger.info(
                 "closing a connection that does not read its replies",
                 metadata: PeerCredentials.logMetadata(peer).merging(
@@ -46,7 +46,7 @@ extension RequestHandler {
             )
             closed = true
             acceptingRequests = false
-            context.close(promise: nil)
+            transport.close()
         }
     }
 }

@@ -7,7 +7,7 @@ import TokenAgent
 import TokenWire
 
 extension RequestHandler {
-    func handle(_ request: WireRequest, context: ChannelHandlerContext) {
+    func handle(_ request: WireRequest) {
         let verb = RequestVerb(request)
         // Read before the check: a reload after it makes a token reply be checked again.
         let rulesVersion = status.access.version
@@ -52,8 +52,7 @@ extension RequestHandler {
                 verb: verb,
                 kind: kind,
                 rulesVersion: rulesVersion,
-                key: { (kind, id, minValidity) },
-                context: context
+                key: { (kind, id, minValidity) }
             )
         case .refresh(let kind, let id, let refused):
             answer(
@@ -61,8 +60,7 @@ extension RequestHandler {
                 verb: verb,
                 kind: kind,
                 rulesVersion: rulesVersion,
-                key: { (kind, id, nil) },
-                context: context
+                key: { (kind, id, nil) }
             )
         }
     }
@@ -89,8 +87,7 @@ extension RequestHandler {
         verb: RequestVerb,
         kind: String,
         rulesVersion: Int,
-        key: () -> (kind: String, id: String, minValidity: Int?),
-        context: ChannelHandlerContext
+        key: () -> (kind: String, id: String, minValidity: Int?)
     ) {
         // Only a reply queued behind another can age before it is written: only such a slot
         // keeps its key for the check at the head (no lock, clock read or copy for the others).
@@ -100,24 +97,21 @@ extension RequestHandler {
             append(Slot(reply: Self.reply(outcome), verb: verb, key: key, kind: kind, rulesVersion: rulesVersion))
         case .pending(let wait):
             append(Slot(verb: verb, key: key, kind: kind, rulesVersion: rulesVersion))
-            deliver(wait, sequence: firstSequence + slots.count - 1, context: context)
+            deliver(wait, sequence: firstSequence + slots.count - 1)
         }
     }
 
     /// Fills the slot of request `sequence` when `wait` ends, and writes what is then ready.
     func deliver(
         _ wait: @escaping @Sendable () async -> TokenEngine.Outcome,
-        sequence: Int,
-        context: ChannelHandlerContext
+        sequence: Int
     ) {
-        let promise = context.eventLoop.makePromise(of: TokenEngine.Outcome.self)
-        waiting[sequence] = promise.completeWithTask { await wait() }
-        promise.futureResult.assumeIsolated().whenSuccess { [self] outcome in
+        waiting[sequence] = transport.deliver(wait) { [self] outcome in
             waiting[sequence] = nil
             let index = sequence - firstSequence
             guard !closed, index >= 0, index < slots.count else { return }
             slots[slots.index(slots.startIndex, offsetBy: index)].reply = Self.reply(outcome)
-            writeReadyReplies(context: context)
+            writeReadyReplies()
         }
     }
 

@@ -4,9 +4,6 @@ import TokenAgent
 import TokenSegment
 import TokenWire
 
-/// Asks a connection to finish the replies it owes and close (graceful shutdown).
-struct QuiesceEvent: Sendable {}
-
 /// Serves one connection: parses each line, asks the engine, and writes exactly one reply per
 /// request in request order, however the answers arrive. Every buffer is bounded in bytes,
 /// whatever the peer does: past ``maxPending`` owed replies the lines already read wait as bytes
@@ -20,15 +17,19 @@ struct QuiesceEvent: Sendable {}
 /// (`RequestHandler+Slots.swift`), the verbs (`+Verbs`), the GET fast path (`+SimpleGet`), reply
 /// encoding (`+Encoding`), the slow-client clocks (`+SlowClients`) and the shared-memory verbs
 /// (`SharedMemory/RequestHandler+SharedMemory.swift`).
-final class RequestHandler: ChannelDuplexHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-
+///
+/// It knows its connection only as a ``ConnectionTransport``: the socket loop's own
+/// (``SocketConnection``), or SwiftNIO's channel for tests on an `EmbeddedChannel`
+/// (``ChannelRequestHandler``). The transport calls in with what happens on the connection:
+/// ``activate()``, ``received(_:)``, ``readComplete()``, ``inputEnded()``, ``quiesce()``,
+/// ``wantsToRead()``, ``writabilityChanged()`` and ``inactive()``.
+final class RequestHandler {
     /// The most requests answered-or-pending per connection before reading pauses.
     static let maxPending = 128
 
     let engine: TokenEngine
+    /// The connection served. Set by the transport once, before any other call.
+    var transport: (any ConnectionTransport)!
     private let clock: any AgentClock = SystemAgentClock()
     let status: AgentStatus
     let logger: Logger
@@ -55,10 +56,10 @@ final class RequestHandler: ChannelDuplexHandler {
     let requestTimeout: TimeAmount
     /// A partial line waits for its end.
     var partialPending = false
-    var partialTimer: Scheduled<Void>?
+    var partialTimer: (any TransportTimer)?
     /// Replies encoded since the last write; written once per read burst (or at once for replies
-    /// that complete outside one). Reused: once the channel has written it, clearing it makes no copy.
-    var output = ByteBuffer()
+    /// that complete outside one). Reused: once the transport has written it, clearing it makes no copy.
+    var output = ByteBufferAllocator().buffer(capacity: 4096)
     /// `output` was handed to the channel; clear it before encoding more.
     var outputHandedOver = false
     /// Inside a burst of reads: replies wait for `channelReadComplete` to be written.
@@ -68,12 +69,12 @@ final class RequestHandler: ChannelDuplexHandler {
     var waiting: [Int: Task<Void, Never>] = [:]
     /// Lines read while no more requests could be taken, in order.
     private var deferred = DeferredInput()
-    /// Inside ``writeReadyReplies(context:)``: a nested call only asks for another round.
+    /// Inside ``writeReadyReplies()``: a nested call only asks for another round.
     private var pumping = false
     private var pumpAgain = false
     /// How long the peer may leave its replies unread (the channel unwritable) before it is closed.
     let stallTimeout: TimeAmount
-    var stallTimer: Scheduled<Void>?
+    var stallTimer: (any TransportTimer)?
     /// The configured kind names and the engine's kinds version they were read at.
     var kindNames: [(name: String, bytes: [UInt8])] = []
     var kindNamesVersion = -1
@@ -98,12 +99,8 @@ final class RequestHandler: ChannelDuplexHandler {
         self.stallTimeout = stallTimeout
     }
 
-    func handlerAdded(context: ChannelHandlerContext) {
-        output = context.channel.allocator.buffer(capacity: 4096)
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        context.fireChannelActive()
+    /// The connection is open: a connection over the limits is told so and closed.
+    func activate() {
         let refusal: String
         switch admission {
         case .admitted: return
@@ -112,49 +109,50 @@ final class RequestHandler: ChannelDuplexHandler {
         }
         acceptingRequests = false
         slots.append(Slot(reply: .error(WireError(.busy, refusal)), closeAfter: true))
-        writeReadyReplies(context: context)
+        writeReadyReplies()
     }
 
     // MARK: Inbound
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    /// The bytes of one read.
+    func received(_ bytes: ByteBuffer) {
         guard acceptingRequests, !closed else { return }
-        framer.append(unwrapInboundIn(data))
-        takeFrames(context: context)
+        framer.append(bytes)
+        takeFrames()
     }
 
     /// Takes every frame the bytes read so far hold, in order, while the connection takes
     /// requests; those it cannot take yet wait in `deferred`.
-    private func takeFrames(context: ChannelHandlerContext) {
+    private func takeFrames() {
         while acceptingRequests, !closed, let frame = framer.next() {
-            take(frame, context: context)
+            take(frame)
         }
-        writeReadyReplies(context: context)
+        writeReadyReplies()
     }
 
-    private func take(_ frame: RequestFrame, context: ChannelHandlerContext) {
+    private func take(_ frame: RequestFrame) {
         // Inside a read burst: replies wait for `channelReadComplete` to be written together.
         // (Lines taken later, from `deferred`, come outside one and are written at once.)
         if case .line = frame { reading = true }
-        if deferred.isEmpty, canTakeRequest(context: context) {
-            process(frame, context: context)
+        if deferred.isEmpty, canTakeRequest() {
+            process(frame)
         } else {
             deferred.append(frame)
         }
         // A reply that could not be encoded at once (a slot) goes out as soon as it is ready.
-        if !slots.isEmpty { writeReadyReplies(context: context) }
+        if !slots.isEmpty { writeReadyReplies() }
     }
 
     /// Takes the lines kept while no more requests could be, as far as the connection now can.
     /// Whether it took any.
-    private func processDeferred(context: ChannelHandlerContext) -> Bool {
+    private func processDeferred() -> Bool {
         guard acceptingRequests, !closed else {
             deferred.removeAll()
             return false
         }
         var took = false
-        while acceptingRequests, !closed, canTakeRequest(context: context), let frame = deferred.next() {
-            process(frame, context: context)
+        while acceptingRequests, !closed, canTakeRequest(), let frame = deferred.next() {
+            process(frame)
             took = true
         }
         return took
@@ -162,16 +160,16 @@ final class RequestHandler: ChannelDuplexHandler {
 
     /// Whether another request may be taken now: fewer than ``maxPending`` replies owed, and the
     /// output under the channel's high-water mark (a cached GET's reply is encoded at once).
-    private func canTakeRequest(context: ChannelHandlerContext) -> Bool {
-        if output.readableBytes >= Self.outputFlushBytes { flushOutput(context: context) }
-        return slots.count < Self.maxPending && context.channel.isWritable
+    private func canTakeRequest() -> Bool {
+        if output.readableBytes >= Self.outputFlushBytes { flushOutput() }
+        return slots.count < Self.maxPending && transport.isWritable
     }
 
-    private func process(_ frame: RequestFrame, context: ChannelHandlerContext) {
+    private func process(_ frame: RequestFrame) {
         switch frame {
         case .partialLine:
             partialPending = true
-            startPartialTimer(context: context)
+            startPartialTimer()
             return
         case .tooLong:
             stopPartialTimer()
@@ -180,51 +178,50 @@ final class RequestHandler: ChannelDuplexHandler {
         // Counted under `other`, like a line that timed out.
         case .line(let line):
             stopPartialTimer()
-            if !handleSimpleGet(line, context: context) {
+            if !handleSimpleGet(line) {
                 switch RequestParser.parse(line.readableBytesView) {
                 case .failure(let error):
                     append(Slot(reply: .error(error), verb: RequestVerb(failedLine: line.readableBytesView)))
-                case .success(let request): handle(request, context: context)
+                case .success(let request): handle(request)
                 }
             }
         }
     }
 
-    func channelReadComplete(context: ChannelHandlerContext) {
+    /// A burst of reads ended: the replies it made ready are written together.
+    func readComplete() {
         reading = false
-        flushOutput(context: context)
-        context.fireChannelReadComplete()
+        flushOutput()
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        // Events come outside read bursts (end of input may deliver a last line after the
-        // burst's end): what they make ready is written at once.
-        if let event = event as? ChannelEvent, event == .inputClosed {
-            // The lines read before the end of input, and a last one without its LF, are
-            // requests too.
-            while acceptingRequests, !closed, let frame = framer.next() { take(frame, context: context) }
-            if acceptingRequests, !closed, let last = framer.finish() { take(last, context: context) }
-            reading = false
-            inputClosed = true
-            if closed {
-                // Lingering after our last reply: the client has read it and closed its side.
-                context.close(promise: nil)
-                return
-            }
-            // No read follows the end of input; the lines read before it are still answered.
-            writeReadyReplies(context: context)
-        } else if event is QuiesceEvent {
-            reading = false
-            acceptingRequests = false
-            finishing = true
-            writeReadyReplies(context: context)
-        } else {
-            reading = false
-            context.fireUserInboundEventTriggered(event)
+    /// The peer finished sending. (Events come outside read bursts, so what they make ready is
+    /// written at once.)
+    func inputEnded() {
+        // The lines read before the end of input, and a last one without its LF, are
+        // requests too.
+        while acceptingRequests, !closed, let frame = framer.next() { take(frame) }
+        if acceptingRequests, !closed, let last = framer.finish() { take(last) }
+        reading = false
+        inputClosed = true
+        if closed {
+            // Lingering after our last reply: the client has read it and closed its side.
+            transport.close()
+            return
         }
+        // No read follows the end of input; the lines read before it are still answered.
+        writeReadyReplies()
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
+    /// Graceful shutdown: finish the replies owed, then close.
+    func quiesce() {
+        reading = false
+        acceptingRequests = false
+        finishing = true
+        writeReadyReplies()
+    }
+
+    /// The connection is closed.
+    func inactive() {
         closed = true
         // Nobody will read these answers: the fetches they wait for may be dropped.
         for task in waiting.values { task.cancel() }
@@ -234,36 +231,39 @@ final class RequestHandler: ChannelDuplexHandler {
         stallTimer = nil
         deferred.removeAll()
         closeUnsentDescriptors()
-        context.fireChannelInactive()
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+    /// The connection failed: close it.
+    func failed(_ error: any Error) {
         logger.debug("connection error", metadata: ["error": "\(error)"])
-        close(context: context)
+        close()
     }
 
     // MARK: Outbound and back-pressure
 
-    func read(context: ChannelHandlerContext) {
-        if closed {
-            context.read()  // lingering: keep draining what the client still sends
-        } else if slots.count >= Self.maxPending || !deferred.isEmpty || !context.channel.isWritable {
+    /// Whether the transport may read more now. When it may not (too many replies owed, lines
+    /// kept for later, or the output over its bound), reading is held until
+    /// ``resumeReadingIfPossible()`` lets it go on through ``ConnectionTransport/read()``.
+    /// Lingering after the last reply, reading goes on: what the client still sends is dropped.
+    func wantsToRead() -> Bool {
+        if closed { return true }
+        if slots.count >= Self.maxPending || !deferred.isEmpty || !transport.isWritable {
             readHeld = true
             pausePartialTimer()
-        } else {
-            context.read()
+            return false
         }
+        return true
     }
 
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable {
+    /// The output crossed its high- or low-water mark.
+    func writabilityChanged() {
+        if transport.isWritable {
             stallTimer?.cancel()
             stallTimer = nil
-            writeReadyReplies(context: context)
+            writeReadyReplies()
         } else {
-            startStallTimer(context: context)
+            startStallTimer()
         }
-        context.fireChannelWritabilityChanged()
     }
 
     func append(_ slot: Slot) {
@@ -273,7 +273,7 @@ final class RequestHandler: ChannelDuplexHandler {
     /// Writes the replies at the head that are ready, in order, and takes the lines kept for
     /// later as far as it can; closes after QUIT, a too-long line, or end of input once nothing
     /// is owed.
-    func writeReadyReplies(context: ChannelHandlerContext) {
+    func writeReadyReplies() {
         guard !pumping else {
             pumpAgain = true
             return
@@ -282,25 +282,25 @@ final class RequestHandler: ChannelDuplexHandler {
         defer { pumping = false }
         repeat {
             pumpAgain = false
-            writeReadyRepliesOnce(context: context)
-            if processDeferred(context: context) { pumpAgain = true }
+            writeReadyRepliesOnce()
+            if processDeferred() { pumpAgain = true }
         } while pumpAgain && !closed
         guard !closed else { return }
         if inputClosed || finishing, slots.isEmpty, deferred.isEmpty {
-            close(context: context)
+            close()
             return
         }
-        resumeReadingIfPossible(context: context)
+        resumeReadingIfPossible()
     }
 
-    private func writeReadyRepliesOnce(context: ChannelHandlerContext) {
+    private func writeReadyRepliesOnce() {
         guard !closed, !descriptors.sending else { return }
         while var head = slots.first, head.isReady {
             // The output is bounded: while the peer leaves what it was sent unread, the rest waits.
-            if !context.channel.isWritable { break }
+            if !transport.isWritable { break }
             if let offer = head.offer {
                 // Everything before it is written first; the rest waits for the descriptor.
-                sendDescriptor(offer, context: context)
+                sendDescriptor(offer)
                 return
             }
             if isStale(head), let key = head.key {
@@ -311,7 +311,7 @@ final class RequestHandler: ChannelDuplexHandler {
                     if isStale(head) { head.reply = .error(WireError(.unavailable, "token expired while queued")) }
                 case .pending(let wait):
                     slots[slots.startIndex].reply = nil
-                    deliver(wait, sequence: firstSequence, context: context)
+                    deliver(wait, sequence: firstSequence)
                 }
                 if head.reply == nil || slots.first?.reply == nil { break }
             }
@@ -341,12 +341,12 @@ final class RequestHandler: ChannelDuplexHandler {
                 status.metrics.requests.count(.quit, .ok)
             }
             if head.closeAfter {
-                close(context: context)
+                close()
                 return
             }
-            if output.readableBytes >= Self.outputFlushBytes { flushOutput(context: context) }
+            if output.readableBytes >= Self.outputFlushBytes { flushOutput() }
         }
-        if !reading { flushOutput(context: context) }
+        if !reading { flushOutput() }
     }
 
     /// Whether `slot` holds a token that has aged under the serving floor while its reply waited
@@ -365,49 +365,42 @@ final class RequestHandler: ChannelDuplexHandler {
     /// Output is written before it grows past this, even inside a read burst.
     static let outputFlushBytes = 32 * 1024
 
-    /// Succeeds once every reply handed to the channel so far is written: writes complete in
-    /// order, so an empty write after them completes after them.
-    func writesDrained(context: ChannelHandlerContext) -> EventLoopFuture<Void> {
-        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(capacity: 0)))
-    }
-
-    /// Hands what is encoded to the channel and flushes.
-    func flushOutput(context: ChannelHandlerContext) {
+    /// Hands what is encoded to the transport.
+    func flushOutput() {
         guard !outputHandedOver, output.readableBytes > 0, !closed else { return }
-        context.writeAndFlush(wrapOutboundOut(output), promise: nil)
+        transport.write(output)
         outputHandedOver = true
     }
 
-    private func resumeReadingIfPossible(context: ChannelHandlerContext) {
-        guard readHeld, !closed, slots.count < Self.maxPending, deferred.isEmpty, context.channel.isWritable else {
+    private func resumeReadingIfPossible() {
+        guard readHeld, !closed, slots.count < Self.maxPending, deferred.isEmpty, transport.isWritable else {
             return
         }
         readHeld = false
-        startPartialTimer(context: context)
-        context.read()
+        startPartialTimer()
+        transport.read()
     }
 
     /// Closes after the last reply is written. Unless the client already finished sending, our
     /// side is shut first and what the client still sends is read and dropped for up to a second:
     /// closing with unread input would reset the connection and could destroy replies the client
     /// has not read yet.
-    func close(context: ChannelHandlerContext) {
+    func close() {
         guard !closed else { return }
-        flushOutput(context: context)
+        flushOutput()
         closed = true
         acceptingRequests = false
         pausePartialTimer()
         let linger = !inputClosed
-        writesDrained(context: context).assumeIsolated().whenComplete { _ in
+        let transport = self.transport!
+        transport.whenWritten {
             guard linger else {
-                context.close(promise: nil)
+                transport.close()
                 return
             }
-            let outputClosed = context.eventLoop.makePromise(of: Void.self)
-            context.close(mode: .output, promise: outputClosed)
-            outputClosed.futureResult.assumeIsolated().whenFailure { _ in context.close(promise: nil) }
-            context.eventLoop.assumeIsolated().scheduleTask(in: .seconds(1)) { context.close(promise: nil) }
-            context.read()
+            transport.closeOutput()
+            _ = transport.schedule(in: .seconds(1)) { transport.close() }
+            transport.read()
         }
     }
 }

@@ -1,7 +1,7 @@
 import CSharedMemory
+import CSocketLoop
 import Logging
 import NIOCore
-import NIOPosix
 import ServiceLifecycle
 import Synchronization
 import TokenAgent
@@ -40,14 +40,13 @@ public struct SocketServerConfiguration: Sendable {
 
 /// The Unix socket server, as a service: binds, serves until graceful shutdown, then stops
 /// accepting, lets every connection finish the replies it owes (bounded), and removes its socket.
+/// Its connections are served by one ``SocketLoop`` thread.
 public final class TokenSocketServer: Service, Sendable {
     private let configuration: SocketServerConfiguration
     private let engine: TokenEngine
     private let status: AgentStatus
     private let logger: Logger
-    private let group: any EventLoopGroup
     private let onListening: @Sendable () -> Void
-    private let connections = Mutex<[ObjectIdentifier: any Channel]>([:])
 
     /// Creates a server for `engine`. `onListening` runs once the socket accepts connections.
     public init(
@@ -55,14 +54,12 @@ public final class TokenSocketServer: Service, Sendable {
         engine: TokenEngine,
         status: AgentStatus,
         logger: Logger,
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         onListening: @escaping @Sendable () -> Void = {}
     ) {
         self.configuration = configuration
         self.engine = engine
         self.status = status
         self.logger = logger
-        self.group = group
         self.onListening = onListening
     }
 
@@ -70,40 +67,46 @@ public final class TokenSocketServer: Service, Sendable {
     static let backlog: Int32 = 1024
 
     public func run() async throws {
-        let channels = try await openListeners()
+        let sockets = try openListeners()
+        let loop: SocketLoop
+        do {
+            loop = try SocketLoop(logger: logger)
+        } catch {
+            for socket in sockets { close(socket) }
+            throw error
+        }
+        let accepting = Acceptor(server: self, loop: loop)
+        loop.start(name: "fleet-tokend socket")
+        loop.execute {
+            for socket in sockets { loop.addListener(socket) { accepting.accept($0) } }
+        }
         onListening()
 
         try? await gracefulShutdown()
         logger.info("shutting down: no new connections, finishing replies")
-        for channel in channels { try? await channel.close() }
+        await onLoop(loop) { for socket in loop.listenerSockets { loop.closeListener(socket) } }
         if configuration.adoptedDescriptors.isEmpty { unlink(configuration.path) }
-        await drainConnections()
+        await drainConnections(loop)
+        await loop.stop()
     }
 
-    /// Adopts the passed sockets, or binds the configured path.
-    private func openListeners() async throws -> [any Channel] {
+    /// Binds the configured path, or takes the sockets passed by the service manager: the
+    /// listening sockets, non-blocking.
+    private func openListeners() throws -> [Int32] {
         if !configuration.adoptedDescriptors.isEmpty {
-            var channels: [any Channel] = []
             for descriptor in configuration.adoptedDescriptors {
-                channels.append(try await bootstrap().withBoundSocket(descriptor).get())
-                // Adopting listens again with SwiftNIO's default backlog (128); restore the deep
-                // queue the socket unit asks for, so connections made during a restart wait.
+                _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
+                _ = fcntl(descriptor, F_SETFD, fcntl(descriptor, F_GETFD) | FD_CLOEXEC)
+                // As deep a queue as the socket unit asks for, so connections made during a
+                // restart wait.
                 listen(descriptor, Self.backlog)
                 logger.info("listening on a socket passed by systemd", metadata: ["fd": "\(descriptor)"])
             }
-            return channels
+            return configuration.adoptedDescriptors
         }
         let path = configuration.path
         try SocketPath.prepare(path)
-        let previousMask = umask(mode_t(~configuration.mode & 0o777))
-        let channel: any Channel
-        do {
-            channel = try await bootstrap().bind(unixDomainSocketPath: path).get()
-            umask(previousMask)
-        } catch {
-            umask(previousMask)
-            throw SocketPath.Problem(description: "cannot listen on \(path): \(error)")
-        }
+        let socket = try bindSocket(path)
         var groupID: gid_t?
         if let group = configuration.group {
             // A number is a gid as it is: an image's /etc/group need not know the workers' group.
@@ -112,7 +115,7 @@ public final class TokenSocketServer: Service, Sendable {
             } else if let entry = getgrnam(group) {
                 groupID = entry.pointee.gr_gid
             } else {
-                try? await channel.close()
+                close(socket)
                 unlink(path)
                 throw SocketPath.Problem(description: "socket group \(group) does not exist")
             }
@@ -127,118 +130,129 @@ public final class TokenSocketServer: Service, Sendable {
             }
         } catch {
             // Whatever is at the path now is not the socket bound here: leave it alone.
-            try? await channel.close()
+            close(socket)
             throw error
         }
         logger.info("listening", metadata: ["socket": "\(path)"])
-        return [channel]
+        return [socket]
     }
 
-    private func bootstrap() -> ServerBootstrap {
-        let engine = self.engine
-        let status = self.status
-        let logger = self.logger
-        let limit = configuration.maxConnections
-        let perUIDLimit = configuration.maxConnectionsPerUID
-        let requestTimeout = configuration.requestTimeout
-        let stallTimeout = configuration.stallTimeout
-        return ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: Self.backlog)
-            .childChannelOption(.allowRemoteHalfClosure, value: true)
-            .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
-            // Reads of at most 16 KiB, four a burst: what a connection reads before it must stop
-            // (its owed replies or unread output at their bounds) is at most 64 KiB.
-            .childChannelOption(
-                .recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048, maximum: 16 * 1024)
-            )
-            .childChannelOption(.maxMessagesPerRead, value: 4)
-            .childChannelInitializer { [self] channel in
-                PeerCredentialsReader.read(channel).flatMapThrowing { peer in
-                    let admission = status.server.admit(limit: limit, uid: peer?.uid, perUIDLimit: perUIDLimit)
-                    switch admission {
-                    case .admitted:
-                        self.track(channel, uid: peer?.uid)
-                    case .tooManyConnections:
-                        logger.warning("connection refused: too many connections", metadata: ["limit": "\(limit)"])
-                    case .tooManyForUID(let uid):
-                        logger.warning(
-                            "connection refused: too many connections for one uid",
-                            metadata: PeerCredentials.logMetadata(peer).merging(
-                                ["peer_uid": "\(uid)", "limit": "\(perUIDLimit)"],
-                                uniquingKeysWith: { $1 }
-                            )
-                        )
-                    }
-                    try channel.pipeline.syncOperations.addHandler(
-                        RequestHandler(
-                            engine: engine,
-                            status: status,
-                            logger: logger,
-                            admission: admission,
-                            peer: peer,
-                            requestTimeout: requestTimeout,
-                            stallTimeout: stallTimeout
-                        )
+    /// A listening socket bound at `path`, its file made with the configured mode (through the
+    /// umask, so it is never more open than that, even for a moment).
+    private func bindSocket(_ path: String) throws -> Int32 {
+        let socket = Glibc.socket(
+            AF_UNIX,
+            Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue),
+            0
+        )
+        guard socket >= 0 else {
+            throw SocketPath.Problem(description: "cannot listen on \(path): \(String(cString: strerror(errno)))")
+        }
+        let previousMask = umask(mode_t(~configuration.mode & 0o777))
+        let bound = UnixSocketAddress.with(path: path) { bind(socket, $0, $1) == 0 ? 0 : errno } ?? ENAMETOOLONG
+        umask(previousMask)
+        if bound != 0 || listen(socket, Self.backlog) != 0 {
+            let error = bound != 0 ? bound : errno
+            close(socket)
+            throw SocketPath.Problem(description: "cannot listen on \(path): \(String(cString: strerror(error)))")
+        }
+        return socket
+    }
+
+    /// Takes each accepted connection on the loop: reads who is at the other end, admits it
+    /// under the connection limits (or not: then it is told so and closed), and serves it.
+    private struct Acceptor: @unchecked Sendable {
+        let server: TokenSocketServer
+        let loop: SocketLoop
+
+        func accept(_ socket: Int32) {
+            let configuration = server.configuration
+            let logger = server.logger
+            let status = server.status
+            let peer = PeerCredentialsReader.read(socket: socket)
+            let limit = configuration.maxConnections
+            let perUIDLimit = configuration.maxConnectionsPerUID
+            let admission = status.server.admit(limit: limit, uid: peer?.uid, perUIDLimit: perUIDLimit)
+            switch admission {
+            case .admitted: break
+            case .tooManyConnections:
+                logger.warning("connection refused: too many connections", metadata: ["limit": "\(limit)"])
+            case .tooManyForUID(let uid):
+                logger.warning(
+                    "connection refused: too many connections for one uid",
+                    metadata: PeerCredentials.logMetadata(peer).merging(
+                        ["peer_uid": "\(uid)", "limit": "\(perUIDLimit)"],
+                        uniquingKeysWith: { $1 }
                     )
-                }
+                )
             }
+            let handler = RequestHandler(
+                engine: server.engine,
+                status: status,
+                logger: logger,
+                admission: admission,
+                peer: peer,
+                requestTimeout: configuration.requestTimeout,
+                stallTimeout: configuration.stallTimeout
+            )
+            let loop = self.loop
+            let server = self.server
+            let connection = SocketConnection(socket: socket, loop: loop, handler: handler) {
+                if admission == .admitted { status.server.release(uid: peer?.uid) }
+                server.giveMemoryBack(on: loop)
+            }
+            connection.open()
+        }
     }
 
     /// Adds the handler that serves one client connection (it frames its own input) to
-    /// `channel`, as the server does for each connection it accepts, with no peer credentials. For
-    /// benchmarks and tests that drive the real pipeline on an `EmbeddedChannel`; call it on the
-    /// channel's event loop.
+    /// `channel`, with no peer credentials: for benchmarks and tests that drive the request
+    /// handler on an `EmbeddedChannel`; call it on the channel's event loop.
     public static func addConnectionHandlers(
         to channel: any Channel,
         engine: TokenEngine,
         status: AgentStatus,
         logger: Logger
     ) throws {
-        try channel.pipeline.syncOperations.addHandler(RequestHandler(engine: engine, status: status, logger: logger))
-    }
-
-    private func track(_ channel: any Channel, uid: UInt32?) {
-        let id = ObjectIdentifier(channel)
-        connections.withLock { $0[id] = channel }
-        let status = self.status
-        channel.closeFuture.whenComplete { [self] _ in
-            status.server.release(uid: uid)
-            connections.withLock { _ = $0.removeValue(forKey: id) }
-            giveMemoryBack(after: channel)
-        }
+        try channel.pipeline.syncOperations.addHandler(
+            ChannelRequestHandler(RequestHandler(engine: engine, status: status, logger: logger))
+        )
     }
 
     /// Connections closed since the allocator was last asked to give freed memory back.
     private let closedSinceTrim = Mutex(0)
 
-    /// Every 256 closed connections, asks the allocator (a second later, on the event loop the
-    /// last one used) to return the memory they freed to the system: glibc keeps freed memory in
-    /// its arenas otherwise, so a burst of connections that hit their bounds would leave the
-    /// agent that much larger for good.
-    private func giveMemoryBack(after channel: any Channel) {
+    /// Every 256 closed connections, asks the allocator (a second later, on the loop) to return
+    /// the memory they freed to the system: glibc keeps freed memory in its arenas otherwise, so
+    /// a burst of connections that hit their bounds would leave the agent that much larger for
+    /// good.
+    private func giveMemoryBack(on loop: SocketLoop) {
         let due = closedSinceTrim.withLock { closed -> Bool in
             closed += 1
             guard closed >= 256 else { return false }
             closed = 0
             return true
         }
-        if due { channel.eventLoop.scheduleTask(in: .seconds(1)) { _ = fsm_return_free_memory() } }
+        if due { _ = loop.schedule(in: .seconds(1)) { _ = fsm_return_free_memory() } }
     }
 
-    private func drainConnections() async {
-        let open = connections.withLock { Array($0.values) }
-        for channel in open { channel.pipeline.fireUserInboundEventTriggered(QuiesceEvent()) }
-        let deadline = NIODeadline.now() + configuration.drainTimeout
-        for channel in open {
-            let remaining = deadline - .now()
-            if remaining > .zero {
-                let timeout = channel.eventLoop.scheduleTask(in: remaining) { channel.close(promise: nil) }
-                try? await channel.closeFuture.get()
-                timeout.cancel()
-            } else {
-                try? await channel.close()
-            }
+    /// Asks every connection to finish the replies it owes and close, waits for them up to the
+    /// drain time-out, then closes those left.
+    private func drainConnections(_ loop: SocketLoop) async {
+        await onLoop(loop) { for connection in loop.openConnections { connection.quiesce() } }
+        let deadline = ContinuousClock.now + .nanoseconds(configuration.drainTimeout.nanoseconds)
+        while ContinuousClock.now < deadline {
+            if await onLoop(loop, { loop.connectionCount }) == 0 { return }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        await onLoop(loop) { for connection in loop.openConnections { connection.close() } }
+    }
+
+    /// Runs `body` on the loop and returns what it returns.
+    private func onLoop<T: Sendable>(_ loop: SocketLoop, _ body: @escaping () -> T) async -> T {
+        let body = UnsafeTransfer(body)
+        return await withCheckedContinuation { continuation in
+            loop.execute { continuation.resume(returning: body.value()) }
         }
     }
 }

@@ -7,6 +7,10 @@ import TokenWire
 
 @testable import TokenAgentServer
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Mints `tok-<id>` tokens for an hour, except for ids starting `hang-`, whose fetch never ends
 /// (until the test's task is cancelled).
 private struct InstantProvider: TokenProvider {
@@ -58,13 +62,15 @@ private struct Connection {
         )
         try channel.pipeline.syncOperations.addHandlers([
             counter,
-            RequestHandler(
-                engine: engine,
-                status: status,
-                logger: Logger(label: "test"),
-                admission: admission,
-                peer: peer,
-                requestTimeout: requestTimeout
+            ChannelRequestHandler(
+                RequestHandler(
+                    engine: engine,
+                    status: status,
+                    logger: Logger(label: "test"),
+                    admission: admission,
+                    peer: peer,
+                    requestTimeout: requestTimeout
+                )
             ),
         ])
         // Connecting makes the channel active (and fires channelActive), as an accepted one is.
@@ -318,15 +324,18 @@ struct ConnectionLimitTests {
         #expect(server.admit(limit: 10, uid: 1000, perUIDLimit: 0) == .admitted, "0 is no per-uid limit")
     }
 
-    @Test func supplementaryGroupsAreTheLeadingAscendingRun() {
-        var buffer = InlineArray<256, UInt32>(repeating: 0)
-        #expect(PeerCredentialsReader.groups(in: buffer) == [])
-        buffer[0] = 4
-        buffer[1] = 27
-        buffer[2] = 1001
-        #expect(PeerCredentialsReader.groups(in: buffer) == [4, 27, 1001])
-        buffer[0] = 0
-        #expect(PeerCredentialsReader.groups(in: buffer) == [0, 27, 1001], "gid 0 leads when more follow")
+    @Test func peerCredentialsAreThePeersOwnIDsAndGroups() throws {
+        var pair: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+        defer { for fd in pair { close(fd) } }
+        let peer = try #require(PeerCredentialsReader.read(socket: pair[0]))
+        #expect(peer.pid == getpid())
+        #expect(peer.uid == getuid())
+        #expect(peer.gid == getgid())
+        var groups = [gid_t](repeating: 0, count: 256)
+        let count = getgroups(Int32(groups.count), &groups)
+        #expect(Set(peer.groups) == Set(groups.prefix(Int(max(0, count)))))
+        #expect(PeerCredentialsReader.read(socket: -1) == nil, "no socket, no peer")
     }
 }
 

@@ -3,7 +3,7 @@
 
 // What the shared-memory read path needs from C and Swift cannot import: memfd_create and
 // F_SEAL_* (GNU declarations, defined in shim.c, which sets _GNU_SOURCE for itself alone),
-// the CMSG_* macros of SCM_RIGHTS descriptor passing, CLOCK_BOOTTIME and SO_COOKIE.
+// the CMSG_* macros of SCM_RIGHTS descriptor passing and CLOCK_BOOTTIME.
 // Toolchain only: the client library links it too.
 
 #include <stddef.h>
@@ -58,10 +58,6 @@ ssize_t fsm_receive(int socket, void *bytes, size_t length, int *fds, int max_fd
 /// CLOCK_BOOTTIME in nanoseconds: a monotonic clock every process on the host shares, which
 /// counts suspended time too.
 uint64_t fsm_boottime_ns(void);
-
-/// The socket's kernel cookie (SO_COOKIE): unique per socket for the life of the system; 0 when
-/// `fd` is not a socket.
-uint64_t fsm_socket_cookie(int fd);
 
 /// Asks glibc's allocator to return the memory it holds free to the system (malloc_trim(0)):
 /// the agent calls it after many connections closed. 1 if memory was released, else 0.

@@ -18,6 +18,14 @@ final class EngineRuntime: Sendable {
         self.kinds = providers.keys.sorted()
     }
 
+    /// Whether `kind` is configured: a scan of the few kinds, which on the hit path costs less
+    /// than hashing the name for `providers`.
+    func isConfigured(_ kind: String) -> Bool {
+        let length = kind.utf8.count
+        for configured in kinds where configured.utf8.count == length && configured == kind { return true }
+        return false
+    }
+
     /// The `unknownKind` failure for `kind`.
     func unknownKind(_ kind: String) -> EngineFailure { .unknownKind(kind, configured: kinds) }
 }

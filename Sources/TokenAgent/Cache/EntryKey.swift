@@ -1,3 +1,9 @@
+import TokenSegment
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The key of a cached entry: a configured kind and the id's bytes.
 ///
 /// A key held by the store owns its id as a `String`; a key made for a lookup may instead borrow
@@ -6,7 +12,7 @@
 ///
 /// It is `Sendable` so it can be used under the store's locks; a borrowed key never outlives the
 /// call that made it and is never stored (the store inserts only keys made from a `String` id).
-struct EntryKey: Hashable, @unchecked Sendable {
+struct EntryKey: LRUTableKey, @unchecked Sendable {
     /// Where the id's bytes are.
     enum ID {
         /// An id the key owns.
@@ -52,16 +58,32 @@ struct EntryKey: Hashable, @unchecked Sendable {
         }
     }
 
+    /// The per-process random key of ``idHash``.
+    private static let idHashKey = (UInt64.random(in: .min ... .max), UInt64.random(in: .min ... .max))
+
+    /// SipHash-2-4 of the id's bytes under a per-process random key, the kind's length mixed
+    /// in: what the key hashes as. It leaves the kind's bytes out, so an id cached under two
+    /// kinds hashes alike (`==` tells them apart), and costs a fifth of hashing both through
+    /// `Hasher` (docs/BENCHMARKS.md, "instructions per socket GET").
+    var idHash: UInt64 {
+        let key = Self.idHashKey
+        let length = UInt64(truncatingIfNeeded: kind.utf8.count)
+        return withIDBytes { SipHash24.hash($0, k0: key.0, k1: key.1 ^ length) }
+    }
+
+    /// What the store's shards and tables index the key by: ``idHash``, with no `Hasher` pass.
+    var tableHash: Int { Int(truncatingIfNeeded: idHash) }
+
     func hash(into hasher: inout Hasher) {
-        hasher.combine(kind)
-        withIDBytes { hasher.combine(bytes: $0) }
+        hasher.combine(idHash)
     }
 
     static func == (lhs: EntryKey, rhs: EntryKey) -> Bool {
         guard lhs.kind == rhs.kind else { return false }
         return lhs.withIDBytes { left in
             rhs.withIDBytes { right in
-                left.count == right.count && left.elementsEqual(right)
+                left.count == right.count
+                    && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
             }
         }
     }

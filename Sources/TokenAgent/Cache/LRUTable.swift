@@ -1,3 +1,17 @@
+/// A key of an ``LRUTable``: hashable, with the hash the table indexes it by (its `hashValue`
+/// unless it says otherwise).
+public protocol LRUTableKey: Hashable {
+    /// The hash the table indexes the key by; equal keys have equal hashes.
+    var tableHash: Int { get }
+}
+
+extension LRUTableKey {
+    public var tableHash: Int { hashValue }
+}
+
+extension String: LRUTableKey {}
+extension Int: LRUTableKey {}
+
 /// A hash table that remembers use order, for a least-recently-used bound.
 ///
 /// Entries live in flat arrays indexed by slot number, linked into a use-ordered list by index,
@@ -11,7 +25,7 @@
 /// Each entry belongs to a group (a small number the caller picks; the store uses one per kind),
 /// and use order is kept per group: the least recently used entry of any group is at hand, and
 /// the number of entries of each.
-public struct LRUTable<Key: Hashable, Value> {
+public struct LRUTable<Key: LRUTableKey, Value> {
     /// A slot's bookkeeping, apart from its key and value.
     fileprivate struct Links {
         /// The low 32 bits of the key's hash (enough to skip most key comparisons and to rehash).
@@ -66,7 +80,7 @@ public struct LRUTable<Key: Hashable, Value> {
     /// A new key joins `group` (0 or more); a replaced one keeps its own.
     @discardableResult
     public mutating func set(_ key: Key, _ value: Value, capacity: Int, group: Int = 0) -> (key: Key, value: Value)? {
-        let hash = key.hashValue
+        let hash = key.tableHash
         if let slot = find(key, hash: hash) {
             values[slot] = value
             moveToNewest(slot)
@@ -113,7 +127,7 @@ public struct LRUTable<Key: Hashable, Value> {
     /// Removes `key` and returns its value.
     @discardableResult
     public mutating func remove(_ key: Key) -> Value? {
-        guard let bucket = bucket(of: key, hash: key.hashValue) else { return nil }
+        guard let bucket = bucket(of: key, hash: key.tableHash) else { return nil }
         let slot = Int(buckets[bucket])
         removeFromIndex(bucket: bucket)
         let slotLinks = links[slot]
@@ -150,7 +164,7 @@ public struct LRUTable<Key: Hashable, Value> {
     /// The slot holding `key`, if any: a position that stays the key's until it is removed.
     public func slot(of key: Key) -> Int? { find(key) }
 
-    /// The slot holding `key`, whose `hashValue` the caller already has.
+    /// The slot holding `key`, whose `tableHash` the caller already has.
     public func slot(of key: Key, hashValue: Int) -> Int? { find(key, hash: hashValue) }
 
     /// The key and value in `slot`, if the slot is in use.
@@ -207,7 +221,7 @@ public struct LRUTable<Key: Hashable, Value> {
 
     // MARK: The index
 
-    private func find(_ key: Key) -> Int? { find(key, hash: key.hashValue) }
+    private func find(_ key: Key) -> Int? { find(key, hash: key.tableHash) }
 
     private func find(_ key: Key, hash: Int) -> Int? {
         bucket(of: key, hash: hash).map { Int(buckets[$0]) }

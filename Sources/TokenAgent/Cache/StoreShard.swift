@@ -52,7 +52,7 @@ struct StoreShard {
         fetched: inout MonotonicInstant,
         serve: (TokenView) -> Void
     ) -> StoreDecision {
-        guard runtime.providers[key.kind] != nil else { return .fail(runtime.unknownKind(key.kind)) }
+        guard runtime.isConfigured(key.kind) else { return .fail(runtime.unknownKind(key.kind)) }
         let policy = runtime.policy
         guard let slot = table.slot(of: key, hashValue: hash) else {
             if request.isGet { misses += 1 }

@@ -36,7 +36,7 @@ final class TokenStore: Sendable {
         self.random = random
     }
 
-    private func shard(_ key: EntryKey) -> Shard { shard(hashValue: key.hashValue) }
+    private func shard(_ key: EntryKey) -> Shard { shard(hashValue: key.tableHash) }
 
     private func shard(hashValue: Int) -> Shard { shards[shardIndex(hashValue: hashValue)] }
 
@@ -54,7 +54,7 @@ final class TokenStore: Sendable {
         fetched: inout MonotonicInstant,
         serve: (TokenView) -> Void
     ) -> StoreDecision {
-        let hash = key.hashValue
+        let hash = key.tableHash
         return shard(hashValue: hash).state.withLock {
             $0.decide(key, hash: hash, request, now: now, fetched: &fetched, serve: serve)
         }
@@ -62,7 +62,7 @@ final class TokenStore: Sendable {
 
     /// When the token of `key` was fetched (`.origin`: none), never touching the entry.
     func fetchedAt(_ key: EntryKey) -> MonotonicInstant {
-        let hash = key.hashValue
+        let hash = key.tableHash
         return shard(hashValue: hash).state.withLock { $0.fetchedAt(key, hash: hash) }
     }
 
@@ -107,7 +107,7 @@ final class TokenStore: Sendable {
         var byShard: [Int: [(key: EntryKey, hash: Int)]] = [:]
         for id in ids {
             let key = EntryKey(kind: kind, id: id)
-            let hash = key.hashValue
+            let hash = key.tableHash
             byShard[shardIndex(hashValue: hash), default: []].append((key, hash))
         }
         var touched = 0

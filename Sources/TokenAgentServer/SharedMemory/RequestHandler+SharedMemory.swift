@@ -88,30 +88,28 @@ extension RequestHandler {
 
     /// Sends the head slot's descriptor with its reply line once every earlier reply is written,
     /// then goes on with the replies after it.
-    func sendDescriptor(_ offer: SharedSegments.Offer, context: ChannelHandlerContext) {
+    func sendDescriptor(_ offer: SharedSegments.Offer) {
         descriptors.sending = true
-        flushOutput(context: context)
+        flushOutput()
         let line = Array("OK size=\(offer.size) layout=\(SegmentLayout.version) generation=\(offer.generation)\n".utf8)
-        let drained = writesDrained(context: context)
-        let cookie: EventLoopFuture<UInt64> =
-            (context.channel as? any SocketOptionProvider)?.unsafeGetSocketOption(
-                level: SocketOptionLevel(SOL_SOCKET),
-                name: SocketOptionName(57)  // SO_COOKIE
-            ) ?? context.eventLoop.makeSucceededFuture(0)
-        drained.and(cookie).assumeIsolated().whenComplete { [self] result in
-            guard case .success((_, let cookie)) = result, !closed,
-                let socket = socketDescriptor(context, cookie: cookie)
-            else {
-                descriptorFailed(offer, context: context, reason: "the connection's socket could not be found")
+        let transport = self.transport!
+        transport.whenWritten { [self] in
+            guard !closed else {
+                descriptorFailed(offer, reason: "connection closed")
                 return
             }
-            attemptSend(
-                line[...],
-                offer: offer,
-                socket: socket,
-                until: .now() + DescriptorLedger.sendTimeout,
-                context: context
-            )
+            if let socket = descriptors.socket {
+                attemptSend(line[...], offer: offer, socket: socket, until: .now() + DescriptorLedger.sendTimeout)
+                return
+            }
+            transport.socketDescriptor { [self] socket in
+                guard !closed, let socket else {
+                    descriptorFailed(offer, reason: "the connection's socket could not be found")
+                    return
+                }
+                descriptors.socket = socket
+                attemptSend(line[...], offer: offer, socket: socket, until: .now() + DescriptorLedger.sendTimeout)
+            }
         }
     }
 
@@ -119,52 +117,51 @@ extension RequestHandler {
         _ line: ArraySlice<UInt8>,
         offer: SharedSegments.Offer,
         socket: Int32,
-        until deadline: NIODeadline,
-        context: ChannelHandlerContext
+        until deadline: NIODeadline
     ) {
         guard !closed else {
-            descriptorFailed(offer, context: context, reason: "connection closed")
+            descriptorFailed(offer, reason: "connection closed")
             return
         }
         let sent = line.withUnsafeBytes { fsm_send_with_descriptor(socket, $0.baseAddress, $0.count, offer.descriptor) }
         if sent < 0 {
             guard errno == EAGAIN || errno == EWOULDBLOCK, NIODeadline.now() < deadline else {
-                descriptorFailed(offer, context: context, reason: "sendmsg: \(String(cString: strerror(errno)))")
+                descriptorFailed(offer, reason: "sendmsg: \(String(cString: strerror(errno)))")
                 return
             }
             // The client is not reading: try again shortly, later replies still waiting.
-            context.eventLoop.assumeIsolated().scheduleTask(in: .milliseconds(5)) { [self] in
-                attemptSend(line, offer: offer, socket: socket, until: deadline, context: context)
+            _ = transport.schedule(in: .milliseconds(5)) { [self] in
+                attemptSend(line, offer: offer, socket: socket, until: deadline)
             }
             return
         }
         Glibc.close(offer.descriptor)
         if sent < line.count {
             // The descriptor went with the first byte; the rest of the line follows in order.
-            var rest = context.channel.allocator.buffer(capacity: line.count - sent)
+            var rest = ByteBufferAllocator().buffer(capacity: line.count - sent)
             rest.writeBytes(line.dropFirst(sent))
-            context.writeAndFlush(wrapOutboundOut(rest), promise: nil)
+            transport.write(rest)
         }
         status.metrics.requests.count(.shm, .ok)
-        finishDescriptor(context: context)
+        finishDescriptor()
     }
 
-    private func descriptorFailed(_ offer: SharedSegments.Offer, context: ChannelHandlerContext, reason: String) {
+    private func descriptorFailed(_ offer: SharedSegments.Offer, reason: String) {
         Glibc.close(offer.descriptor)
         logger.debug("segment descriptor not sent", metadata: ["reason": "\(reason)"])
         let wasClosed = closed
-        finishDescriptor(context: context)
-        if !wasClosed { close(context: context) }
+        finishDescriptor()
+        if !wasClosed { close() }
     }
 
-    private func finishDescriptor(context: ChannelHandlerContext) {
+    private func finishDescriptor() {
         descriptors.sending = false
         descriptors.queued -= 1
         if !slots.isEmpty, slots[slots.startIndex].offer != nil {
             slots.removeFirst()
             firstSequence += 1
         }
-        writeReadyReplies(context: context)
+        writeReadyReplies()
     }
 
     /// Closes the descriptors of offers never sent (the connection ended first).
@@ -173,32 +170,5 @@ extension RequestHandler {
             if let offer = slot.offer { Glibc.close(offer.descriptor) }
         }
         for index in slots.indices { slots[index].offer = nil }
-    }
-
-    /// The descriptor of the connection's socket: SwiftNIO does not expose it, so it is found by
-    /// the socket's kernel cookie, trying the number the channel's description shows first.
-    private func socketDescriptor(_ context: ChannelHandlerContext, cookie: UInt64) -> Int32? {
-        if let socket = descriptors.socket { return socket }
-        guard cookie != 0 else { return nil }
-        let description = "\(context.channel)"
-        if let range = description.range(of: "fd="),
-            let number = Int32(description[range.upperBound...].prefix(while: \.isNumber)),
-            fsm_socket_cookie(number) == cookie
-        {
-            descriptors.socket = number
-            return number
-        }
-        guard let directory = opendir("/proc/self/fd") else { return nil }
-        defer { closedir(directory) }
-        while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) {
-                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if let number = Int32(name), fsm_socket_cookie(number) == cookie {
-                descriptors.socket = number
-                return number
-            }
-        }
-        return nil
     }
 }

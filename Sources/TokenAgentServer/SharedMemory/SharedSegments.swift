@@ -166,7 +166,14 @@ public final class SharedSegments: TokenMirror, Sendable {
     }
 
     /// The kind's entry, if it was ever configured.
-    func entry(_ kind: String) -> KindSegments? { table.withLock { $0[kind] } }
+    func entry(_ kind: String) -> KindSegments? {
+        table.withLock { table in
+            // A scan of the few kinds: on the hit path it costs less than hashing the name.
+            let length = kind.utf8.count
+            for entry in table.values where entry.kind.utf8.count == length && entry.kind == kind { return entry }
+            return nil
+        }
+    }
 
     /// Every kind's entry.
     func entries() -> [KindSegments] { table.withLock { Array($0.values) } }

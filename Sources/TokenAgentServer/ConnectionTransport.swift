@@ -1,0 +1,41 @@
+import NIOCore
+import TokenAgent
+
+/// A timer a transport started for its request handler.
+protocol TransportTimer {
+    /// Stops the timer, if it has not fired.
+    func cancel()
+}
+
+extension Scheduled: TransportTimer {}
+
+/// What a ``RequestHandler`` needs of the connection it serves. The agent's socket loop serves
+/// its connections with ``SocketConnection``; tests and benchmarks that drive a handler on an
+/// `EmbeddedChannel` use SwiftNIO's channel (``ChannelRequestHandler``). Every call is made on
+/// the connection's own thread, and every body passed in runs there.
+protocol ConnectionTransport: AnyObject {
+    /// Whether the output not yet taken by the socket is under its high-water mark.
+    var isWritable: Bool { get }
+    /// Writes `bytes` after everything written before: now, or as the socket takes them.
+    func write(_ bytes: ByteBuffer)
+    /// Lets reading go on after the handler held it.
+    func read()
+    /// Closes the connection.
+    func close()
+    /// Shuts the connection's sending side and reads on; closes it at once if that fails.
+    func closeOutput()
+    /// Runs `body` once everything written so far has gone to the socket (or the connection
+    /// failed).
+    func whenWritten(_ body: @escaping () -> Void)
+    /// Runs `body` after `delay`, unless cancelled.
+    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) -> any TransportTimer
+    /// Runs `wait` as a task, then `body` with its outcome on the connection's thread. The task
+    /// is returned, to be cancelled when nobody waits for its outcome any more.
+    func deliver(
+        _ wait: @escaping @Sendable () async -> TokenEngine.Outcome,
+        to body: @escaping (TokenEngine.Outcome) -> Void
+    ) -> Task<Void, Never>
+    /// Passes the connection's socket descriptor to `body` (for `sendmsg` with a descriptor
+    /// attached), or `nil` when it cannot be found.
+    func socketDescriptor(_ body: @escaping (Int32?) -> Void)
+}

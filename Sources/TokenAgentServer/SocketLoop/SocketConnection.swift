@@ -1,0 +1,264 @@
+import CSocketLoop
+import NIOCore
+import TokenAgent
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One accepted connection on a ``SocketLoop``: the transport of its ``RequestHandler``. It
+/// reads at most ``readsPerBurst`` reads of ``readSize`` bytes before the handler's replies are
+/// written and it is asked whether to read on (so what a connection reads before it must stop is
+/// at most 64 KiB), keeps what the socket did not take of its replies (bounded by the handler,
+/// which encodes replies only while this is under ``highWaterMark``), and watches the socket for
+/// output only while such bytes wait.
+final class SocketConnection: ConnectionTransport {
+    /// The most bytes one read takes.
+    static let readSize = 16 * 1024
+    /// The most reads before the replies they made ready are written.
+    static let readsPerBurst = 4
+    /// Output waiting for the socket at or over this makes the connection unwritable...
+    static let highWaterMark = 64 * 1024
+    /// ...and under this, writable again.
+    static let lowWaterMark = 32 * 1024
+
+    let socket: Int32
+    /// The loop, which holds every connection it serves for as long as it runs.
+    private unowned(unsafe) let loop: SocketLoop
+    /// The handler served; dropped once the connection is closed and the handler told (it keeps
+    /// this transport for the closures it handed out, so the two must not hold each other).
+    private var handler: RequestHandler?
+    /// Runs once, after the handler was told the connection closed.
+    private let onClose: () -> Void
+
+    /// The events watched on the socket.
+    private(set) var interest: UInt32 = EPOLLIN.rawValue
+    /// Reading is wanted (not held by the handler, and the input has not ended).
+    private var readingWanted = true
+    private var inputEnded = false
+    private var closed = false
+    /// Reply bytes the socket has not taken yet.
+    private var unsent: ByteBuffer?
+    private var writable = true
+    private var whenWrittenBodies: [() -> Void] = []
+
+    init(socket: Int32, loop: SocketLoop, handler: RequestHandler, onClose: @escaping () -> Void) {
+        self.socket = socket
+        self.loop = loop
+        self.handler = handler
+        self.onClose = onClose
+        handler.transport = self
+    }
+
+    /// Registers with the loop and tells the handler the connection is open.
+    func open() {
+        loop.add(self)
+        handler?.activate()
+    }
+
+    /// Graceful shutdown: the handler finishes the replies it owes, then closes.
+    func quiesce() { handler?.quiesce() }
+
+    // MARK: Events
+
+    /// What epoll reported for the socket.
+    func handle(events: UInt32) {
+        let hungUp = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
+        if events & EPOLLOUT.rawValue != 0 || hungUp, unsent != nil { writeUnsent() }
+        guard !closed else { return }
+        if events & EPOLLIN.rawValue != 0 || hungUp, readingWanted {
+            readBurst()
+        } else if hungUp {
+            // The peer closed both ways while reading was held: nothing can reach it any more,
+            // and epoll reports a hang-up for as long as the socket is open.
+            handler?.failed(SocketError(operation: "poll", code: ECONNRESET))
+            close()
+        }
+    }
+
+    private func readBurst() {
+        guard let handler else { return }
+        var reads = 0
+        while reads < Self.readsPerBurst, readingWanted, !closed {
+            reads += 1
+            var buffer = loop.readBuffer
+            loop.readBuffer = ByteBuffer()  // uniquely held here: the read below makes no copy
+            buffer.clear()
+            var result = 0
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.readSize) { raw in
+                result = Glibc.read(socket, raw.baseAddress, Self.readSize)
+                return max(0, result)
+            }
+            let error = errno
+            if result > 0 {
+                handler.received(buffer)
+                buffer.clear()
+                loop.readBuffer = buffer
+                if result < Self.readSize { break }
+                if !handler.wantsToRead() { holdReading() }
+                continue
+            }
+            loop.readBuffer = buffer
+            if result < 0 {
+                if error == EAGAIN || error == EINTR { break }
+                handler.failed(SocketError(operation: "read", code: error))
+                close()
+                return
+            }
+            // The end of input: the lines read before it are still answered.
+            inputEnded = true
+            readingWanted = false
+            updateInterest()
+            handler.readComplete()
+            handler.inputEnded()
+            return
+        }
+        handler.readComplete()
+        if !closed, readingWanted, !handler.wantsToRead() { holdReading() }
+    }
+
+    private func holdReading() {
+        readingWanted = false
+        updateInterest()
+    }
+
+    private func updateInterest() {
+        guard !closed else { return }
+        var events: UInt32 = 0
+        if readingWanted { events |= EPOLLIN.rawValue }
+        if unsent != nil { events |= EPOLLOUT.rawValue }
+        guard events != interest else { return }
+        interest = events
+        loop.watch(self, events: events)
+    }
+
+    // MARK: ConnectionTransport
+
+    var isWritable: Bool { writable }
+
+    func write(_ bytes: ByteBuffer) {
+        guard !closed, bytes.readableBytes > 0 else { return }
+        if var waiting = unsent {
+            unsent = nil
+            var bytes = bytes
+            waiting.writeBuffer(&bytes)
+            unsent = waiting
+            writeUnsent()
+            return
+        }
+        let sent = bytes.withUnsafeReadableBytes { fsl_send(socket, $0.baseAddress, $0.count) }
+        if sent == bytes.readableBytes { return }
+        if sent < 0, errno != EAGAIN, errno != EINTR {
+            fail(operation: "write", code: errno)
+            return
+        }
+        unsent = bytes.getSlice(at: bytes.readerIndex + max(0, sent), length: bytes.readableBytes - max(0, sent))
+        afterOutputChange()
+    }
+
+    private func writeUnsent() {
+        guard !closed, var waiting = unsent else { return }
+        let sent = waiting.withUnsafeReadableBytes { fsl_send(socket, $0.baseAddress, $0.count) }
+        if sent < 0, errno != EAGAIN, errno != EINTR {
+            fail(operation: "write", code: errno)
+            return
+        }
+        waiting.moveReaderIndex(forwardBy: max(0, sent))
+        unsent = waiting.readableBytes > 0 ? waiting : nil
+        afterOutputChange()
+    }
+
+    /// Watches for output while bytes wait, tells the handler when the output crosses a mark,
+    /// and runs what waited for everything to be written.
+    private func afterOutputChange() {
+        updateInterest()
+        let waiting = unsent?.readableBytes ?? 0
+        if writable, waiting >= Self.highWaterMark {
+            writable = false
+            loop.runSoon { [self] in handler?.writabilityChanged() }
+        } else if !writable, waiting < Self.lowWaterMark {
+            writable = true
+            loop.runSoon { [self] in handler?.writabilityChanged() }
+        }
+        if unsent == nil, !whenWrittenBodies.isEmpty { runWhenWritten() }
+    }
+
+    private func runWhenWritten() {
+        let bodies = whenWrittenBodies
+        whenWrittenBodies = []
+        loop.runSoon { for body in bodies { body() } }
+    }
+
+    func read() {
+        guard !closed, !inputEnded, !readingWanted else { return }
+        readingWanted = true
+        updateInterest()
+    }
+
+    /// A write or read failed: the handler is told and the connection closed, after the current
+    /// work (the handler may be in the middle of writing).
+    private func fail(operation: String, code: Int32) {
+        loop.runSoon { [self] in
+            handler?.failed(SocketError(operation: operation, code: code))
+            close()
+        }
+        unsent = nil
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        unsent = nil
+        loop.remove(self)
+        Glibc.close(socket)
+        if !whenWrittenBodies.isEmpty { runWhenWritten() }
+        loop.runSoon { [self] in
+            handler?.inactive()
+            handler = nil
+            onClose()
+        }
+    }
+
+    func closeOutput() {
+        guard !closed else { return }
+        if shutdown(socket, Int32(SHUT_WR)) != 0 { close() }
+    }
+
+    func whenWritten(_ body: @escaping () -> Void) {
+        whenWrittenBodies.append(body)
+        if unsent == nil || closed { runWhenWritten() }
+    }
+
+    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) -> any TransportTimer {
+        loop.schedule(in: delay, body)
+    }
+
+    func deliver(
+        _ wait: @escaping @Sendable () async -> TokenEngine.Outcome,
+        to body: @escaping (TokenEngine.Outcome) -> Void
+    ) -> Task<Void, Never> {
+        let loop = self.loop
+        let body = UnsafeTransfer(body)
+        return Task {
+            let outcome = await wait()
+            loop.execute { body.value(outcome) }
+        }
+    }
+
+    func socketDescriptor(_ body: @escaping (Int32?) -> Void) { body(closed ? nil : socket) }
+}
+
+/// A socket call that failed, with its errno.
+struct SocketError: Error, CustomStringConvertible {
+    var operation: String
+    var code: Int32
+
+    var description: String { "\(operation): \(String(cString: strerror(code)))" }
+}
+
+/// A value handed to another thread that only ever uses it there (the loop's own closures, sent
+/// through its inbox).
+struct UnsafeTransfer<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}

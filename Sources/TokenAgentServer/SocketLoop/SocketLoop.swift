@@ -1,0 +1,270 @@
+import CSocketLoop
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One thread that serves the agent's Unix socket with epoll: it accepts on the listening
+/// sockets, reads, frames and answers requests, and writes replies, with no other thread in the
+/// path of a cached GET. Work from other threads (a fetch that ended) comes in through
+/// ``execute(_:)``, which wakes the loop through an eventfd.
+///
+/// Why not SwiftNIO's event loop: on the standard machine (2 cores) a bare epoll loop in Swift on
+/// one thread answers 1.34x what Redis does, where SwiftNIO's path per read and flush alone costs
+/// about 11,500 instructions a GET (docs/BENCHMARKS.md, "Where the socket's floor is").
+///
+/// Everything but ``execute(_:)`` and ``start(name:)`` is called on the loop's own thread.
+final class SocketLoop: @unchecked Sendable {
+    /// What a registered descriptor is, kept in its epoll event's data word with its number.
+    private enum Tag: UInt64 {
+        case wake = 1
+        case listener = 2
+        case connection = 3
+    }
+
+    private let epoll: Int32
+    private let wake: Int32
+    private let logger: Logger
+
+    // The loop thread's own state.
+    private var connections: [SocketConnection?] = []
+    private(set) var connectionCount = 0
+    private var timers = LoopTimers()
+    /// Work to run once the current event is handled (before the loop waits again).
+    private var soon: [() -> Void] = []
+    private var listeners: [Int32: (Int32) -> Void] = [:]
+    private var running = true
+    /// Scratch for reads: each connection's read goes here first.
+    var readBuffer = ByteBufferAllocator().buffer(capacity: SocketConnection.readSize)
+
+    // Shared with other threads.
+    private struct Job: @unchecked Sendable { var body: () -> Void }
+    private let inbox = Mutex<[Job]>([])
+    private let stopped = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    private let finished = Atomic<Bool>(false)
+
+    init(logger: Logger) throws {
+        epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        wake = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        self.logger = logger
+        guard epoll >= 0, wake >= 0 else {
+            let error = errno
+            if epoll >= 0 { Glibc.close(epoll) }
+            throw SocketPath.Problem(description: "cannot start the socket loop: \(String(cString: strerror(error)))")
+        }
+        register(wake, tag: .wake, events: EPOLLIN.rawValue)
+    }
+
+    deinit {
+        Glibc.close(epoll)
+        Glibc.close(wake)
+    }
+
+    /// Starts the loop's thread.
+    func start(name: String) {
+        let thread = Thread { [self] in
+            run()
+            finished.store(true, ordering: .releasing)
+            stopped.withLock { continuation in
+                continuation?.resume()
+                continuation = nil
+            }
+        }
+        thread.name = name
+        thread.start()
+    }
+
+    /// Runs `body` on the loop's thread, from any thread.
+    func execute(_ body: @escaping () -> Void) {
+        let first = inbox.withLock { jobs in
+            jobs.append(Job(body: body))
+            return jobs.count == 1
+        }
+        if first {
+            var one: UInt64 = 1
+            _ = Glibc.write(wake, &one, 8)
+        }
+    }
+
+    /// Stops the loop once it has run what it was given, and waits for its thread to end.
+    func stop() async {
+        execute { [self] in running = false }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = stopped.withLock { waiting -> Bool in
+                if finished.load(ordering: .acquiring) { return true }
+                waiting = continuation
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    // MARK: On the loop's thread
+
+    /// Watches a listening socket: `accept` runs with each connection accepted on it.
+    func addListener(_ socket: Int32, accept: @escaping (Int32) -> Void) {
+        listeners[socket] = accept
+        register(socket, tag: .listener, events: EPOLLIN.rawValue)
+    }
+
+    /// Stops watching a listening socket and closes it.
+    func closeListener(_ socket: Int32) {
+        guard listeners.removeValue(forKey: socket) != nil else { return }
+        epoll_ctl(epoll, EPOLL_CTL_DEL, socket, nil)
+        Glibc.close(socket)
+    }
+
+    /// Every listening socket watched.
+    var listenerSockets: [Int32] { Array(listeners.keys) }
+
+    /// Serves `connection` from now on.
+    func add(_ connection: SocketConnection) {
+        let socket = Int(connection.socket)
+        if socket >= connections.count {
+            connections.append(contentsOf: repeatElement(nil, count: socket + 1 - connections.count))
+        }
+        connections[socket] = connection
+        connectionCount += 1
+        register(connection.socket, tag: .connection, events: connection.interest)
+    }
+
+    /// Stops serving `connection` (before its socket is closed).
+    func remove(_ connection: SocketConnection) {
+        let socket = Int(connection.socket)
+        guard socket < connections.count, connections[socket] === connection else { return }
+        connections[socket] = nil
+        connectionCount -= 1
+        epoll_ctl(epoll, EPOLL_CTL_DEL, connection.socket, nil)
+    }
+
+    /// Every connection served.
+    var openConnections: [SocketConnection] { connections.compactMap { $0 } }
+
+    /// Changes the events watched on a connection's socket.
+    func watch(_ connection: SocketConnection, events: UInt32) {
+        var event = fsl_event(events, UInt64(UInt32(bitPattern: connection.socket)) | Tag.connection.rawValue << 32)
+        epoll_ctl(epoll, EPOLL_CTL_MOD, connection.socket, &event)
+    }
+
+    /// Runs `body` after the current event is handled.
+    func runSoon(_ body: @escaping () -> Void) { soon.append(body) }
+
+    /// Starts a timer.
+    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) -> LoopTimer {
+        timers.start(at: NIODeadline.now().uptimeNanoseconds &+ UInt64(max(0, delay.nanoseconds)), body)
+    }
+
+    private func register(_ socket: Int32, tag: Tag, events: UInt32) {
+        var event = fsl_event(events, UInt64(UInt32(bitPattern: socket)) | tag.rawValue << 32)
+        epoll_ctl(epoll, EPOLL_CTL_ADD, socket, &event)
+    }
+
+    private func run() {
+        let capacity = 256
+        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
+        defer { events.deallocate() }
+        while running {
+            var timeout: Int32 = -1
+            if !soon.isEmpty {
+                timeout = 0
+            } else if let deadline = timers.nextDeadline() {
+                let now = NIODeadline.now().uptimeNanoseconds
+                timeout = deadline <= now ? 0 : Int32(min((deadline - now + 999_999) / 1_000_000, 60_000))
+            }
+            let ready = epoll_wait(epoll, events, Int32(capacity), timeout)
+            if ready < 0, errno != EINTR {
+                logger.critical("epoll_wait failed", metadata: ["error": "\(String(cString: strerror(errno)))"])
+                return
+            }
+            for index in 0..<max(0, Int(ready)) {
+                let data = fsl_event_data(events + index)
+                let socket = Int32(bitPattern: UInt32(truncatingIfNeeded: data))
+                switch Tag(rawValue: data >> 32) {
+                case .connection:
+                    if Int(socket) < connections.count, let connection = connections[Int(socket)] {
+                        connection.handle(events: events[index].events)
+                    }
+                case .listener:
+                    if let accept = listeners[socket] { acceptAll(on: socket, accept) }
+                case .wake:
+                    var count: UInt64 = 0
+                    _ = Glibc.read(wake, &count, 8)
+                    runInbox()
+                case nil: break
+                }
+                runSoonWork()
+            }
+            let due = timers.takeDue(now: NIODeadline.now().uptimeNanoseconds)
+            for body in due {
+                body()
+                runSoonWork()
+            }
+            runSoonWork()
+        }
+        for connection in openConnections { connection.close() }
+        runSoonWork()
+        for socket in listenerSockets { closeListener(socket) }
+    }
+
+    private func runInbox() {
+        let jobs = inbox.withLock { jobs -> [Job] in
+            let taken = jobs
+            jobs.removeAll(keepingCapacity: true)
+            return taken
+        }
+        for job in jobs {
+            job.body()
+            runSoonWork()
+        }
+    }
+
+    private func runSoonWork() {
+        while !soon.isEmpty {
+            let work = soon
+            soon.removeAll(keepingCapacity: true)
+            for body in work { body() }
+        }
+    }
+
+    /// The last time accepting failed for want of descriptors or memory, to log it once a minute.
+    private var lastAcceptFailureLog: UInt64 = 0
+
+    private func acceptAll(on listener: Int32, _ accept: (Int32) -> Void) {
+        for _ in 0..<64 {
+            let socket = fsl_accept(listener)
+            if socket >= 0 {
+                accept(socket)
+                runSoonWork()
+                continue
+            }
+            switch errno {
+            case EINTR, ECONNABORTED: continue
+            case EAGAIN: return
+            default:
+                // Out of descriptors or memory: the connection waits in the queue; stop watching
+                // the listener for a moment rather than spin on it.
+                let error = String(cString: strerror(errno))
+                let now = NIODeadline.now().uptimeNanoseconds
+                if now &- lastAcceptFailureLog >= 60_000_000_000 || lastAcceptFailureLog == 0 {
+                    lastAcceptFailureLog = now
+                    logger.error("cannot accept connections", metadata: ["error": "\(error)"])
+                }
+                var event = fsl_event(0, UInt64(UInt32(bitPattern: listener)) | Tag.listener.rawValue << 32)
+                epoll_ctl(epoll, EPOLL_CTL_MOD, listener, &event)
+                _ = schedule(in: .milliseconds(100)) { [self] in
+                    guard listeners[listener] != nil else { return }
+                    var event = fsl_event(
+                        EPOLLIN.rawValue,
+                        UInt64(UInt32(bitPattern: listener)) | Tag.listener.rawValue << 32
+                    )
+                    epoll_ctl(epoll, EPOLL_CTL_MOD, listener, &event)
+                }
+                return
+            }
+        }
+    }
+}
