@@ -90,7 +90,7 @@ let package = Package(
             ],
             swiftSettings: requestPath
         ),
-        // SwiftNIO: socket binding, connection handling, limits.
+        // The socket server (its own epoll loop), connection handling, limits, metrics.
         .target(
             name: "TokenAgentServer",
             dependencies: [

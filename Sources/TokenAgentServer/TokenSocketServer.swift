@@ -47,6 +47,8 @@ public final class TokenSocketServer: Service, Sendable {
     private let status: AgentStatus
     private let logger: Logger
     private let onListening: @Sendable () -> Void
+    /// The loop while it runs, for ``socketLoopAnswers(within:)``.
+    private let runningLoop = Mutex<SocketLoop?>(nil)
 
     /// Creates a server for `engine`. `onListening` runs once the socket accepts connections.
     public init(
@@ -77,6 +79,7 @@ public final class TokenSocketServer: Service, Sendable {
         }
         let accepting = Acceptor(server: self, loop: loop)
         loop.start(name: "fleet-tokend socket")
+        runningLoop.withLock { $0 = loop }
         loop.execute {
             for socket in sockets { loop.addListener(socket) { accepting.accept($0) } }
         }
@@ -87,7 +90,15 @@ public final class TokenSocketServer: Service, Sendable {
         await onLoop(loop) { for socket in loop.listenerSockets { loop.closeListener(socket) } }
         if configuration.adoptedDescriptors.isEmpty { unlink(configuration.path) }
         await drainConnections(loop)
+        runningLoop.withLock { $0 = nil }
         await loop.stop()
+    }
+
+    /// Whether the socket loop runs a task within `seconds` (true when it is not running): the
+    /// watchdog's check that the loop serving every connection is not stuck.
+    public func socketLoopAnswers(within seconds: Double = 10) async -> Bool {
+        guard let loop = runningLoop.withLock({ $0 }) else { return true }
+        return await loop.answers(within: seconds)
     }
 
     /// Binds the configured path, or takes the sockets passed by the service manager: the

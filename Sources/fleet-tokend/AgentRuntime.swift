@@ -151,6 +151,7 @@ struct AgentRuntime {
                             status: status,
                             heartbeat: heartbeat,
                             group: MultiThreadedEventLoopGroup.singleton,
+                            socketLoopAnswers: { await server.socketLoopAnswers() },
                             logger: logger
                         )
                     ),

@@ -170,6 +170,18 @@ struct SocketLoopTests {
         await loop.stop()
     }
 
+    @Test func aLoopStuckInOneJobDoesNotAnswerTheWatchdogsProbe() async throws {
+        let loop = try SocketLoop(logger: Logger(label: "test"))
+        loop.start(name: "test loop")
+        #expect(await loop.answers(within: 10))
+        let release = DispatchSemaphore(value: 0)
+        loop.execute { release.wait() }  // the loop's own thread blocks, not the test's
+        #expect(await loop.answers(within: 0.3) == false, "a stuck loop fails the probe")
+        release.signal()
+        #expect(await loop.answers(within: 10), "and answers again once it is free")
+        await loop.stop()
+    }
+
     @Test func aHalfClosedPeerGetsEveryReplyAndThenTheEnd() async throws {
         let connection = try LoopedConnection()
         let text = await onThread {

@@ -1,19 +1,23 @@
 // AgentHotPath: the agent's cached GET in-process, counted by ordo-one/benchmark's malloc
-// interposer. The real connection pipeline (`TokenSocketServer.addConnectionHandlers`: the line
-// frame decoder and the request handler) sits on an `EmbeddedChannel` in front of the real
-// `TokenEngine`, whose provider answers from memory. Each iteration writes one pre-built inbound
-// buffer (one `GET` line, or 32 pipelined in one buffer) and reads and drops the reply buffers, so
-// everything the agent does for a cached GET after the socket read is measured: frame, parse,
-// access check, look up, encode, write. The "harness" rows run the same loop with a handler that
-// answers with pre-built replies, allocating nothing itself: what they count is the
-// EmbeddedChannel's own cost, to subtract. See docs/BENCHMARKS.md ("allocations per socket GET").
+// interposer. The path that serves the agent's socket (`SocketServingLoop`: the socket loop's
+// thread, a `SocketConnection` and the request handler) serves one end of a socket pair in front of
+// the real `TokenEngine`, whose provider answers from memory. Each iteration writes one pre-built
+// request (one `GET` line, or 32 pipelined in one write) on the other end and reads every reply
+// byte back, so everything the agent does for a cached GET is measured: read, frame, parse, access
+// check, look up, encode, write, with the loop's wake-ups. The "harness" rows run the same loop
+// against a thread that answers with pre-built replies, allocating nothing: what they count is
+// the socket pair's and the thread hand-off's own cost, to subtract. See docs/BENCHMARKS.md
+// ("allocations per socket GET").
 import Benchmark
 import Foundation
 import Logging
-import NIOCore
-import NIOEmbedded
+import Synchronization
 import TokenAgent
 import TokenAgentServer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A JWT-sized token (683 bytes, the demo issuer's length) in the JWT alphabet.
 private let benchToken: String = {
@@ -54,94 +58,132 @@ private final class Agent: Sendable {
     }
 }
 
-/// Answers every inbound buffer with `replies` pre-built reply buffers and one flush: the
-/// EmbeddedChannel's cost of carrying a request in and replies out, with nothing of the agent's.
-private final class CannedReplies: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
+/// The test's end of a socket pair: writes a request and reads its replies back, blocking.
+private final class PairEnd {
+    let socket: Int32
+    private var chunk = [UInt8](repeating: 0, count: 256 * 1024)
 
-    private let reply: ByteBuffer
-    private let replies: Int
+    init(_ socket: Int32) { self.socket = socket }
 
-    init(reply: ByteBuffer, replies: Int) {
-        self.reply = reply
-        self.replies = replies
+    /// Writes `request` and reads until `replyBytes` bytes came back; the bytes read.
+    func roundTrip(_ request: [UInt8], replyBytes: Int) -> Int {
+        var sent = 0
+        while sent < request.count {
+            let count = request[sent...].withUnsafeBytes { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard count > 0 else { fatalError("AgentHotPath: send: \(errno)") }
+            sent += count
+        }
+        var received = 0
+        while received < replyBytes {
+            let count = chunk.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { fatalError("AgentHotPath: recv: \(count) \(errno)") }
+            received += count
+        }
+        return received
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        for _ in 0..<replies { context.write(wrapOutboundOut(reply), promise: nil) }
-        context.flush()
+    /// Everything the other end sends for `request`, as text (for the checks before measuring).
+    func replies(to request: [UInt8], lines: Int) -> String {
+        var text = ""
+        _ = request.withUnsafeBytes { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        while text.filter({ $0 == "\n" }).count < lines {
+            let count = chunk.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { break }
+            text += String(decoding: chunk[..<count], as: UTF8.self)
+        }
+        return text
+    }
+
+    deinit { close(socket) }
+}
+
+/// A connected socket pair: the served end and the test's end.
+private func socketPair() -> (served: Int32, test: PairEnd) {
+    var pair: [Int32] = [-1, -1]
+    guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0 else {
+        fatalError("AgentHotPath: socketpair: \(errno)")
+    }
+    return (pair[0], PairEnd(pair[1]))
+}
+
+/// Answers each request line on `socket` with `reply`, on a thread of its own, until the other
+/// end closes: the socket pair's and the thread hand-off's cost, with nothing of the agent's.
+private func startCannedReplies(on socket: Int32, reply: [UInt8]) {
+    let socket = socket
+    Thread.detachNewThread {
+        var input = [UInt8](repeating: 0, count: 64 * 1024)
+        var output = [UInt8](repeating: 0, count: reply.count * 64)
+        while true {
+            let count = input.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { break }
+            var lines = 0
+            for index in 0..<count where input[index] == UInt8(ascii: "\n") { lines += 1 }
+            var length = 0
+            for _ in 0..<lines {
+                output.withUnsafeMutableBytes { raw in
+                    reply.withUnsafeBytes {
+                        (raw.baseAddress! + length).copyMemory(from: $0.baseAddress!, byteCount: reply.count)
+                    }
+                }
+                length += reply.count
+            }
+            var sent = 0
+            while sent < length {
+                let wrote = output[sent..<length].withUnsafeBytes {
+                    send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                }
+                if wrote <= 0 { return }
+                sent += wrote
+            }
+        }
+        close(socket)
     }
 }
 
-/// An active EmbeddedChannel carrying `handlers`.
-private func connectedChannel(_ install: (EmbeddedChannel) throws -> Void) throws -> EmbeddedChannel {
-    let channel = EmbeddedChannel()
-    try install(channel)
-    // Connecting makes the channel active, as an accepted connection is.
-    try channel.connect(to: SocketAddress(unixDomainSocketPath: "/tmp/agent-hot-path.sock")).wait()
-    return channel
-}
-
-/// An active EmbeddedChannel carrying the agent's real per-connection pipeline.
-private func agentChannel(_ agent: Agent) throws -> EmbeddedChannel {
-    try connectedChannel {
-        try TokenSocketServer.addConnectionHandlers(
-            to: $0,
-            engine: agent.engine,
-            status: agent.status,
-            logger: agent.logger
-        )
-    }
-}
-
-/// Writes `request` inbound and drops every reply buffer; returns how many reply bytes came out.
-@inline(__always)
-private func roundTrip(_ channel: EmbeddedChannel, _ request: ByteBuffer) throws -> Int {
-    try channel.writeInbound(request)
-    var bytes = 0
-    while let reply = try channel.readOutbound(as: ByteBuffer.self) { bytes += reply.readableBytes }
-    return bytes
-}
-
-/// One warm-up round trip on `channel` (its buffers and slot ring grown), then `request` round
-/// trips measured, then the channel is closed.
-private func measure(_ benchmark: Benchmark, _ channel: EmbeddedChannel, _ request: ByteBuffer) throws {
-    _ = try roundTrip(channel, request)
+/// One warm-up round trip on `end`, then `request` round trips measured.
+private func measure(_ benchmark: Benchmark, _ end: PairEnd, _ request: [UInt8], replyBytes: Int) {
+    _ = end.roundTrip(request, replyBytes: replyBytes)
     benchmark.startMeasurement()
     for _ in benchmark.scaledIterations {
-        blackHole(try roundTrip(channel, request))
+        blackHole(end.roundTrip(request, replyBytes: replyBytes))
     }
     benchmark.stopMeasurement()
-    _ = try? channel.finish()
 }
 
-/// The reply lines `request` gets from a fresh channel of the agent's pipeline (a sanity check
-/// made before measuring: every one must be a token).
-private func checkReplies(agent: Agent, request: ByteBuffer, expected: Int) throws {
-    let channel = try agentChannel(agent)
-    defer { _ = try? channel.finish() }
-    try channel.writeInbound(request)
-    var text = ""
-    while var reply = try channel.readOutbound(as: ByteBuffer.self) {
-        text += reply.readString(length: reply.readableBytes) ?? ""
+/// The loop that serves, started once for every benchmark of the agent's.
+private let servingLoop = Mutex<SocketServingLoop?>(nil)
+
+private func serving(_ agent: Agent) throws -> SocketServingLoop {
+    try servingLoop.withLock { loop in
+        if let loop { return loop }
+        let started = try SocketServingLoop(engine: agent.engine, status: agent.status, logger: agent.logger)
+        loop = started
+        return started
     }
+}
+
+/// The reply bytes `request` gets (every line must be a token): what a round trip reads back.
+private func checkedReplyBytes(agent: Agent, request: [UInt8], expected: Int) throws -> Int {
+    let pair = socketPair()
+    try serving(agent).serve(pair.served)
+    let text = pair.test.replies(to: request, lines: expected)
     let lines = text.split(separator: "\n")
     guard lines.count == expected, lines.allSatisfy({ $0.hasPrefix("OK ") }) else {
         fatalError("AgentHotPath: unexpected replies: \(text.prefix(200))")
     }
+    return text.utf8.count
 }
 
-private func requestBuffer(lines: Int) -> ByteBuffer {
-    let text = (0..<lines).map { "GET vehicle bench-\(lines == 1 ? 1 : $0)\n" }.joined()
-    return ByteBufferAllocator().buffer(string: text)
+private func request(lines: Int) -> [UInt8] {
+    Array((0..<lines).map { "GET vehicle bench-\(lines == 1 ? 1 : $0)\n" }.joined().utf8)
 }
 
 let benchmarks: @Sendable () -> Void = {
     let agent = Agent()
-    let single = requestBuffer(lines: 1)
-    let burst = requestBuffer(lines: burstLength)
-    let cannedReply = ByteBufferAllocator().buffer(string: "OK \(benchToken) 1900000000\n")
+    let single = request(lines: 1)
+    let burst = request(lines: burstLength)
+    let cannedReply = Array("OK \(benchToken) 1900000000\n".utf8)
+    let replyBytes = Mutex<[Int: Int]>([:])
 
     Benchmark.defaultConfiguration = .init(
         metrics: [.mallocCountTotal, .mallocBytesCount, .freeCountTotal, .wallClock, .throughput, .instructions],
@@ -154,28 +196,30 @@ let benchmarks: @Sendable () -> Void = {
 
     let setup: Benchmark.BenchmarkSetupHook = {
         try await agent.warm()
-        try checkReplies(agent: agent, request: single, expected: 1)
-        try checkReplies(agent: agent, request: burst, expected: burstLength)
+        let one = try checkedReplyBytes(agent: agent, request: single, expected: 1)
+        let many = try checkedReplyBytes(agent: agent, request: burst, expected: burstLength)
+        replyBytes.withLock { $0 = [1: one, burstLength: many] }
     }
 
-    // One iteration (of the 1,000 an outer iteration scales to) is one inbound buffer: one GET,
-    // or a burst of 32. Each outer iteration gets a fresh channel, which answers one request
-    // before measuring starts (its buffers and slot ring grown), and is closed after measuring.
+    // One iteration (of the 1,000 an outer iteration scales to) is one request written and its
+    // replies read back: one GET, or a burst of 32 in one write. Each outer iteration gets a
+    // fresh connection, which answers one request before measuring starts (its buffers and slot
+    // ring grown), and is closed after measuring.
     for (name, request, replies) in [("GET", single, 1), ("GET x32 pipelined", burst, burstLength)] {
         Benchmark(
             "agent \(name)",
             closure: { benchmark in
-                let channel = try agentChannel(agent)
-                try measure(benchmark, channel, request)
+                let pair = socketPair()
+                try serving(agent).serve(pair.served)
+                measure(benchmark, pair.test, request, replyBytes: replyBytes.withLock { $0[replies] ?? 0 })
             },
             setup: setup
         )
 
         Benchmark("harness \(name)") { benchmark in
-            let channel = try connectedChannel {
-                try $0.pipeline.syncOperations.addHandler(CannedReplies(reply: cannedReply, replies: replies))
-            }
-            try measure(benchmark, channel, request)
+            let pair = socketPair()
+            startCannedReplies(on: pair.served, reply: cannedReply)
+            measure(benchmark, pair.test, request, replyBytes: cannedReply.count * replies)
         }
     }
 }

@@ -46,6 +46,9 @@ final class SocketLoop: @unchecked Sendable {
     private let inbox = Mutex<[Job]>([])
     private let stopped = Mutex<CheckedContinuation<Void, Never>?>(nil)
     private let finished = Atomic<Bool>(false)
+    /// Probes of ``answers(within:)``: the last sent, and the last the loop ran.
+    private let probesSent = Atomic(0)
+    private let probesRun = Atomic(0)
 
     init(logger: Logger) throws {
         epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
@@ -88,6 +91,22 @@ final class SocketLoop: @unchecked Sendable {
             var one: UInt64 = 1
             _ = Glibc.write(wake, &one, 8)
         }
+    }
+
+    /// Whether the loop runs a task within `seconds`, from any thread: a loop stuck in one
+    /// piece of work does not. (A probe is a counter the loop raises, polled here, so a loop that
+    /// never answers leaves no waiter behind.)
+    func answers(within seconds: Double) async -> Bool {
+        let probe = probesSent.add(1, ordering: .relaxed).newValue
+        execute { [self] in
+            if probesRun.load(ordering: .relaxed) < probe { probesRun.store(probe, ordering: .releasing) }
+        }
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while probesRun.load(ordering: .acquiring) < probe {
+            guard ContinuousClock.now < deadline else { return false }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return true
     }
 
     /// Stops the loop once it has run what it was given, and waits for its thread to end.

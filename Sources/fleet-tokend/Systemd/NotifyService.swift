@@ -13,6 +13,8 @@ struct NotifyService: Service {
     let status: AgentStatus
     let heartbeat: Heartbeat
     let group: any EventLoopGroup
+    /// Whether the socket server's own loop runs a task promptly.
+    let socketLoopAnswers: @Sendable () async -> Bool
     let logger: Logger
     var statusInterval: Duration = .seconds(5)
 
@@ -50,7 +52,8 @@ struct NotifyService: Service {
         notifier.status("stopping: finishing replies")
     }
 
-    /// Whether every event loop runs a task promptly and the refresher made a pass recently.
+    /// Whether every event loop (SwiftNIO's, and the socket's own) runs a task promptly and the
+    /// refresher made a pass recently.
     private func isAlive() async -> Bool {
         guard !status.health.refresherStalled else {
             logger.error(
@@ -65,6 +68,10 @@ struct NotifyService: Service {
             } catch {
                 return false
             }
+        }
+        guard await socketLoopAnswers() else {
+            logger.error("socket loop stuck: no watchdog ping")
+            return false
         }
         return true
     }
