@@ -37,6 +37,8 @@ final class RequestHandler {
     var firstSequence = 0
     var acceptingRequests = true
     private var inputClosed = false
+    /// After the last reply: our side is shut and the client's input is drained until it ends.
+    private var lingering = false
     /// Graceful shutdown: close once every owed reply is written.
     private var finishing = false
     var readHeld = false
@@ -204,8 +206,10 @@ final class RequestHandler {
         reading = false
         inputClosed = true
         if closed {
-            // Lingering after our last reply: the client has read it and closed its side.
-            transport.close()
+            // Lingering after our last reply: the client has read it and closed its side. (Before
+            // the lingering starts, the replies still being written go first: the close follows
+            // them.)
+            if lingering { transport.close() }
             return
         }
         // No read follows the end of input; the lines read before it are still answered.
@@ -391,13 +395,15 @@ final class RequestHandler {
         closed = true
         acceptingRequests = false
         pausePartialTimer()
-        let linger = !inputClosed
         let transport = self.transport!
-        transport.whenWritten {
-            guard linger else {
+        transport.whenWritten { [self] in
+            // The client finished sending (before the close, or while the last replies were
+            // written): nothing to drain.
+            guard !inputClosed else {
                 transport.close()
                 return
             }
+            lingering = true
             transport.closeOutput()
             _ = transport.schedule(in: .seconds(1)) { transport.close() }
             transport.read()

@@ -51,10 +51,14 @@ private final class LoopedConnection: Sendable {
 
     var closed: Bool { closedFlag.load(ordering: .acquiring) }
 
-    init(stallTimeout: TimeAmount = .seconds(3600)) throws {
+    /// `sendBuffer`: the served end's `SO_SNDBUF`, when a test needs replies to wait unsent.
+    init(stallTimeout: TimeAmount = .seconds(3600), sendBuffer: Int32? = nil) throws {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &pair) == 0 else {
             throw SocketError(operation: "socketpair", code: errno)
+        }
+        if var size = sendBuffer {
+            setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
         peer = pair[1]
         _ = fcntl(peer, F_SETFL, fcntl(peer, F_GETFL) & ~O_NONBLOCK)
@@ -131,12 +135,26 @@ struct SocketLoopTests {
         _ = timers.start(at: 10) { ran.append(11) }
         cancelled.cancel()
         #expect(timers.nextDeadline() == 10)
-        for body in timers.takeDue(now: 25) { body() }
+        for timer in timers.takeDue(now: 25) { timer.fire() }
         #expect(ran.all == [10, 11], "due ones in deadline order, then start order; the cancelled one not")
         #expect(timers.nextDeadline() == 30)
-        for body in timers.takeDue(now: 30) { body() }
+        for timer in timers.takeDue(now: 30) { timer.fire() }
         #expect(ran.all == [10, 11, 30])
         #expect(timers.nextDeadline() == nil)
+    }
+
+    @Test func aTimerCancelledByAnEarlierOneDueAtTheSameTimeDoesNotRun() {
+        var timers = LoopTimers()
+        let ran = RunLog()
+        final class Later { var timer: LoopTimer? }
+        let later = Later()
+        _ = timers.start(at: 10) {
+            ran.append(1)
+            later.timer?.cancel()
+        }
+        later.timer = timers.start(at: 10) { ran.append(2) }
+        for timer in timers.takeDue(now: 10) { timer.fire() }
+        #expect(ran.all == [1], "the second was cancelled before its turn came")
     }
 
     @Test func cancelledTimersDoNotPileUp() {
@@ -190,6 +208,22 @@ struct SocketLoopTests {
             return connection.readToEnd()
         }
         #expect(text == String(repeating: "PONG\n", count: 2000))
+        #expect(await connection.waitUntilClosed(seconds: 10))
+        await connection.stop()
+    }
+
+    @Test func aPeerThatEndsItsInputAfterQuitStillGetsEveryReplyBeforeIt() async throws {
+        // A small send buffer: the replies before QUIT overflow it, yet stay under the
+        // high-water mark, so QUIT is taken in the same read and the end of input read next,
+        // while replies still wait to be written. They must all be written before the close.
+        let connection = try LoopedConnection(sendBuffer: 4096)
+        let text = await onThread {
+            _ = connection.write(String(repeating: "HELP\n", count: 500) + "QUIT\n")
+            shutdown(connection.peer, Int32(SHUT_WR))
+            return connection.readToEnd()
+        }
+        let replies = text.split(separator: "\n").filter { $0.hasPrefix("OK ") }
+        #expect(replies.count == 500, "every reply before QUIT, then the end (\(text.utf8.count) bytes)")
         #expect(await connection.waitUntilClosed(seconds: 10))
         await connection.stop()
     }

@@ -31,8 +31,6 @@ struct DescriptorLedger {
     /// The start of the current second's TOUCH count, and the count.
     var touchSecondStart = NIODeadline.uptimeNanoseconds(0)
     var touchesInSecond = 0
-    /// The connection's socket, found once (SwiftNIO does not expose it).
-    var socket: Int32?
 }
 
 extension RequestHandler {
@@ -98,16 +96,11 @@ extension RequestHandler {
                 descriptorFailed(offer, reason: "connection closed")
                 return
             }
-            if let socket = descriptors.socket {
-                attemptSend(line[...], offer: offer, socket: socket, until: .now() + DescriptorLedger.sendTimeout)
-                return
-            }
             transport.socketDescriptor { [self] socket in
                 guard !closed, let socket else {
                     descriptorFailed(offer, reason: "the connection's socket could not be found")
                     return
                 }
-                descriptors.socket = socket
                 attemptSend(line[...], offer: offer, socket: socket, until: .now() + DescriptorLedger.sendTimeout)
             }
         }
@@ -147,7 +140,9 @@ extension RequestHandler {
     }
 
     private func descriptorFailed(_ offer: SharedSegments.Offer, reason: String) {
-        Glibc.close(offer.descriptor)
+        // The head slot owns the descriptor until it is sent: a connection that closed first
+        // closed it already (``closeUnsentDescriptors()``), and its number may be another's now.
+        if let head = slots.first, head.offer?.descriptor == offer.descriptor { Glibc.close(offer.descriptor) }
         logger.debug("segment descriptor not sent", metadata: ["reason": "\(reason)"])
         let wasClosed = closed
         finishDescriptor()

@@ -10,6 +10,13 @@ final class LoopTimer: TransportTimer {
     func cancel() { body = nil }
 
     var isCancelled: Bool { body == nil }
+
+    /// Runs the body, unless the timer was cancelled (or has run) by now.
+    func fire() {
+        guard let body else { return }
+        self.body = nil
+        body()
+    }
 }
 
 /// The timers of one loop, earliest first (a binary heap on deadline, then start order).
@@ -50,15 +57,13 @@ struct LoopTimers {
         return heap.first?.deadline
     }
 
-    /// Removes and returns the bodies of the timers due by `now`, in deadline order.
-    mutating func takeDue(now: UInt64) -> [() -> Void] {
-        var due: [() -> Void] = []
+    /// Removes and returns the live timers due by `now`, in deadline order. Each runs when
+    /// fired: one cancelled by an earlier one's body does not.
+    mutating func takeDue(now: UInt64) -> [LoopTimer] {
+        var due: [LoopTimer] = []
         while let first = heap.first, first.deadline <= now {
             removeFirst()
-            if let body = first.timer.body {
-                first.timer.body = nil
-                due.append(body)
-            }
+            if !first.timer.isCancelled { due.append(first.timer) }
         }
         return due
     }

@@ -41,6 +41,8 @@ final class SocketConnection: ConnectionTransport {
     private var unsent: ByteBuffer?
     private var writable = true
     private var whenWrittenBodies: [() -> Void] = []
+    /// Why the connection failed, told to the handler when it is closed.
+    private var failure: SocketError?
 
     init(socket: Int32, loop: SocketLoop, handler: RequestHandler, onClose: @escaping () -> Void) {
         self.socket = socket
@@ -71,8 +73,7 @@ final class SocketConnection: ConnectionTransport {
         } else if hungUp {
             // The peer closed both ways while reading was held: nothing can reach it any more,
             // and epoll reports a hang-up for as long as the socket is open.
-            handler?.failed(SocketError(operation: "poll", code: ECONNRESET))
-            close()
+            fail(operation: "poll", code: ECONNRESET)
         }
     }
 
@@ -101,8 +102,7 @@ final class SocketConnection: ConnectionTransport {
             loop.readBuffer = buffer
             if result < 0 {
                 if error == EAGAIN || error == EINTR { break }
-                handler.failed(SocketError(operation: "read", code: error))
-                close()
+                fail(operation: "read", code: error)
                 return
             }
             // The end of input: the lines read before it are still answered.
@@ -195,25 +195,28 @@ final class SocketConnection: ConnectionTransport {
         updateInterest()
     }
 
-    /// A write or read failed: the handler is told and the connection closed, after the current
-    /// work (the handler may be in the middle of writing).
+    /// A write, read or the peer failed: the connection closes at once, and the handler is told
+    /// why when it is told of the close.
     private func fail(operation: String, code: Int32) {
-        loop.runSoon { [self] in
-            handler?.failed(SocketError(operation: operation, code: code))
-            close()
-        }
-        unsent = nil
+        if failure == nil { failure = SocketError(operation: operation, code: code) }
+        close()
     }
 
+    /// Closes the socket now; the handler hears of it once the current work is done (it may be
+    /// in the middle of writing), before anything that waited for the output runs, so that finds
+    /// the connection closed.
     func close() {
         guard !closed else { return }
         closed = true
         unsent = nil
         loop.remove(self)
         Glibc.close(socket)
-        if !whenWrittenBodies.isEmpty { runWhenWritten() }
+        let bodies = whenWrittenBodies
+        whenWrittenBodies = []
         loop.runSoon { [self] in
+            if let failure { handler?.failed(failure) }
             handler?.inactive()
+            for body in bodies { body() }
             handler = nil
             onClose()
         }

@@ -43,7 +43,8 @@ final class SocketLoop: @unchecked Sendable {
 
     // Shared with other threads.
     private struct Job: @unchecked Sendable { var body: () -> Void }
-    private let inbox = Mutex<[Job]>([])
+    /// Work from other threads; `nil` once the loop's thread has ended.
+    private let inbox = Mutex<[Job]?>([])
     private let stopped = Mutex<CheckedContinuation<Void, Never>?>(nil)
     private let finished = Atomic<Bool>(false)
     /// Probes of ``answers(within:)``: the last sent, and the last the loop ran.
@@ -51,15 +52,20 @@ final class SocketLoop: @unchecked Sendable {
     private let probesRun = Atomic(0)
 
     init(logger: Logger) throws {
-        epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
-        wake = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
-        self.logger = logger
+        let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        let epollError = errno
+        let wake = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
         guard epoll >= 0, wake >= 0 else {
-            let error = errno
+            // Thrown before every property is set: no deinit runs, so each is closed here.
+            let error = epoll < 0 ? epollError : errno
             if epoll >= 0 { Glibc.close(epoll) }
+            if wake >= 0 { Glibc.close(wake) }
             throw SocketPath.Problem(description: "cannot start the socket loop: \(String(cString: strerror(error)))")
         }
-        register(wake, tag: .wake, events: EPOLLIN.rawValue)
+        self.epoll = epoll
+        self.wake = wake
+        self.logger = logger
+        _ = register(wake, tag: .wake, events: EPOLLIN.rawValue)
     }
 
     deinit {
@@ -71,6 +77,17 @@ final class SocketLoop: @unchecked Sendable {
     func start(name: String) {
         let thread = Thread { [self] in
             run()
+            closeEverything()
+            // Work sent from now on runs on its sender's thread (nothing else runs the loop's
+            // state any more); work sent before it ended runs here.
+            let left = inbox.withLock { jobs -> [Job] in
+                defer { jobs = nil }
+                return jobs ?? []
+            }
+            for job in left {
+                job.body()
+                runSoonWork()
+            }
             finished.store(true, ordering: .releasing)
             stopped.withLock { continuation in
                 continuation?.resume()
@@ -81,13 +98,19 @@ final class SocketLoop: @unchecked Sendable {
         thread.start()
     }
 
-    /// Runs `body` on the loop's thread, from any thread.
+    /// Runs `body` on the loop's thread, from any thread; once the loop has ended, on the
+    /// caller's own.
     func execute(_ body: @escaping () -> Void) {
-        let first = inbox.withLock { jobs in
-            jobs.append(Job(body: body))
-            return jobs.count == 1
+        let queued = inbox.withLock { jobs -> Bool? in
+            guard jobs != nil else { return nil }
+            jobs!.append(Job(body: body))
+            return jobs!.count == 1
         }
-        if first {
+        guard let queued else {
+            body()
+            return
+        }
+        if queued {
             var one: UInt64 = 1
             _ = Glibc.write(wake, &one, 8)
         }
@@ -127,7 +150,12 @@ final class SocketLoop: @unchecked Sendable {
     /// Watches a listening socket: `accept` runs with each connection accepted on it.
     func addListener(_ socket: Int32, accept: @escaping (Int32) -> Void) {
         listeners[socket] = accept
-        register(socket, tag: .listener, events: EPOLLIN.rawValue)
+        if !register(socket, tag: .listener, events: EPOLLIN.rawValue) {
+            logger.critical(
+                "cannot watch the listening socket",
+                metadata: ["error": "\(String(cString: strerror(errno)))"]
+            )
+        }
     }
 
     /// Stops watching a listening socket and closes it.
@@ -148,7 +176,12 @@ final class SocketLoop: @unchecked Sendable {
         }
         connections[socket] = connection
         connectionCount += 1
-        register(connection.socket, tag: .connection, events: connection.interest)
+        if !register(connection.socket, tag: .connection, events: connection.interest) {
+            // Out of epoll watches (fs.epoll.max_user_watches): the connection could never be
+            // served.
+            logger.error("cannot watch a connection", metadata: ["error": "\(String(cString: strerror(errno)))"])
+            connection.close()
+        }
     }
 
     /// Stops serving `connection` (before its socket is closed).
@@ -177,9 +210,10 @@ final class SocketLoop: @unchecked Sendable {
         timers.start(at: NIODeadline.now().uptimeNanoseconds &+ UInt64(max(0, delay.nanoseconds)), body)
     }
 
-    private func register(_ socket: Int32, tag: Tag, events: UInt32) {
+    /// Watches `socket`; `false` when epoll refused it.
+    private func register(_ socket: Int32, tag: Tag, events: UInt32) -> Bool {
         var event = fsl_event(events, UInt64(UInt32(bitPattern: socket)) | tag.rawValue << 32)
-        epoll_ctl(epoll, EPOLL_CTL_ADD, socket, &event)
+        return epoll_ctl(epoll, EPOLL_CTL_ADD, socket, &event) == 0
     }
 
     private func run() {
@@ -196,6 +230,8 @@ final class SocketLoop: @unchecked Sendable {
             }
             let ready = epoll_wait(epoll, events, Int32(capacity), timeout)
             if ready < 0, errno != EINTR {
+                // Not expected with a valid descriptor and buffer: the loop ends, closing every
+                // connection, rather than spin.
                 logger.critical("epoll_wait failed", metadata: ["error": "\(String(cString: strerror(errno)))"])
                 return
             }
@@ -218,12 +254,16 @@ final class SocketLoop: @unchecked Sendable {
                 runSoonWork()
             }
             let due = timers.takeDue(now: NIODeadline.now().uptimeNanoseconds)
-            for body in due {
-                body()
+            for timer in due {
+                timer.fire()
                 runSoonWork()
             }
             runSoonWork()
         }
+    }
+
+    /// When the loop ends: every connection and listening socket is closed.
+    private func closeEverything() {
         for connection in openConnections { connection.close() }
         runSoonWork()
         for socket in listenerSockets { closeListener(socket) }
@@ -231,8 +271,8 @@ final class SocketLoop: @unchecked Sendable {
 
     private func runInbox() {
         let jobs = inbox.withLock { jobs -> [Job] in
-            let taken = jobs
-            jobs.removeAll(keepingCapacity: true)
+            let taken = jobs ?? []
+            jobs?.removeAll(keepingCapacity: true)
             return taken
         }
         for job in jobs {
