@@ -170,7 +170,9 @@ struct IAMSignerTests {
 
     @Test func passingFaultsFailOrThrottleAndAreNeverTheOperators() async throws {
         let fake = try await FakeGoogle.start()
-        let (signer, source) = try makeSigner(fake, timeout: 1)
+        // The loopback fake answers within the signer's usual 10 s however loaded the machine;
+        // only the hang below is timed, on a signer of its own with a 1 s time-out.
+        let (signer, source) = try makeSigner(fake)
         fake.inject(.tooManyRequests(retryAfterSeconds: 7), into: .iamCredentials)
         let throttled = await failure { try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1")) }
         #expect(throttled == .throttled("IAM signJwt HTTP 429", retryAfter: 7))
@@ -180,7 +182,10 @@ struct IAMSignerTests {
                 == .failed("IAM signJwt HTTP 503")
         )
         fake.inject(.hang, into: .iamCredentials)
-        let slow = await failure { try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1")) }
+        let (hasty, hastySource) = try makeSigner(fake, timeout: 1)
+        let slow = await failure { try await hasty.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1")) }
+        await hasty.shutdown()
+        await hastySource.shutdown()
         guard case .failed(let text) = slow, FetchFailureReason(slow!) == .timeout else {
             Issue.record("a hanging IAM: \(String(describing: slow))")
             return

@@ -42,7 +42,7 @@ struct BadInputTests {
     }
 
     @Test func badProviderRepliesBecomeErrorsAndNothingElseSuffers() async throws {
-        try await withProviderAndAgent(["--config", try providerTimeoutConfig(seconds: 3)]) { agent, provider in
+        try await withProviderAndAgent(["--config", try providerTimeoutConfig(seconds: 10)]) { agent, provider in
             let cases: [(String, String)] = [
                 ("garbage-1", "ERR unavailable"), ("wrongid-1", "ERR rejected"), ("expired-1", "ERR unavailable"),
                 ("status503-1", "ERR unavailable"), ("status429-1", "ERR unavailable"),

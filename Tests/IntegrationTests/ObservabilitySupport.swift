@@ -67,24 +67,28 @@ extension AgentProcess {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released: another process could take it meanwhile,
-/// which would fail the test loudly, not silently).
+/// A free TCP port on 127.0.0.1, bound and released for the agent to bind. It is picked below the
+/// kernel's ephemeral range (32768 and up): a port the kernel handed out would go to the next
+/// outgoing connection of any test running meanwhile, while one down here is only ever taken by a
+/// listener that asks for it.
 func freeLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Int32 in
-            guard bind(fd, pointer, length) == 0 else { return -1 }
-            return getsockname(fd, pointer, &length)
+    var generator = SystemRandomNumberGenerator()
+    for _ in 0..<200 {
+        let port = Int.random(in: 20_000..<32_000, using: &generator)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
+        close(fd)
+        if bound == 0 { return port }
     }
-    guard bound == 0 else { throw AgentError("cannot bind a loopback port") }
-    return Int(UInt16(bigEndian: address.sin_port))
+    throw AgentError("cannot find a free loopback port")
 }
 
 /// A blocking TCP connection to 127.0.0.1:`port`; -1 when it cannot connect. Blocking: call it

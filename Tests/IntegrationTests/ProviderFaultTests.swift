@@ -9,13 +9,15 @@ import Testing
 /// port that refuses or never accepts): what the client gets and what the agent logs.
 @Suite("Provider faults")
 struct ProviderFaultTests {
-    /// A config with the fake provider for vehicle, a port that refuses for `refused`, and a
-    /// listener whose queue is full (connects hang) for `blackhole`.
+    /// A config with the fake provider for vehicle (time-outs a loaded machine never reaches) and,
+    /// with a 2.5 s time-out, for `slow`; a port that refuses for `refused`; and a listener whose
+    /// queue is full (connects hang) for `blackhole`.
     private func config(provider: FakeTokenProvider, blackholePort: Int) throws -> String {
         let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
         let json = """
             {"providers": {
-              "vehicle": {"url": "\(provider.url(kind: "vehicle"))", "timeout": 2.5, "connect_timeout": 2},
+              "vehicle": {"url": "\(provider.url(kind: "vehicle"))", "timeout": 30, "connect_timeout": 10},
+              "slow": {"url": "\(provider.url(kind: "slow"))", "timeout": 2.5, "connect_timeout": 10},
               "refused": {"url": "http://127.0.0.1:1/token/{id}", "timeout": 1, "connect_timeout": 0.5},
               "blackhole": {"url": "http://127.0.0.1:\(blackholePort)/token/{id}", "timeout": 5, "connect_timeout": 0.5}
             }}
@@ -38,7 +40,7 @@ struct ProviderFaultTests {
             let cases: [(request: String, reply: String, log: String)] = [
                 ("GET refused r-1", "ERR unavailable request failed: Connection refused", "Connection refused"),
                 ("GET blackhole b-1", "ERR unavailable request failed: Connect timeout", "Connect timeout"),
-                ("GET vehicle hang-1", "ERR unavailable request failed: Deadline exceeded", "Deadline exceeded"),
+                ("GET slow hang-1", "ERR unavailable request failed: Deadline exceeded", "Deadline exceeded"),
                 ("GET vehicle status500-1", "ERR unavailable HTTP 500", "HTTP 500"),
                 ("GET vehicle status503-1", "ERR unavailable HTTP 503", "HTTP 503"),
                 ("GET vehicle retry7-1", "ERR unavailable HTTP 429; retry after 7 s", "retry after 7 s"),
@@ -54,8 +56,8 @@ struct ProviderFaultTests {
                 let started = Date()
                 let reply = try await agent.send(request).first ?? ""
                 #expect(reply.hasPrefix(expected), "\(request): \(reply)")
-                // The longest configured time-out is 2.5 s (3.5 s with the read time-out's extra
-                // second); the margin is for a loaded machine, far below a hang.
+                // The faults that wait for a time-out wait 5 s at most (blackhole); the margin is
+                // for a loaded machine, far below a hang.
                 #expect(Date().timeIntervalSince(started) < 20, "\(request) is bounded by its time-outs")
                 #expect(agent.log.contains(log), "\(request): the log names the fault")
             }
