@@ -3,6 +3,10 @@ import NIOCore
 import TokenAgent
 import TokenWire
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 extension RequestHandler {
     /// The fast path: a plain `GET` of a configured kind, recognised and looked up straight from
     /// the line's bytes; a cache hit allocates nothing. Returns `false` for any other line.
@@ -70,7 +74,9 @@ extension RequestHandler {
             kindNamesVersion = version
         }
         for kind in kindNames where kind.bytes.count == bytes.count {
-            if kind.bytes.withUnsafeBytes({ $0.elementsEqual(bytes) }) { return kind.name }
+            if kind.bytes.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 }) {
+                return kind.name
+            }
         }
         return nil
     }
@@ -85,7 +91,9 @@ struct AllowedKinds {
 
     /// Whether `kind` was allowed under rules `version`.
     func allows(_ kind: String, version: Int) -> Bool {
-        version == self.version && kinds.contains(kind)
+        guard version == self.version else { return false }
+        for allowed in kinds where allowed.isSameValue(as: kind) { return true }
+        return kinds.contains(kind)
     }
 
     /// `kind` was allowed under rules `version`; what was allowed under another is forgotten.

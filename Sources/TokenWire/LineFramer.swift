@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Splits a byte stream into request lines: LF-terminated, at most
 /// ``WireLimits/maxRequestLineBytes`` bytes each (a CR before the LF is not counted).
 ///
@@ -36,6 +40,26 @@ public struct LineFramer: Sendable {
             searchedBytes = 0
             let length = bytes.distance(from: bytes.startIndex, to: newline)
             let hasCR = length > 0 && bytes[bytes.index(before: newline)] == UInt8(ascii: "\r")
+            return (hasCR ? length - 1 : length) > limit ? .tooLong : .line(length: length)
+        }
+        if count > limit + 1 { return .tooLong }
+        searchedBytes = count
+        return .needMoreData(pending: count)
+    }
+
+    /// ``next(in:)`` for bytes in memory: the LF is found with `memchr`, which scans a word or
+    /// more at a time where the generic search looks at each byte.
+    public mutating func next(in bytes: UnsafeRawBufferPointer) -> Step {
+        let limit = WireLimits.maxRequestLineBytes
+        let count = bytes.count
+        let searchEnd = min(count, limit + 2)
+        let searchStart = min(searchedBytes, count)
+        if searchEnd > searchStart, let base = bytes.baseAddress,
+            let found = memchr(base + searchStart, 0x0A, searchEnd - searchStart)
+        {
+            searchedBytes = 0
+            let length = UnsafeRawPointer(found) - base
+            let hasCR = length > 0 && bytes[length - 1] == UInt8(ascii: "\r")
             return (hasCR ? length - 1 : length) > limit ? .tooLong : .line(length: length)
         }
         if count > limit + 1 { return .tooLong }

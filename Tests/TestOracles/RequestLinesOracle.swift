@@ -239,9 +239,12 @@ enum RequestLinesOracle {
         return events
     }
 
-    /// Drives a ``LineFramer`` over `stream` as the NIO decoder does, chunk by chunk.
+    /// Drives a ``LineFramer`` over `stream` as the agent's request framer does, chunk by chunk:
+    /// its generic search and its search of bytes in memory (`memchr`) side by side, which must
+    /// agree at every step.
     static func framerEvents(stream: [UInt8], cuts: [Int], problems: inout [String]) -> [Event] {
         var framer = LineFramer()
+        var inMemory = LineFramer()
         var events: [Event] = []
         var start = 0
         var reported = false
@@ -249,6 +252,13 @@ enum RequestLinesOracle {
             framing: while true {
                 let unconsumed = stream[start..<received]
                 let step = framer.next(in: unconsumed)
+                let stepInMemory = unconsumed.withUnsafeBytes { inMemory.next(in: $0) }
+                if stepInMemory != step {
+                    problems.append(
+                        "memchr search says \(stepInMemory), generic \(step) for \(escaped(Array(unconsumed)))"
+                    )
+                    return events
+                }
                 switch step {
                 case .line(let length):
                     guard length >= 0, start + length < received, stream[start + length] == lf else {

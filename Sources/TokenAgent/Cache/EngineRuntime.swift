@@ -21,8 +21,8 @@ final class EngineRuntime: Sendable {
     /// Whether `kind` is configured: a scan of the few kinds, which on the hit path costs less
     /// than hashing the name for `providers`.
     func isConfigured(_ kind: String) -> Bool {
-        let length = kind.utf8.count
-        for configured in kinds where configured.utf8.count == length && configured == kind { return true }
+        for configured in kinds where configured.isSameValue(as: kind) { return true }
+        for configured in kinds where configured.equalsQuickly(kind) { return true }
         return false
     }
 

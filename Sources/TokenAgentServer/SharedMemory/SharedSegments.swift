@@ -169,8 +169,8 @@ public final class SharedSegments: TokenMirror, Sendable {
     func entry(_ kind: String) -> KindSegments? {
         table.withLock { table in
             // A scan of the few kinds: on the hit path it costs less than hashing the name.
-            let length = kind.utf8.count
-            for entry in table.values where entry.kind.utf8.count == length && entry.kind == kind { return entry }
+            for entry in table.values where entry.kind.isSameValue(as: kind) { return entry }
+            for entry in table.values where entry.kind.equalsQuickly(kind) { return entry }
             return nil
         }
     }

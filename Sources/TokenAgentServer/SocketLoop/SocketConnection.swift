@@ -82,24 +82,22 @@ final class SocketConnection: ConnectionTransport {
         var reads = 0
         while reads < Self.readsPerBurst, readingWanted, !closed {
             reads += 1
-            var buffer = loop.readBuffer
-            loop.readBuffer = ByteBuffer()  // uniquely held here: the read below makes no copy
-            buffer.clear()
+            // Read in place into the loop's one buffer: emptied after each read, it makes no copy
+            // (unless the handler kept a partial line of it, which then keeps the old storage).
+            let socket = self.socket
             var result = 0
-            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.readSize) { raw in
+            loop.readBuffer.clear()
+            loop.readBuffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.readSize) { raw in
                 result = Glibc.read(socket, raw.baseAddress, Self.readSize)
                 return max(0, result)
             }
             let error = errno
             if result > 0 {
-                handler.received(buffer)
-                buffer.clear()
-                loop.readBuffer = buffer
+                handler.received(loop.readBuffer)
                 if result < Self.readSize { break }
                 if !handler.wantsToRead() { holdReading() }
                 continue
             }
-            loop.readBuffer = buffer
             if result < 0 {
                 if error == EAGAIN || error == EINTR { break }
                 fail(operation: "read", code: error)
