@@ -91,9 +91,7 @@ struct AllowedKinds {
 
     /// Whether `kind` was allowed under rules `version`.
     func allows(_ kind: String, version: Int) -> Bool {
-        guard version == self.version else { return false }
-        for allowed in kinds where allowed.isSameValue(as: kind) { return true }
-        return kinds.contains(kind)
+        version == self.version && kinds.first(named: kind, by: { $0 }) != nil
     }
 
     /// `kind` was allowed under rules `version`; what was allowed under another is forgotten.

@@ -76,19 +76,22 @@ func freeLoopbackPort() throws -> Int {
     for _ in 0..<200 {
         let port = Int.random(in: 20_000..<32_000, using: &generator)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
+        let bound = withLoopbackAddress(port: port) { bind(fd, $0, $1) }
         close(fd)
         if bound == 0 { return port }
     }
     throw AgentError("cannot find a free loopback port")
+}
+
+/// Calls `body` with the address 127.0.0.1:`port` and its length.
+func withLoopbackAddress<R>(port: Int, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = UInt16(port).bigEndian
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
 }
 
 /// A blocking TCP connection to 127.0.0.1:`port`; -1 when it cannot connect. Blocking: call it
@@ -96,15 +99,7 @@ func freeLoopbackPort() throws -> Int {
 func connectLoopback(port: Int) -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { return -1 }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = UInt16(port).bigEndian
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-        }
-    }
+    let connected = withLoopbackAddress(port: port) { connect(fd, $0, $1) }
     guard connected == 0 else {
         close(fd)
         return -1

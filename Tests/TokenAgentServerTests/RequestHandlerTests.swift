@@ -11,17 +11,6 @@ import TokenWire
     import Glibc
 #endif
 
-/// Mints `tok-<id>` tokens for an hour, except for ids starting `hang-`, whose fetch never ends
-/// (until the test's task is cancelled).
-private struct InstantProvider: TokenProvider {
-    var summary: String { "instant" }
-
-    func fetchToken(for key: TokenKey) async throws -> FetchedToken {
-        if key.id.hasPrefix("hang-") { try await Task.sleep(for: .seconds(3600)) }
-        return FetchedToken(token: "tok-\(key.id)", expiresAtUnixSeconds: SystemAgentClock().wallSeconds + 3600)
-    }
-}
-
 /// Counts the reads that reach the head of the pipeline: whether the handler lets reading go on.
 private final class ReadCounter: ChannelOutboundHandler {
     typealias OutboundIn = ByteBuffer

@@ -11,17 +11,6 @@ import TokenAgent
     import Glibc
 #endif
 
-/// Mints `tok-<id>` tokens for an hour, except for ids starting `hang-`, whose fetch never ends
-/// (until its task is cancelled).
-private struct HourProvider: TokenProvider {
-    var summary: String { "hour" }
-
-    func fetchToken(for key: TokenKey) async throws -> FetchedToken {
-        if key.id.hasPrefix("hang-") { try await Task.sleep(for: .seconds(3600)) }
-        return FetchedToken(token: "tok-\(key.id)", expiresAtUnixSeconds: SystemAgentClock().wallSeconds + 3600)
-    }
-}
-
 /// A count any thread may add to.
 private final class Counter: Sendable {
     let value = Atomic(0)
@@ -63,7 +52,7 @@ private final class LoopedConnection: Sendable {
         peer = pair[1]
         _ = fcntl(peer, F_SETFL, fcntl(peer, F_GETFL) & ~O_NONBLOCK)
         loop = try SocketLoop(logger: Logger(label: "test"))
-        let engine = TokenEngine(providers: ["vehicle": HourProvider()])
+        let engine = TokenEngine(providers: ["vehicle": InstantProvider()])
         let status = AgentStatus(
             engine: engine,
             server: ServerStatistics(),

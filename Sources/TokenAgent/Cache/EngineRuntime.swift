@@ -20,11 +20,7 @@ final class EngineRuntime: Sendable {
 
     /// Whether `kind` is configured: a scan of the few kinds, which on the hit path costs less
     /// than hashing the name for `providers`.
-    func isConfigured(_ kind: String) -> Bool {
-        for configured in kinds where configured.isSameValue(as: kind) { return true }
-        for configured in kinds where configured.equalsQuickly(kind) { return true }
-        return false
-    }
+    func isConfigured(_ kind: String) -> Bool { kinds.first(named: kind, by: { $0 }) != nil }
 
     /// The `unknownKind` failure for `kind`.
     func unknownKind(_ kind: String) -> EngineFailure { .unknownKind(kind, configured: kinds) }

@@ -169,9 +169,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     func entry(_ kind: String) -> KindSegments? {
         table.withLock { table in
             // A scan of the few kinds: on the hit path it costs less than hashing the name.
-            for entry in table.values where entry.kind.isSameValue(as: kind) { return entry }
-            for entry in table.values where entry.kind.equalsQuickly(kind) { return entry }
-            return nil
+            table.values.first(named: kind, by: { $0.kind })
         }
     }
 

@@ -198,8 +198,7 @@ final class SocketLoop: @unchecked Sendable {
 
     /// Changes the events watched on a connection's socket.
     func watch(_ connection: SocketConnection, events: UInt32) {
-        var event = fsl_event(events, UInt64(UInt32(bitPattern: connection.socket)) | Tag.connection.rawValue << 32)
-        epoll_ctl(epoll, EPOLL_CTL_MOD, connection.socket, &event)
+        control(EPOLL_CTL_MOD, connection.socket, tag: .connection, events: events)
     }
 
     /// Runs `body` after the current event is handled.
@@ -212,8 +211,15 @@ final class SocketLoop: @unchecked Sendable {
 
     /// Watches `socket`; `false` when epoll refused it.
     private func register(_ socket: Int32, tag: Tag, events: UInt32) -> Bool {
+        control(EPOLL_CTL_ADD, socket, tag: tag, events: events)
+    }
+
+    /// `epoll_ctl` for `socket`, its number and `tag` in the event's data word; `false` when
+    /// epoll refused it.
+    @discardableResult
+    private func control(_ operation: Int32, _ socket: Int32, tag: Tag, events: UInt32) -> Bool {
         var event = fsl_event(events, UInt64(UInt32(bitPattern: socket)) | tag.rawValue << 32)
-        return epoll_ctl(epoll, EPOLL_CTL_ADD, socket, &event) == 0
+        return epoll_ctl(epoll, operation, socket, &event) == 0
     }
 
     private func run() {
@@ -312,15 +318,10 @@ final class SocketLoop: @unchecked Sendable {
                     lastAcceptFailureLog = now
                     logger.error("cannot accept connections", metadata: ["error": "\(error)"])
                 }
-                var event = fsl_event(0, UInt64(UInt32(bitPattern: listener)) | Tag.listener.rawValue << 32)
-                epoll_ctl(epoll, EPOLL_CTL_MOD, listener, &event)
+                control(EPOLL_CTL_MOD, listener, tag: .listener, events: 0)
                 _ = schedule(in: .milliseconds(100)) { [self] in
                     guard listeners[listener] != nil else { return }
-                    var event = fsl_event(
-                        EPOLLIN.rawValue,
-                        UInt64(UInt32(bitPattern: listener)) | Tag.listener.rawValue << 32
-                    )
-                    epoll_ctl(epoll, EPOLL_CTL_MOD, listener, &event)
+                    control(EPOLL_CTL_MOD, listener, tag: .listener, events: EPOLLIN.rawValue)
                 }
                 return
             }
