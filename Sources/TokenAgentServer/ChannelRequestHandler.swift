@@ -106,5 +106,5 @@ final class ChannelRequestHandler: ChannelDuplexHandler, ConnectionTransport {
         return task
     }
 
-    func socketDescriptor(_ body: @escaping (Int32?) -> Void) { body(nil) }
+    var socketDescriptor: Int32? { nil }
 }

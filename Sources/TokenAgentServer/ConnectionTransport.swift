@@ -35,7 +35,7 @@ protocol ConnectionTransport: AnyObject {
         _ wait: @escaping @Sendable () async -> TokenEngine.Outcome,
         to body: @escaping (TokenEngine.Outcome) -> Void
     ) -> Task<Void, Never>
-    /// Passes the connection's socket descriptor to `body` (for `sendmsg` with a descriptor
-    /// attached), or `nil` when it cannot be found.
-    func socketDescriptor(_ body: @escaping (Int32?) -> Void)
+    /// The connection's socket descriptor, for `sendmsg` with a descriptor attached; `nil` when
+    /// it has none (closed, or not a socket of its own).
+    var socketDescriptor: Int32? { get }
 }

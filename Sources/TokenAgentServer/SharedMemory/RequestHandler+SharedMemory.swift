@@ -96,13 +96,11 @@ extension RequestHandler {
                 descriptorFailed(offer, reason: "connection closed")
                 return
             }
-            transport.socketDescriptor { [self] socket in
-                guard !closed, let socket else {
-                    descriptorFailed(offer, reason: "the connection's socket could not be found")
-                    return
-                }
-                attemptSend(line[...], offer: offer, socket: socket, until: .now() + DescriptorLedger.sendTimeout)
+            guard let socket = transport.socketDescriptor else {
+                descriptorFailed(offer, reason: "the connection's socket could not be found")
+                return
             }
+            attemptSend(line[...], offer: offer, socket: socket, until: .now() + DescriptorLedger.sendTimeout)
         }
     }
 

@@ -246,7 +246,7 @@ final class SocketConnection: ConnectionTransport {
         }
     }
 
-    func socketDescriptor(_ body: @escaping (Int32?) -> Void) { body(closed ? nil : socket) }
+    var socketDescriptor: Int32? { closed ? nil : socket }
 }
 
 /// A socket call that failed, with its errno.
