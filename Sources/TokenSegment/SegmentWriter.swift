@@ -281,12 +281,49 @@ public final class SegmentWriter {
     /// agent's own read of its segment: the owner serialises it with every write, so it needs no
     /// sequence check. It probes as a reader does (no `String` of the id is made).
     public func withToken(id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        var hint = SlotHint.none
+        return withToken(id: id, hint: &hint, body)
+    }
+
+    /// As ``withToken(id:_:)``, trying the slot `hint` names first: when it is a slot of this
+    /// segment's that is live and holds the id, neither the id's hash nor the index is needed (a
+    /// random cache line and about a hundred instructions fewer on the agent's socket GET).
+    /// Otherwise the id is found by its hash and `hint` is set to where it is (``SlotHint/none``
+    /// when it is not held).
+    public func withToken(
+        id: UnsafeRawBufferPointer,
+        hint: inout SlotHint,
+        _ body: (UnsafeRawBufferPointer) -> Void
+    ) -> Bool {
         guard !isRetired, live > 0 else { return false }
-        guard let slot = find(id, hash: SipHash24.hash(id, k0: seed.0, k1: seed.1)).slot else { return false }
+        let slot: Int
+        if let hinted = self.slot(at: hint.address), holds(slot: hinted, id) {
+            slot = hinted
+        } else {
+            guard let found = find(id, hash: SipHash24.hash(id, k0: seed.0, k1: seed.1)).slot else {
+                hint = .none
+                return false
+            }
+            slot = found
+        }
         let meta = slotWords(slot).load(SegmentLayout.Slot.meta)
+        let tokenLength = Int(meta >> 32)
         let data = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
-        body(UnsafeRawBufferPointer(start: data + SegmentLayout.padded(id.count), count: Int(meta >> 32)))
+        hint = SlotHint(
+            address: UnsafeRawPointer(slotAddress(slot)),
+            bytes: SegmentLayout.slotHeaderSize + SegmentLayout.padded(id.count) + tokenLength
+        )
+        body(UnsafeRawBufferPointer(start: data + SegmentLayout.padded(id.count), count: tokenLength))
         return true
+    }
+
+    /// The slot in use whose address is `address`, if it is one of this mapping's.
+    private func slot(at address: UInt) -> Int? {
+        let first = UInt(bitPattern: base + tableOffset)
+        guard address >= first else { return nil }
+        let (slot, offset) = (address - first).quotientAndRemainder(dividingBy: UInt(slotSize))
+        guard offset == 0, slot < UInt(usedSlots) else { return nil }
+        return Int(slot)
     }
 
     /// Every token held, for copying into a new segment: the id's bytes and the token's bytes
@@ -411,11 +448,14 @@ public final class SegmentWriter {
 
     /// Whether `slot` holds the id whose bytes are `idBytes` and hash is `hash`.
     private func holds(slot: Int, _ idBytes: UnsafeRawBufferPointer, hash: UInt64) -> Bool {
-        let slotWords = self.slotWords(slot)
-        let meta = slotWords.load(SegmentLayout.Slot.meta)
-        guard meta & 0xff == SegmentLayout.State.live, Int(meta >> 16 & 0xffff) == idBytes.count,
-            slotWords.load(SegmentLayout.Slot.hash) == hash
-        else { return false }
+        slotWords(slot).load(SegmentLayout.Slot.hash) == hash && holds(slot: slot, idBytes)
+    }
+
+    /// Whether `slot` is live and holds the id whose bytes are `idBytes`. A live slot holding the
+    /// id is the id's one slot: a key is in at most one, and a freed slot is emptied.
+    private func holds(slot: Int, _ idBytes: UnsafeRawBufferPointer) -> Bool {
+        let meta = slotWords(slot).load(SegmentLayout.Slot.meta)
+        guard meta & 0xff == SegmentLayout.State.live, Int(meta >> 16 & 0xffff) == idBytes.count else { return false }
         guard let idStart = idBytes.baseAddress else { return true }
         return memcmp(slotAddress(slot) + SegmentLayout.slotHeaderSize, idStart, idBytes.count) == 0
     }

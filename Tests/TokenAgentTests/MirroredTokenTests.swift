@@ -44,11 +44,18 @@ final class RecordingMirror: TokenMirror, Sendable {
         }
     }
 
+    func prefetch(hint: UInt64) {}
+
     func tokenRemoved(kind: String, id: String) {
         _ = state.withLock { $0.tokens.removeValue(forKey: Self.key(kind, id)) }
     }
 
-    func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    func withToken(
+        kind: String,
+        id: UnsafeRawBufferPointer,
+        hint: inout UInt64,
+        _ body: (UnsafeRawBufferPointer) -> Void
+    ) -> Bool {
         guard let bytes = state.withLock({ $0.tokens[Self.key(kind, String(decoding: id, as: UTF8.self))] }) else {
             return false
         }

@@ -95,6 +95,83 @@ struct SegmentTests {
         #expect(writer.count == live.count)
     }
 
+    @Test func aSlotHintIsTrustedOnlyWhenItsSlotHoldsTheId() throws {
+        let writer = try writer(slots: 64, generation: 7)
+        func read(_ id: String, hint: inout SlotHint) -> String? {
+            var token: String?
+            let found = Array(id.utf8).withUnsafeBytes { bytes in
+                writer.withToken(id: bytes, hint: &hint) { token = String(decoding: $0, as: UTF8.self) }
+            }
+            #expect(found == (token != nil))
+            return token
+        }
+        for index in 0..<40 {
+            writer.put(id: "k-\(index)", token: "tok-\(index)", expiry: now + hour, lifetime: hour, unixExpiry: 7)
+        }
+        // A lookup without a hint finds the id by its hash and says where it is; that hint finds
+        // it again and is left as it is.
+        var hint = SlotHint.none
+        #expect(read("k-3", hint: &hint) == "tok-3")
+        let k3 = hint
+        #expect(k3 != .none)
+        #expect(read("k-3", hint: &hint) == "tok-3")
+        #expect(hint == k3)
+        k3.prefetch()
+        SlotHint(word: .max).prefetch()
+        // Another id's slot, the same address in another mapping, an address inside a slot, one
+        // past the slots in use, garbage: each is a probe by hash, which gives the right token and
+        // mends the hint.
+        var others = SlotHint.none
+        #expect(read("k-4", hint: &others) == "tok-4")
+        let elsewhere = try self.writer(slots: 64, generation: 7)
+        var elsewhereHint = SlotHint.none
+        elsewhere.put(id: "k-3", token: "other-segment", expiry: now + hour, lifetime: hour, unixExpiry: 7)
+        _ = Array("k-3".utf8).withUnsafeBytes { elsewhere.withToken(id: $0, hint: &elsewhereHint) { _ in } }
+        let wrongHints = [
+            others,
+            elsewhereHint,
+            SlotHint(word: k3.word + 8),
+            SlotHint(word: k3.word &+ UInt64(writer.slotSize) * 60),
+            SlotHint(word: k3.word &- UInt64(writer.slotSize) * 1000),
+            SlotHint(word: .max),
+        ]
+        for wrong in wrongHints {
+            var stale = wrong
+            #expect(read("k-3", hint: &stale) == "tok-3", "\(wrong)")
+            #expect(stale == k3, "\(wrong)")
+        }
+        // The id removed and its slot reused by another id: the old hint finds nothing for it.
+        writer.remove(id: "k-3")
+        var removed = k3
+        #expect(read("k-3", hint: &removed) == nil)
+        #expect(removed == .none)
+        writer.put(id: "k-new", token: "tok-new", expiry: now + hour, lifetime: hour, unixExpiry: 7)
+        removed = k3
+        #expect(read("k-3", hint: &removed) == nil, "the reused slot holds another id")
+        var reused = k3
+        #expect(read("k-new", hint: &reused) == "tok-new")
+        #expect(reused == k3, "the freed slot went to the new id")
+        // Random puts and removes, each id read with whatever hint its last read left.
+        var live: [String: String] = [:]
+        var hints: [String: SlotHint] = [:]
+        var generator = SystemRandomNumberGenerator()
+        for round in 0..<4000 {
+            let id = "r-\(Int.random(in: 0..<30, using: &generator))"
+            switch Int.random(in: 0..<3, using: &generator) {
+            case 0 where live[id] != nil:
+                writer.remove(id: id)
+                live[id] = nil
+            case 1 where live[id] != nil || writer.hasRoomForAnotherKey:
+                live[id] = "tok-\(id)-\(round)"
+                writer.put(id: id, token: live[id]!, expiry: now + hour, lifetime: hour, unixExpiry: 7)
+            default:
+                var hint = hints[id] ?? .none
+                #expect(read(id, hint: &hint) == live[id], "\(id) in round \(round)")
+                hints[id] = hint
+            }
+        }
+    }
+
     @Test func aFullSegmentAndAnOversizedTokenAreRefused() throws {
         // Layout 2: as many keys as slots (the index has twice as many entries).
         let writer = try writer(slots: 64, slotSize: 512)

@@ -1,5 +1,8 @@
 /// What the agent knows about one (kind, id): the token it holds, if any, the provider's recent
 /// failures, and when the scheduler looks at it next.
+///
+/// What a cached GET reads and writes comes first (the token, its expiries, when it was fetched
+/// and last read, the reads, the mirror's hint): those fields share the entry's first cache lines.
 struct CacheEntry {
     /// The token, if the entry holds one, and where it is kept.
     var token = HeldToken.none
@@ -9,10 +12,15 @@ struct CacheEntry {
     var expiry = MonotonicInstant.origin
     /// When the token was fetched.
     var fetchedAt = MonotonicInstant.origin
-    /// When a background refresh is due.
-    var refreshAt = MonotonicInstant.origin
     /// When a client last asked for this key.
     var lastRead: MonotonicInstant
+    /// GETs of this key since its token was fetched (for `INFO`).
+    var reads = 0
+    /// The mirror's note of where it keeps a ``HeldToken/mirrored`` token (see
+    /// ``TokenMirror/withToken(kind:id:hint:_:)``); zero when it has none.
+    var mirrorHint: UInt64 = 0
+    /// When a background refresh is due.
+    var refreshAt = MonotonicInstant.origin
     /// Consecutive provider failures.
     var failures = 0
     /// No fetch before this instant (back-off).
@@ -24,8 +32,6 @@ struct CacheEntry {
     /// When a REFRESH last reported the cached token refused and a replacement fetch started
     /// (``MonotonicInstant/origin``: never): at most one such fetch per re-fetch guard window.
     var reportedAt = MonotonicInstant.origin
-    /// GETs of this key since its token was fetched (for `INFO`).
-    var reads = 0
     /// The last fetch failure (for `INFO`): its text, empty when none.
     var lastError = ""
     /// When the last fetch failure happened.

@@ -1,3 +1,5 @@
+import TokenSegment
+
 /// A key of an ``LRUTable``: hashable, with the hash the table indexes it by (its `hashValue`
 /// unless it says otherwise).
 public protocol LRUTableKey: Hashable {
@@ -17,10 +19,12 @@ extension Int: LRUTableKey {}
 /// Entries live in flat arrays indexed by slot number, linked into a use-ordered list by index,
 /// so the layout stays plain arrays (easy to scan, and to mirror into a shared segment later).
 /// Keys, values and each slot's bookkeeping (hash and links) are three arrays side by side: a
-/// probe or a relink reads 16 bytes of bookkeeping and never copies a key or a value. The index
-/// from key to slot is its own open-addressing table of 32-bit slot numbers (linear probing,
-/// backward-shift deletion), with each slot keeping its key's hash: 4 bytes a bucket instead of a
-/// second copy of every key. Every operation is O(1).
+/// relink reads 16 bytes of bookkeeping and never copies a key or a value. The index from key to
+/// slot is its own open-addressing table (linear probing, backward-shift deletion) of 8-byte
+/// buckets, each holding its key's hash beside the slot number: a probe passes other keys'
+/// buckets without reading their slots, and a hit goes from its bucket straight to its key,
+/// starting to load its value and links meanwhile (in a table larger than the caches each of
+/// those reads is a cache miss; started together, they wait once). Every operation is O(1).
 ///
 /// Each entry belongs to a group (a small number the caller picks; the store uses one per kind),
 /// and use order is kept per group: the least recently used entry of any group is at hand, and
@@ -40,8 +44,9 @@ public struct LRUTable<Key: LRUTableKey, Value> {
     private var values: [Value?] = []
     private var links: [Links] = []
     private var free: [Int32] = []
-    /// Slot numbers by hash, -1 where empty; a power of two long, at most three quarters full.
-    private var buckets: [Int32] = []
+    /// The index, a power of two long and at most three quarters full: each bucket is zero when
+    /// empty, else the low 32 bits of its key's hash above its slot number plus one.
+    private var buckets: [UInt64] = []
     private var live = 0
     /// Each group's most and least recently used slot (-1 when it has none), and its size.
     private var newest: [Int32] = []
@@ -118,7 +123,7 @@ public struct LRUTable<Key: LRUTableKey, Value> {
         if newest[group] >= 0 { links[Int(newest[group])].newer = Int32(slot) }
         newest[group] = Int32(slot)
         if oldest[group] < 0 { oldest[group] = Int32(slot) }
-        insertIntoIndex(slot: slot, hash: hash)
+        insertIntoIndex(slot: slot, hash: UInt32(truncatingIfNeeded: hash))
         live += 1
         sizes[group] += 1
         return evicted
@@ -128,7 +133,7 @@ public struct LRUTable<Key: LRUTableKey, Value> {
     @discardableResult
     public mutating func remove(_ key: Key) -> Value? {
         guard let bucket = bucket(of: key, hash: key.tableHash) else { return nil }
-        let slot = Int(buckets[bucket])
+        let slot = Self.slot(inBucket: buckets[bucket])
         removeFromIndex(bucket: bucket)
         let slotLinks = links[slot]
         unlink(slotLinks)
@@ -221,43 +226,52 @@ public struct LRUTable<Key: LRUTableKey, Value> {
 
     // MARK: The index
 
+    /// The bucket word of `slot`, whose key's hash has `hash` as its low 32 bits.
+    private static func bucketWord(slot: Int, hash: UInt32) -> UInt64 { UInt64(hash) << 32 | UInt64(slot + 1) }
+
+    /// The slot a non-empty bucket word names.
+    private static func slot(inBucket word: UInt64) -> Int { Int(word & 0xffff_ffff) - 1 }
+
     private func find(_ key: Key) -> Int? { find(key, hash: key.tableHash) }
 
     private func find(_ key: Key, hash: Int) -> Int? {
-        bucket(of: key, hash: hash).map { Int(buckets[$0]) }
+        bucket(of: key, hash: hash).map { Self.slot(inBucket: buckets[$0]) }
     }
 
     private func bucket(of key: Key, hash: Int) -> Int? {
         guard !buckets.isEmpty else { return nil }
         let mask = buckets.count - 1
-        var bucket = Int(UInt32(truncatingIfNeeded: hash)) & mask
+        let hash32 = UInt32(truncatingIfNeeded: hash)
+        var bucket = Int(hash32) & mask
         while true {
-            let slot = buckets[bucket]
-            if slot < 0 { return nil }
-            let candidate = Int(slot)
-            if links[candidate].hash == UInt32(truncatingIfNeeded: hash), keys[candidate] == key {
-                return bucket
+            let word = buckets[bucket]
+            if word == 0 { return nil }
+            if UInt32(truncatingIfNeeded: word >> 32) == hash32 {
+                let slot = Self.slot(inBucket: word)
+                // Most likely the key: its value and links start loading while the key is compared.
+                values.withUnsafeBufferPointer {
+                    prefetchCacheLines($0.baseAddress! + slot, length: MemoryLayout<Value?>.size)
+                }
+                links.withUnsafeBufferPointer {
+                    prefetchCacheLines($0.baseAddress! + slot, length: MemoryLayout<Links>.size)
+                }
+                if keys[slot] == key { return bucket }
             }
             bucket = (bucket + 1) & mask
         }
     }
 
-    private mutating func insertIntoIndex(slot: Int, hash: Int) {
+    private mutating func insertIntoIndex(slot: Int, hash: UInt32) {
         let mask = buckets.count - 1
-        var bucket = Int(UInt32(truncatingIfNeeded: hash)) & mask
-        while buckets[bucket] >= 0 { bucket = (bucket + 1) & mask }
-        buckets[bucket] = Int32(slot)
+        var bucket = Int(hash) & mask
+        while buckets[bucket] != 0 { bucket = (bucket + 1) & mask }
+        buckets[bucket] = Self.bucketWord(slot: slot, hash: hash)
     }
 
     private mutating func growIndex() {
         let size = max(16, buckets.count * 2)
-        buckets = [Int32](repeating: -1, count: size)
-        let mask = size - 1
-        for slot in keys.indices where keys[slot] != nil {
-            var bucket = Int(links[slot].hash) & mask
-            while buckets[bucket] >= 0 { bucket = (bucket + 1) & mask }
-            buckets[bucket] = Int32(slot)
-        }
+        buckets = [UInt64](repeating: 0, count: size)
+        for slot in keys.indices where keys[slot] != nil { insertIntoIndex(slot: slot, hash: links[slot].hash) }
     }
 
     /// Empties `bucket`, shifting later entries of its probe run back so lookups stay correct.
@@ -265,17 +279,17 @@ public struct LRUTable<Key: LRUTableKey, Value> {
         let mask = buckets.count - 1
         var hole = bucket
         var next = bucket
-        buckets[hole] = -1
+        buckets[hole] = 0
         while true {
             next = (next + 1) & mask
-            let slot = buckets[next]
-            if slot < 0 { return }
-            let home = Int(links[Int(slot)].hash) & mask
+            let word = buckets[next]
+            if word == 0 { return }
+            let home = Int(UInt32(truncatingIfNeeded: word >> 32)) & mask
             // The entry at `next` may move into the hole unless its home lies in (hole, next].
             let staysPut = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next)
             if staysPut { continue }
-            buckets[hole] = slot
-            buckets[next] = -1
+            buckets[hole] = word
+            buckets[next] = 0
             hole = next
         }
     }

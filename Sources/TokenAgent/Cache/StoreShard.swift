@@ -62,6 +62,8 @@ struct StoreShard {
         let mirror = self.mirror
         var reactivated = false
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
+            // The token's lines start loading now, and arrive while the request is decided.
+            if entry.mirrorHint != 0 { mirror?.prefetch(hint: entry.mirrorHint) }
             fetched = entry.fetchedAt
             reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
             entry.lastRead = now
@@ -71,13 +73,13 @@ struct StoreShard {
             case .get(let requested): decision = Self.decideGet(&entry, requested: requested, policy: policy, now: now)
             case .warm: decision = Self.decideGet(&entry, requested: nil, policy: policy, now: now)
             case .refresh(let refused):
-                if let refused, Self.holds(entry, refused, key: key, mirror: mirror) {
+                if let refused, Self.holds(&entry, refused, key: key, mirror: mirror) {
                     decision = Self.decideReport(&entry, policy: policy, now: now)
                 } else {
                     decision = Self.decideRefresh(entry, refused: refused, policy: policy, now: now)
                 }
             }
-            if case .served = decision, !Self.hand(entry, key: key, mirror: mirror, to: serve) {
+            if case .served = decision, !Self.hand(&entry, key: key, mirror: mirror, to: serve) {
                 // The mirror let it go (it stopped being servable at this very instant): a miss.
                 entry.token = .none
                 decision = Self.holdOff(entry, now: now).map(StoreDecision.fail) ?? .fetch
@@ -156,14 +158,21 @@ struct StoreShard {
     }
 
     /// Whether `entry` holds `token` (its bytes, wherever they are kept).
-    private static func holds(_ entry: CacheEntry, _ token: String, key: EntryKey, mirror: (any TokenMirror)?) -> Bool {
+    private static func holds(
+        _ entry: inout CacheEntry,
+        _ token: String,
+        key: EntryKey,
+        mirror: (any TokenMirror)?
+    ) -> Bool {
         var equal = false
-        return hand(entry, key: key, mirror: mirror) { equal = $0.bytes.elementsEqual(token.utf8) } && equal
+        return hand(&entry, key: key, mirror: mirror) { equal = $0.bytes.elementsEqual(token.utf8) } && equal
     }
 
     /// Hands `entry`'s token to `serve`; `false` when it has none to hand (the mirror let it go).
+    /// A mirrored token is looked up with the entry's hint of where the mirror keeps it, which
+    /// the mirror updates.
     private static func hand(
-        _ entry: CacheEntry,
+        _ entry: inout CacheEntry,
         key: EntryKey,
         mirror: (any TokenMirror)?,
         to serve: (TokenView) -> Void
@@ -177,7 +186,7 @@ struct StoreShard {
         case .mirrored:
             guard let mirror else { return false }
             return key.withIDBytes { id in
-                mirror.withToken(kind: key.kind, id: id) {
+                mirror.withToken(kind: key.kind, id: id, hint: &entry.mirrorHint) {
                     serve(TokenView(bytes: $0, expiresAt: expiresAt, owned: nil))
                 }
             }
@@ -189,7 +198,8 @@ struct StoreShard {
     /// has none to give.
     func tokenText(_ entry: CacheEntry, key: EntryKey) -> String? {
         var text: String?
-        _ = Self.hand(entry, key: key, mirror: mirror) { text = $0.served.token }
+        var entry = entry
+        _ = Self.hand(&entry, key: key, mirror: mirror) { text = $0.served.token }
         return text
     }
 
@@ -207,17 +217,17 @@ struct StoreShard {
         guard let slot = table.slot(of: key) else { return }
         let mirror = self.mirror
         table.update(slot: slot) { entry in
-            if Self.holds(entry, refused, key: key, mirror: mirror) { entry.reportedAt = .origin }
+            if Self.holds(&entry, refused, key: key, mirror: mirror) { entry.reportedAt = .origin }
         }
     }
 
     /// The cached token of `key` if it can still be served (a GET whose fetch failed).
     mutating func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant) -> ServedToken? {
-        guard let entry = table.peek(key), runtime.policy.isServable(remaining: entry.remaining(at: now)) else {
+        guard var entry = table.peek(key), runtime.policy.isServable(remaining: entry.remaining(at: now)) else {
             return nil
         }
         var served: ServedToken?
-        _ = Self.hand(entry, key: key, mirror: mirror) { served = $0.served }
+        _ = Self.hand(&entry, key: key, mirror: mirror) { served = $0.served }
         if served != nil { servedAfterFailure += 1 }
         return served
     }
@@ -250,7 +260,8 @@ struct StoreShard {
     func fingerprint(_ entry: CacheEntry, key: EntryKey) -> String? {
         if case .unservable(let fingerprint) = entry.token { return fingerprint }
         var fingerprint: String?
-        _ = Self.hand(entry, key: key, mirror: mirror) { fingerprint = TokenFingerprint.of(bytes: $0.bytes) }
+        var entry = entry
+        _ = Self.hand(&entry, key: key, mirror: mirror) { fingerprint = TokenFingerprint.of(bytes: $0.bytes) }
         return fingerprint
     }
 

@@ -31,5 +31,27 @@ public protocol TokenMirror: AnyObject, Sendable {
     /// bytes are `id` (valid only during the call); returns whether it holds one (`false`: `body`
     /// was not called). Not generic: it is called through the protocol on every socket GET, and a
     /// generic call through an existential looks up its type metadata at run time.
-    func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool
+    ///
+    /// `hint` is the mirror's own note of where it found the token last time (zero at first),
+    /// which the store keeps with the entry and passes back: a mirror may try that place first,
+    /// and updates the note. It must never serve a token on a hint's word alone.
+    func withToken(
+        kind: String,
+        id: UnsafeRawBufferPointer,
+        hint: inout UInt64,
+        _ body: (UnsafeRawBufferPointer) -> Void
+    ) -> Bool
+
+    /// The store has an entry's `hint` and will soon call ``withToken(kind:id:hint:_:)`` with it:
+    /// the mirror may start loading what the hint points to (never reading it: the hint may be
+    /// stale). Called under the shard's lock; it must not block.
+    func prefetch(hint: UInt64)
+}
+
+extension TokenMirror {
+    /// ``withToken(kind:id:hint:_:)`` without a hint.
+    public func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+        var hint: UInt64 = 0
+        return withToken(kind: kind, id: id, hint: &hint, body)
+    }
 }

@@ -241,17 +241,26 @@ public final class SharedSegments: TokenMirror, Sendable {
         }
     }
 
-    public func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
+    public func withToken(
+        kind: String,
+        id: UnsafeRawBufferPointer,
+        hint: inout UInt64,
+        _ body: (UnsafeRawBufferPointer) -> Void
+    ) -> Bool {
         guard let entry = entry(kind) else { return false }
         return entry.state.withLock { state -> Bool in
-            if let writer = state.writer.map(LockedWriter.init), writer.writer.withToken(id: id, body) {
-                return true
+            if let writer = state.writer.map(LockedWriter.init) {
+                var slotHint = SlotHint(word: hint)
+                defer { hint = slotHint.word }
+                if writer.writer.withToken(id: id, hint: &slotHint, body) { return true }
             }
             guard !state.orphans.isEmpty, let orphan = state.orphans[Array(id)] else { return false }
             orphan.token.withUnsafeBytes(body)
             return true
         }
     }
+
+    public func prefetch(hint: UInt64) { SlotHint(word: hint).prefetch() }
 
     /// A writer handed a caller's closure under the lock. Passed to a writer held in the state,
     /// the closure would tie the whole state to the caller's task as far as the region checker
