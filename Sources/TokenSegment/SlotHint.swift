@@ -7,8 +7,10 @@ import CSharedMemory
 /// never wrong. The address lets the store start loading the slot (``prefetch()``) before it
 /// has decided to serve, so the token's lines arrive together, and while the store works.
 public struct SlotHint: Sendable, Equatable {
-    /// The slot's address (the low 48 bits: a user-space address on x86-64 and arm64), then the
-    /// slot's cache lines in use (the high 16); zero when no slot is known.
+    /// The slot's address (the low 48 bits, where Linux places user-space mappings on x86-64 and
+    /// arm64 unless a program asks for higher ones; a slot above them would never match its hint,
+    /// and be found by its hash every time), then the slot's cache lines in use (the high 16);
+    /// zero when no slot is known.
     public var word: UInt64
 
     /// No slot known.
@@ -31,9 +33,12 @@ public struct SlotHint: Sendable, Equatable {
     /// prefetch never faults.
     @inline(__always)
     public func prefetch() {
-        guard word != 0 else { return }
-        fsm_prefetch(UnsafeRawPointer(bitPattern: address), Int(word >> 48) * 64)
+        guard let start = UnsafeRawPointer(bitPattern: address) else { return }
+        fsm_prefetch(start, min(Self.mostPrefetched, Int(word >> 48) * 64))
     }
+
+    /// The most bytes ``prefetch()`` asks for, whatever the word says.
+    static let mostPrefetched = 4096
 }
 
 /// Starts loading the cache lines that hold `length` bytes from `start` (a hint: it never

@@ -30,11 +30,23 @@ struct SharedSegmentsTests {
         )
     }
 
+    /// Each id's hint from its last read, kept as the store keeps it in the entry.
+    private let hints = HintBook()
+
+    /// What the agent reads back for `id`: read twice, without a hint and with the one its last
+    /// read left (through growth, rotation, removals and limits alike), which must agree.
     private func read(_ segments: SharedSegments, _ id: String) -> String? {
         var text: String?
-        _ = Array(id.utf8).withUnsafeBytes { bytes in
-            segments.withToken(kind: "vehicle", id: bytes) { text = String(decoding: $0, as: UTF8.self) }
+        var hinted: String?
+        var hint = hints.withLock { $0[id] ?? 0 }
+        Array(id.utf8).withUnsafeBytes { bytes in
+            _ = segments.withToken(kind: "vehicle", id: bytes) { text = String(decoding: $0, as: UTF8.self) }
+            _ = segments.withToken(kind: "vehicle", id: bytes, hint: &hint) {
+                hinted = String(decoding: $0, as: UTF8.self)
+            }
         }
+        hints.withLock { $0[id] = hint }
+        #expect(hinted == text, "\(id): the read with its hint agrees")
         return text
     }
 
@@ -305,6 +317,26 @@ struct SharedSegmentsTests {
         #expect(read(segments, "v-8") == "tok-v-8-again")
     }
 
+    @Test func aHintNeverOutlivesItsTokenOrItsSegment() throws {
+        let segments = makeSegments { $0.initialSlots = 512 }
+        var tokens: [String: String] = [:]
+        store(segments, 0..<40, into: &tokens)
+        for index in 0..<40 { #expect(read(segments, "v-\(index)") == tokens["v-\(index)"]) }
+        // A rotation: every hint points into the old mapping, and each read mends its own.
+        #expect(segments.startBuilding("vehicle"))
+        while segments.advanceBuilding(batch: 16) {}
+        for index in 0..<40 { #expect(read(segments, "v-\(index)") == tokens["v-\(index)"]) }
+        // A removed token's slot is reused by a new id: the old id's hint finds nothing.
+        segments.tokenRemoved(kind: "vehicle", id: "v-3")
+        #expect(read(segments, "v-3") == nil)
+        #expect(store(segments, "v-new", "tok-v-new"))
+        #expect(read(segments, "v-3") == nil)
+        #expect(read(segments, "v-new") == "tok-v-new")
+        // Every segment retired: no hint reads anything.
+        segments.retireAll()
+        for index in 0..<40 { #expect(read(segments, "v-\(index)") == nil) }
+    }
+
     @Test func aTokenNoSlotCanHoldIsLeftToTheStore() {
         let segments = SharedSegments(kinds: ["vehicle"], policy: RefreshPolicy(), logger: Logger(label: "test"))
         defer { segments.retireAll() }
@@ -466,4 +498,11 @@ struct EngineOverSegmentsTests {
         #expect(segments.statistics().heldOutside == 2, "only the dropped id left")
         #expect(try await engine.get(kind: "vehicle", id: Self.composed).get().token.utf8.elementsEqual(composed.utf8))
     }
+}
+
+/// Each id's hint from its last read, as a test's store would keep it.
+final class HintBook: Sendable {
+    private let hints = Mutex<[String: UInt64]>([:])
+
+    func withLock<R>(_ body: (inout [String: UInt64]) -> R) -> R { hints.withLock { body(&$0) } }
 }

@@ -56,13 +56,24 @@ struct LRUTableModelTests {
     /// Random sets, updates and removes against a dictionary and an array of use order: the
     /// table's own index (linear probing with backward-shift deletion) must agree at every step.
     @Test func randomOperationsMatchAModel() {
+        check(LRUTable<Int, Int>(), key: { $0 })
+    }
+
+    /// The same with keys whose table hashes collide in their low 32 bits (three values for 600
+    /// keys): buckets whose hash matches hold another key, probe runs are long, and deletions
+    /// shift long runs back.
+    @Test func randomOperationsMatchAModelWhenHashesCollide() {
+        check(LRUTable<CollidingKey, Int>(), key: { CollidingKey(value: $0) })
+    }
+
+    private func check<Key: LRUTableKey>(_ empty: LRUTable<Key, Int>, key makeKey: (Int) -> Key) {
         var generator = SeededGenerator(seed: 20_261_123)
-        var table = LRUTable<Int, Int>()
-        var model: [Int: Int] = [:]
-        var order: [Int] = []  // oldest first
+        var table = empty
+        var model: [Key: Int] = [:]
+        var order: [Key] = []  // oldest first
         let capacity = 300
         for step in 0..<20_000 {
-            let key = Int.random(in: 0..<600, using: &generator)
+            let key = makeKey(Int.random(in: 0..<600, using: &generator))
             switch Int.random(in: 0..<10, using: &generator) {
             case 0..<5:
                 let evicted = table.set(key, step, capacity: capacity)
@@ -92,4 +103,10 @@ struct LRUTableModelTests {
         #expect(table.keysOldestFirst == order)
         for (key, value) in model { #expect(table.peek(key) == value) }
     }
+}
+
+/// A key whose table hash has only three distinct low 32 bits (and five high ones).
+struct CollidingKey: LRUTableKey {
+    var value: Int
+    var tableHash: Int { (value % 5) << 32 | value % 3 }
 }

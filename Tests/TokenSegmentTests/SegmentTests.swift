@@ -1,7 +1,8 @@
 import CSharedMemory
 import Foundation
 import Testing
-import TokenSegment
+
+@testable import TokenSegment
 
 #if canImport(Glibc)
     import Glibc
@@ -114,13 +115,16 @@ struct SegmentTests {
         #expect(read("k-3", hint: &hint) == "tok-3")
         let k3 = hint
         #expect(k3 != .none)
+        let hashed = writer.hashedLookups
         #expect(read("k-3", hint: &hint) == "tok-3")
         #expect(hint == k3)
+        #expect(writer.hashedLookups == hashed, "served from the hinted slot: no hash, no probe")
         k3.prefetch()
         SlotHint(word: .max).prefetch()
-        // Another id's slot, the same address in another mapping, an address inside a slot, one
-        // past the slots in use, garbage: each is a probe by hash, which gives the right token and
-        // mends the hint.
+        SlotHint(word: 0xffff << 48).prefetch()
+        // Another id's slot, a slot of another mapping, an address inside a slot, slots past the
+        // ones in use and past the mapping, garbage: each is a probe by hash, which gives the
+        // right token and mends the hint.
         var others = SlotHint.none
         #expect(read("k-4", hint: &others) == "tok-4")
         let elsewhere = try self.writer(slots: 64, generation: 7)
@@ -132,13 +136,17 @@ struct SegmentTests {
             elsewhereHint,
             SlotHint(word: k3.word + 8),
             SlotHint(word: k3.word &+ UInt64(writer.slotSize) * 60),
+            SlotHint(word: k3.word &+ UInt64(writer.slotSize * writer.slotCount)),
+            SlotHint(word: k3.word &+ UInt64(writer.slotSize) * 1_000_000),
             SlotHint(word: k3.word &- UInt64(writer.slotSize) * 1000),
             SlotHint(word: .max),
         ]
         for wrong in wrongHints {
             var stale = wrong
+            let before = writer.hashedLookups
             #expect(read("k-3", hint: &stale) == "tok-3", "\(wrong)")
             #expect(stale == k3, "\(wrong)")
+            #expect(writer.hashedLookups == before + 1, "\(wrong) found by its hash")
         }
         // The id removed and its slot reused by another id: the old hint finds nothing for it.
         writer.remove(id: "k-3")
@@ -154,7 +162,7 @@ struct SegmentTests {
         // Random puts and removes, each id read with whatever hint its last read left.
         var live: [String: String] = [:]
         var hints: [String: SlotHint] = [:]
-        var generator = SystemRandomNumberGenerator()
+        var generator = SplitMix64(seed: 20_261_126)
         for round in 0..<4000 {
             let id = "r-\(Int.random(in: 0..<30, using: &generator))"
             switch Int.random(in: 0..<3, using: &generator) {
@@ -170,6 +178,11 @@ struct SegmentTests {
                 hints[id] = hint
             }
         }
+        // A retired segment serves nothing, whatever the hint.
+        var kept = SlotHint.none
+        #expect(read("k-new", hint: &kept) == "tok-new")
+        writer.retire()
+        #expect(read("k-new", hint: &kept) == nil)
     }
 
     @Test func aFullSegmentAndAnOversizedTokenAreRefused() throws {
@@ -291,5 +304,18 @@ extension Array where Element == UInt8 {
             if self[start..<(start + needle.count)].elementsEqual(needle) { return true }
         }
         return false
+    }
+}
+
+/// A seeded generator (SplitMix64), so a failing random sequence can be replayed.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

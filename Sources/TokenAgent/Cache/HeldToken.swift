@@ -9,7 +9,7 @@ enum HeldToken: Equatable {
     case none
     /// The store's own copy.
     case owned(String)
-    /// In the mirror only: read back through ``TokenMirror/withToken(kind:id:_:)``.
+    /// In the mirror only: read back through ``TokenMirror/withToken(kind:id:hint:_:)``.
     case mirrored
     /// It can no longer be served, and the mirror let its bytes go; the entry remembers that it
     /// held one (for health and `INFO`) by its fingerprint.

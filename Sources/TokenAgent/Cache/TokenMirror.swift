@@ -3,7 +3,7 @@
 /// lock, so it is current before the request that caused the change is answered.
 ///
 /// The store keeps no copy of a token the mirror took: it reads it back through
-/// ``withToken(kind:id:_:)`` under the same shard lock, so each token is held once. A mirror that
+/// ``withToken(kind:id:hint:_:)`` under the same shard lock, so each token is held once. A mirror that
 /// took a token gives it back until the store stores another for the key or removes it, whatever
 /// happens to its segments meanwhile (growth, rotation, a limit). Its calls must not wait or take
 /// the store's locks.

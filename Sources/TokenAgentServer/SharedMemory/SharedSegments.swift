@@ -20,7 +20,7 @@ import TokenWire
 /// kind's and never before one. None waits for anything while held.
 ///
 /// The segments are the agent's only copy of the tokens they hold: the store reads them back
-/// through ``withToken(kind:id:_:)``. When a kind must go without a segment for a while (a limit
+/// through ``withToken(kind:id:hint:_:)``. When a kind must go without a segment for a while (a limit
 /// stopped its new generation), its tokens are kept here, privately, until a segment can take
 /// them again, so no token the store counts on is lost.
 ///
