@@ -162,7 +162,7 @@ struct SegmentTests {
         // Random puts and removes, each id read with whatever hint its last read left.
         var live: [String: String] = [:]
         var hints: [String: SlotHint] = [:]
-        var generator = SplitMix64(seed: 20_261_126)
+        var generator = SeededGenerator(seed: 20_261_126)
         for round in 0..<4000 {
             let id = "r-\(Int.random(in: 0..<30, using: &generator))"
             switch Int.random(in: 0..<3, using: &generator) {
@@ -304,18 +304,5 @@ extension Array where Element == UInt8 {
             if self[start..<(start + needle.count)].elementsEqual(needle) { return true }
         }
         return false
-    }
-}
-
-/// A seeded generator (SplitMix64), so a failing random sequence can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
