@@ -34,7 +34,7 @@ public struct SlotHint: Sendable, Equatable {
     @inline(__always)
     public func prefetch() {
         guard let start = UnsafeRawPointer(bitPattern: address) else { return }
-        fsm_prefetch(start, min(Self.mostPrefetched, Int(word >> 48) * 64))
+        prefetchCacheLines(start, length: min(Self.mostPrefetched, Int(word >> 48) * 64))
     }
 
     /// The most bytes ``prefetch()`` asks for, whatever the word says.

@@ -18,8 +18,8 @@ extension Int: LRUTableKey {}
 ///
 /// Entries live in flat arrays indexed by slot number, linked into a use-ordered list by index,
 /// so the layout stays plain arrays (easy to scan, and to mirror into a shared segment later).
-/// Keys, values and each slot's bookkeeping (hash and links) are three arrays side by side: a
-/// relink reads 16 bytes of bookkeeping and never copies a key or a value. The index from key to
+/// Keys, values and each slot's links are three arrays side by side: a relink reads 12 bytes of
+/// links and never copies a key or a value. The index from key to
 /// slot is its own open-addressing table (linear probing, backward-shift deletion) of 8-byte
 /// buckets, each holding its key's hash beside the slot number: a probe passes other keys'
 /// buckets without reading their slots, and a hit goes from its bucket straight to its key,
@@ -30,10 +30,8 @@ extension Int: LRUTableKey {}
 /// and use order is kept per group: the least recently used entry of any group is at hand, and
 /// the number of entries of each.
 public struct LRUTable<Key: LRUTableKey, Value> {
-    /// A slot's bookkeeping, apart from its key and value.
+    /// A slot's place in its group's use order. (Its key's hash is kept in the slot's bucket.)
     fileprivate struct Links {
-        /// The low 32 bits of the key's hash (enough to skip most key comparisons and to rehash).
-        var hash: UInt32
         var newer: Int32  // towards the most recently used end of its group; -1 at the end
         var older: Int32  // towards the least recently used end of its group; -1 at the end
         var group: Int32
@@ -110,16 +108,11 @@ public struct LRUTable<Key: LRUTableKey, Value> {
             slot = keys.count
             keys.append(nil)
             values.append(nil)
-            links.append(Links(hash: 0, newer: -1, older: -1, group: 0))
+            links.append(Links(newer: -1, older: -1, group: 0))
         }
         keys[slot] = key
         values[slot] = value
-        links[slot] = Links(
-            hash: UInt32(truncatingIfNeeded: hash),
-            newer: -1,
-            older: newest[group],
-            group: Int32(group)
-        )
+        links[slot] = Links(newer: -1, older: newest[group], group: Int32(group))
         if newest[group] >= 0 { links[Int(newest[group])].newer = Int32(slot) }
         newest[group] = Int32(slot)
         if oldest[group] < 0 { oldest[group] = Int32(slot) }
@@ -249,12 +242,8 @@ public struct LRUTable<Key: LRUTableKey, Value> {
             if UInt32(truncatingIfNeeded: word >> 32) == hash32 {
                 let slot = Self.slot(inBucket: word)
                 // Most likely the key: its value and links start loading while the key is compared.
-                values.withUnsafeBufferPointer {
-                    prefetchCacheLines($0.baseAddress! + slot, length: MemoryLayout<Value?>.size)
-                }
-                links.withUnsafeBufferPointer {
-                    prefetchCacheLines($0.baseAddress! + slot, length: MemoryLayout<Links>.size)
-                }
+                Self.startLoading(values, slot)
+                Self.startLoading(links, slot)
                 if keys[slot] == key { return bucket }
             }
             bucket = (bucket + 1) & mask
@@ -268,10 +257,20 @@ public struct LRUTable<Key: LRUTableKey, Value> {
         buckets[bucket] = Self.bucketWord(slot: slot, hash: hash)
     }
 
+    /// Starts loading the cache lines of `array[index]` (an index in bounds).
+    private static func startLoading<Element>(_ array: [Element], _ index: Int) {
+        array.withUnsafeBufferPointer {
+            prefetchCacheLines($0.baseAddress! + index, length: MemoryLayout<Element>.size)
+        }
+    }
+
+    /// Doubles the index, each entry placed again by the hash its bucket word keeps.
     private mutating func growIndex() {
-        let size = max(16, buckets.count * 2)
-        buckets = [UInt64](repeating: 0, count: size)
-        for slot in keys.indices where keys[slot] != nil { insertIntoIndex(slot: slot, hash: links[slot].hash) }
+        let old = buckets
+        buckets = [UInt64](repeating: 0, count: max(16, old.count * 2))
+        for word in old where word != 0 {
+            insertIntoIndex(slot: Self.slot(inBucket: word), hash: UInt32(truncatingIfNeeded: word >> 32))
+        }
     }
 
     /// Empties `bucket`, shifting later entries of its probe run back so lookups stay correct.
