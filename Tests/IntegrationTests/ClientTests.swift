@@ -170,6 +170,11 @@ struct ClientTests {
                 var configuration = FleetTokenClient.Configuration()
                 configuration.memoization = false
                 configuration.sharedMemory = false
+                // The window covers the restart, whatever the load: with the whole suite running
+                // on two cores, starting the next agent once took longer than the default 2 s
+                // (two calls failed, "Connection refused", in a CI run). The default window across
+                // a restart is held by the container e2e (scripts/e2e-containers).
+                configuration.reconnectDeadline = 30
                 return configuration
             }()
         )
