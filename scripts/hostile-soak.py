@@ -5,13 +5,17 @@ connections. Run through scripts/hostile-soak; see docs/RELIABILITY.md ("Hostile
 Phases: a quiet baseline (one normal client, pipelining nothing: one GET at a time over cached
 keys), then the same client while 1,000 hostile connections run: a third send METRICS until the
 socket is full, half-close and never read; a third pipeline GETs and never read; a third connect
-and sit idle. Hostile connections the agent closes are opened again at once. Prints one JSON
-report; exit status 0 when the agent's peak RSS stayed under --max-rss-mib and the normal
-client's p99 under load stayed within --max-p99-ratio of the baseline's.
+and sit idle. Hostile connections the agent closes are opened again at once. Beside them,
+--stats-floods peers (default 16), each a process of its own, pipeline STATS as fast as the
+agent answers and read every reply (the peer that would hold the socket loop if a connection's
+work were not bounded per turn). Prints one JSON report; exit status 0 when the agent's peak RSS
+stayed under --max-rss-mib and the normal client's p99 under load stayed within --max-p99-ratio of
+the baseline's.
 """
 
 import argparse
 import json
+import multiprocessing
 import os
 import select
 import socket
@@ -115,6 +119,29 @@ class Hostile:
         self.open()
 
 
+def stats_flood(path: str, stop, replies) -> None:
+    """Pipelines STATS 4,096 at a time and reads every reply, until `stop` (a process of its own, so
+    the normal client's timing does not share an interpreter with it)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    burst = b"STATS\n" * 4096
+    while not stop.is_set():
+        sock.sendall(burst)
+        owed = 4096
+        pending = b""
+        while owed > 0:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                return
+            pending += chunk
+            lines = pending.count(b"\n")
+            owed -= lines
+            with replies.get_lock():
+                replies.value += lines
+            pending = pending[pending.rfind(b"\n") + 1 :]
+    sock.close()
+
+
 def normal_client(path: str, seconds: float, keys: int) -> list[float]:
     """One GET at a time over `keys` cached keys for `seconds`: each reply's latency, seconds."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -146,6 +173,7 @@ def main() -> int:
     parser.add_argument("--hostile-seconds", type=float, default=90)
     parser.add_argument("--max-rss-mib", type=float, default=256)
     parser.add_argument("--max-p99-ratio", type=float, default=2.0)
+    parser.add_argument("--stats-floods", type=int, default=16)
     args = parser.parse_args()
 
     raise_fd_limit(8192)
@@ -185,10 +213,23 @@ def main() -> int:
 
         driver = threading.Thread(target=drive, daemon=True)
         driver.start()
+        flood_stop = multiprocessing.Event()
+        flood_replies = multiprocessing.Value("q", 0)
+        floods = [
+            multiprocessing.Process(target=stats_flood, args=(path, flood_stop, flood_replies), daemon=True)
+            for _ in range(args.stats_floods)
+        ]
+        for flood in floods:
+            flood.start()
         time.sleep(2)  # every hostile connection at its bound
         loaded = normal_client(path, args.hostile_seconds, keys)
         stop.set()
+        flood_stop.set()
         driver.join()
+        for flood in floods:
+            flood.join(timeout=30)
+            if flood.is_alive():
+                flood.terminate()
         peak[0] = max(peak[0], rss_bytes(agent.pid))
         loaded_rss = rss_bytes(agent.pid)
         for hostile in hostiles:
@@ -212,6 +253,7 @@ def main() -> int:
             }
             if group.usage_path
             else None,
+            "stats_flood_replies": flood_replies.value,
             "reopened_by_style": {
                 style: sum(h.reopened for h in hostiles if h.style == style) for style in styles
             },

@@ -33,6 +33,7 @@ final class ChannelRequestHandler: ChannelDuplexHandler, ConnectionTransport {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        turn &+= 1
         handler.received(unwrapInboundIn(data))
     }
 
@@ -107,4 +108,20 @@ final class ChannelRequestHandler: ChannelDuplexHandler, ConnectionTransport {
     }
 
     var socketDescriptor: Int32? { nil }
+
+    /// It has no socket of its own (``socketDescriptor`` is `nil`), so nothing waits for one:
+    /// `body` runs at once.
+    func whenSocketWritable(_ body: @escaping () -> Void) {
+        context.eventLoop.assumeIsolated().execute(body)
+    }
+
+    /// A turn for each read, and for each continuation.
+    private(set) var turn: UInt64 = 0
+
+    func continueLater(_ body: @escaping () -> Void) {
+        context.eventLoop.assumeIsolated().execute { [self] in
+            turn &+= 1
+            body()
+        }
+    }
 }

@@ -47,8 +47,8 @@ public final class TokenSocketServer: Service, Sendable {
     private let status: AgentStatus
     private let logger: Logger
     private let onListening: @Sendable () -> Void
-    /// The loop while it runs, for ``socketLoopAnswers(within:)``.
-    private let runningLoop = Mutex<SocketLoop?>(nil)
+    /// The loop while it runs (and after it ended on its own), for ``socketLoopAnswers(within:)``.
+    let runningLoop = Mutex<SocketLoop?>(nil)
 
     /// Creates a server for `engine`. `onListening` runs once the socket accepts connections.
     public init(
@@ -78,20 +78,48 @@ public final class TokenSocketServer: Service, Sendable {
             throw error
         }
         let accepting = Acceptor(server: self, loop: loop)
-        loop.start(name: "fleet-tokend socket")
+        loop.start(name: Self.threadName)
         runningLoop.withLock { $0 = loop }
         loop.execute {
             for socket in sockets { loop.addListener(socket) { accepting.accept($0) } }
         }
         onListening()
 
-        try? await gracefulShutdown()
+        // Serves until graceful shutdown, unless the loop ends first: then nothing serves, and
+        // the service fails, so the agent exits and its supervisor starts it again.
+        if let failure = await Self.shutdownOrEnd(of: loop) {
+            // The ended loop stays, so the watchdog's probe fails until the agent has exited.
+            if configuration.adoptedDescriptors.isEmpty { unlink(configuration.path) }
+            throw SocketPath.Problem(description: "the socket loop ended: \(failure)")
+        }
         logger.info("shutting down: no new connections, finishing replies")
         await onLoop(loop) { for socket in loop.listenerSockets { loop.closeListener(socket) } }
         if configuration.adoptedDescriptors.isEmpty { unlink(configuration.path) }
         await drainConnections(loop)
         runningLoop.withLock { $0 = nil }
         await loop.stop()
+    }
+
+    /// The serving thread's name, as `top -H`, perf and crash reports show it (Linux keeps 15
+    /// bytes).
+    static let threadName = "tokend-socket"
+
+    /// Waits for graceful shutdown (`nil`) or for `loop` to end on its own (why).
+    private static func shutdownOrEnd(of loop: SocketLoop) async -> String? {
+        await withTaskGroup(of: String?.self) { group in
+            group.addTask {
+                try? await gracefulShutdown()
+                return nil
+            }
+            group.addTask {
+                // Only a loop that failed ends before graceful shutdown stops it; cancelled
+                // (graceful shutdown came first), this returns `nil`.
+                await loop.ended()
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
     }
 
     /// Whether the socket loop runs a task within `seconds` (true when it is not running): the

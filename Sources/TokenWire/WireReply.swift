@@ -44,9 +44,25 @@ public enum WireReply: Sendable, Hashable {
         return nil
     }
 
-    /// Replaces line breaks and other control characters with spaces so a text stays on one line.
+    /// Replaces line breaks and other control characters (Unicode's `Cc`: U+0000-U+001F and
+    /// U+007F-U+009F) with spaces so a text stays on one line.
+    ///
+    /// The check runs over the UTF-8 bytes (a `STATS` reply is rendered for every request, and a
+    /// scalar's general category costs a table lookup each): a `Cc` scalar is one byte under
+    /// 0x20, 0x7F, or 0xC2 followed by 0x80-0x9F.
     public static func oneLine(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else { return text }
+        var text = text
+        let clean = text.withUTF8 { bytes -> Bool in
+            var index = 0
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte < 0x20 || byte == 0x7F { return false }
+                if byte == 0xC2, index + 1 < bytes.count, (0x80...0x9F).contains(bytes[index + 1]) { return false }
+                index += 1
+            }
+            return true
+        }
+        guard !clean else { return text }
         return String(
             String.UnicodeScalarView(
                 text.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : $0 }

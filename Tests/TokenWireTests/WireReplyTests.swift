@@ -38,4 +38,28 @@ struct WireReplyTests {
         let fields = WireReply.statsFields("entries=3 hits=10 misses=2")
         #expect(fields == ["entries": "3", "hits": "10", "misses": "2"])
     }
+
+    /// `oneLine` checks bytes, not scalars' categories: every scalar of the first plane, and a
+    /// spread of the others, is kept or replaced exactly as the category rule says.
+    @Test func oneLineReplacesExactlyTheControlScalars() {
+        func byCategory(_ text: String) -> String {
+            String(
+                String.UnicodeScalarView(
+                    text.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : $0 }
+                )
+            )
+        }
+        var checked = 0
+        for value in Array(UInt32(0)...0xFFFF) + Array(stride(from: UInt32(0x10000), through: 0x10FFFF, by: 1009)) {
+            guard let scalar = Unicode.Scalar(value) else { continue }
+            let text = "a\(Character(scalar))b"
+            if WireReply.oneLine(text) != byCategory(text) {
+                Issue.record("U+\(String(value, radix: 16)) handled unlike its category")
+                return
+            }
+            checked += 1
+        }
+        #expect(checked > 60_000)
+        #expect(WireReply.oneLine("x\u{85}y\u{9F}z\u{A0}") == "x y z\u{A0}", "C1 controls replaced, NBSP kept")
+    }
 }

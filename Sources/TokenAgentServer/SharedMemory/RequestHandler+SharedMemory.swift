@@ -19,6 +19,10 @@ struct DescriptorLedger {
     /// How long a descriptor may wait for room in a full socket before the connection is closed.
     static let sendTimeout = TimeAmount.seconds(10)
 
+    /// `sendmsg` calls made for descriptors on this connection (a client that does not read
+    /// costs one more each time its socket turns writable, never one per timer tick).
+    var sendAttempts = 0
+
     /// (kind, generation) pairs sent: each at most once per connection.
     var sent: Set<String> = []
     /// Offers queued and not yet sent.
@@ -114,14 +118,28 @@ extension RequestHandler {
             descriptorFailed(offer, reason: "connection closed")
             return
         }
+        descriptors.sendAttempts += 1
         let sent = line.withUnsafeBytes { fsm_send_with_descriptor(socket, $0.baseAddress, $0.count, offer.descriptor) }
         if sent < 0 {
-            guard errno == EAGAIN || errno == EWOULDBLOCK, NIODeadline.now() < deadline else {
+            let now = NIODeadline.now()
+            guard errno == EAGAIN || errno == EWOULDBLOCK, now < deadline else {
                 descriptorFailed(offer, reason: "sendmsg: \(String(cString: strerror(errno)))")
                 return
             }
-            // The client is not reading: try again shortly, later replies still waiting.
-            _ = transport.schedule(in: .milliseconds(5)) { [self] in
+            // The client is not reading: try again once its socket can take more (epoll says
+            // so), later replies still waiting; give up at the deadline. Whichever comes first
+            // goes on; the other finds it gone.
+            let pending = PendingSend()
+            let timer = transport.schedule(in: deadline - now) { [self] in
+                guard pending.take() else { return }
+                descriptorFailed(
+                    offer,
+                    reason: "the client read nothing for \(DescriptorLedger.sendTimeout.nanoseconds / 1_000_000_000) s"
+                )
+            }
+            transport.whenSocketWritable { [self] in
+                guard pending.take() else { return }
+                timer.cancel()
                 attemptSend(line, offer: offer, socket: socket, until: deadline)
             }
             return
@@ -155,6 +173,16 @@ extension RequestHandler {
             firstSequence += 1
         }
         writeReadyReplies()
+    }
+
+    /// One wait of a descriptor send, ended once: by the socket turning writable or by the deadline.
+    private final class PendingSend {
+        private var waiting = true
+        /// Whether this caller ends the wait (the first to ask).
+        func take() -> Bool {
+            defer { waiting = false }
+            return waiting
+        }
     }
 
     /// Closes the descriptors of offers never sent (the connection ended first).

@@ -23,11 +23,14 @@ final class SocketConnection: ConnectionTransport {
     static let lowWaterMark = 32 * 1024
 
     let socket: Int32
+    /// Set by the loop when it starts serving the connection: told apart from a later connection
+    /// on the same descriptor number by it.
+    var generation: UInt32 = 0
     /// The loop, which holds every connection it serves for as long as it runs.
     private unowned(unsafe) let loop: SocketLoop
     /// The handler served; dropped once the connection is closed and the handler told (it keeps
     /// this transport for the closures it handed out, so the two must not hold each other).
-    private var handler: RequestHandler?
+    private(set) var handler: RequestHandler?
     /// Runs once, after the handler was told the connection closed.
     private let onClose: () -> Void
 
@@ -41,6 +44,8 @@ final class SocketConnection: ConnectionTransport {
     private var unsent: ByteBuffer?
     private var writable = true
     private var whenWrittenBodies: [() -> Void] = []
+    /// What waits for the socket to take more output (``whenSocketWritable(_:)``).
+    private var writableWaiters: [() -> Void] = []
     /// Why the connection failed, told to the handler when it is closed.
     private var failure: SocketError?
 
@@ -68,6 +73,12 @@ final class SocketConnection: ConnectionTransport {
         let hungUp = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
         if events & EPOLLOUT.rawValue != 0 || hungUp, unsent != nil { writeUnsent() }
         guard !closed else { return }
+        if events & EPOLLOUT.rawValue != 0 || hungUp, unsent == nil, !writableWaiters.isEmpty {
+            let waiters = writableWaiters
+            writableWaiters = []
+            updateInterest()
+            loop.runSoon { for body in waiters { body() } }
+        }
         if events & EPOLLIN.rawValue != 0 || hungUp, readingWanted {
             readBurst()
         } else if hungUp {
@@ -124,7 +135,7 @@ final class SocketConnection: ConnectionTransport {
         guard !closed else { return }
         var events: UInt32 = 0
         if readingWanted { events |= EPOLLIN.rawValue }
-        if unsent != nil { events |= EPOLLOUT.rawValue }
+        if unsent != nil || !writableWaiters.isEmpty { events |= EPOLLOUT.rawValue }
         guard events != interest else { return }
         interest = events
         loop.watch(self, events: events)
@@ -209,8 +220,9 @@ final class SocketConnection: ConnectionTransport {
         unsent = nil
         loop.remove(self)
         Glibc.close(socket)
-        let bodies = whenWrittenBodies
+        let bodies = whenWrittenBodies + writableWaiters
         whenWrittenBodies = []
+        writableWaiters = []
         loop.runSoon { [self] in
             if let failure { handler?.failed(failure) }
             handler?.inactive()
@@ -247,6 +259,19 @@ final class SocketConnection: ConnectionTransport {
     }
 
     var socketDescriptor: Int32? { closed ? nil : socket }
+
+    func whenSocketWritable(_ body: @escaping () -> Void) {
+        guard !closed else {
+            loop.runSoon(body)
+            return
+        }
+        writableWaiters.append(body)
+        updateInterest()
+    }
+
+    var turn: UInt64 { loop.turn }
+
+    func continueLater(_ body: @escaping () -> Void) { loop.continueLater(body) }
 }
 
 /// A socket call that failed, with its errno.

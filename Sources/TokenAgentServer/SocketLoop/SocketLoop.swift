@@ -17,16 +17,28 @@ import Synchronization
 /// one thread answers 1.34x what Redis does, where SwiftNIO's path per read and flush alone costs
 /// about 11,500 instructions a GET (docs/BENCHMARKS.md, "Where the socket's floor is").
 ///
-/// Everything but ``execute(_:)`` and ``start(name:)`` is called on the loop's own thread.
+/// Fairness: the loop serves in turns. Each event handled, job run, timer fired or continuation
+/// run is one turn (``turn`` counts them), and a connection does a bounded amount of work in one
+/// (``RequestHandler/workPerTurn``); a connection with work left asks to go on with
+/// ``continueLater(_:)``, which runs after the loop has looked at every other descriptor once
+/// more. So one peer that pipelines costly requests delays the others by one turn of its, not by
+/// everything it sent.
+///
+/// Everything but ``execute(_:)``, ``answers(within:)``, ``ended()`` and ``start(name:)`` is
+/// called on the loop's own thread.
 final class SocketLoop: @unchecked Sendable {
-    /// What a registered descriptor is, kept in its epoll event's data word with its number.
+    /// What a registered descriptor is, kept in its epoll event's data word with its number (the
+    /// low 32 bits), the tag (the next 8) and, for a connection, its generation (the top 24), so
+    /// an event still in a batch for a connection closed earlier in that batch is not delivered to
+    /// a new connection that got the same descriptor number.
     private enum Tag: UInt64 {
         case wake = 1
         case listener = 2
         case connection = 3
     }
 
-    private let epoll: Int32
+    /// The epoll instance.
+    let epoll: Int32
     private let wake: Int32
     private let logger: Logger
 
@@ -36,6 +48,12 @@ final class SocketLoop: @unchecked Sendable {
     private var timers = LoopTimers()
     /// Work to run once the current event is handled (before the loop waits again).
     private var soon: [() -> Void] = []
+    /// Work to run after the loop has looked at every descriptor once more (``continueLater(_:)``).
+    private var later: [() -> Void] = []
+    /// The turns taken so far: one for each event handled, job run, timer fired or continuation.
+    private(set) var turn: UInt64 = 0
+    /// The generation the next connection gets (24 bits, wrapping).
+    private var nextGeneration: UInt32 = 0
     private var listeners: [Int32: (Int32) -> Void] = [:]
     private var running = true
     /// Scratch for reads: each connection's read goes here first.
@@ -45,8 +63,17 @@ final class SocketLoop: @unchecked Sendable {
     private struct Job: @unchecked Sendable { var body: () -> Void }
     /// Work from other threads; `nil` once the loop's thread has ended.
     private let inbox = Mutex<[Job]?>([])
-    private let stopped = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    /// Those waiting in ``ended()`` for the loop's thread to end, by number, and the numbers of
+    /// those cancelled before they waited.
+    private struct Waiters {
+        var waiting: [Int: CheckedContinuation<Void, Never>] = [:]
+        var cancelled: Set<Int> = []
+    }
+    private let stopped = Mutex(Waiters())
+    private let waiters = Atomic(0)
     private let finished = Atomic<Bool>(false)
+    /// Why the loop ended on its own (not through ``stop()``); set before ``finished``.
+    private let failure = Mutex<String?>(nil)
     /// Probes of ``answers(within:)``: the last sent, and the last the loop ran.
     private let probesSent = Atomic(0)
     private let probesRun = Atomic(0)
@@ -73,7 +100,8 @@ final class SocketLoop: @unchecked Sendable {
         Glibc.close(wake)
     }
 
-    /// Starts the loop's thread.
+    /// Starts the loop's thread. `name` is what `top -H`, perf and crash reports show; Linux
+    /// takes at most 15 bytes of it.
     func start(name: String) {
         let thread = Thread { [self] in
             run()
@@ -89,10 +117,11 @@ final class SocketLoop: @unchecked Sendable {
                 runSoonWork()
             }
             finished.store(true, ordering: .releasing)
-            stopped.withLock { continuation in
-                continuation?.resume()
-                continuation = nil
+            let waiting = stopped.withLock { state in
+                defer { state = Waiters() }
+                return Array(state.waiting.values)
             }
+            for continuation in waiting { continuation.resume() }
         }
         thread.name = name
         thread.start()
@@ -117,16 +146,17 @@ final class SocketLoop: @unchecked Sendable {
     }
 
     /// Whether the loop runs a task within `seconds`, from any thread: a loop stuck in one
-    /// piece of work does not. (A probe is a counter the loop raises, polled here, so a loop that
-    /// never answers leaves no waiter behind.)
+    /// piece of work does not, nor one that has ended. (A probe is a counter the loop raises,
+    /// polled here, so a loop that never answers leaves no waiter behind.)
     func answers(within seconds: Double) async -> Bool {
+        if finished.load(ordering: .acquiring) { return false }
         let probe = probesSent.add(1, ordering: .relaxed).newValue
         execute { [self] in
             if probesRun.load(ordering: .relaxed) < probe { probesRun.store(probe, ordering: .releasing) }
         }
         let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
         while probesRun.load(ordering: .acquiring) < probe {
-            guard ContinuousClock.now < deadline else { return false }
+            guard ContinuousClock.now < deadline, !finished.load(ordering: .acquiring) else { return false }
             try? await Task.sleep(for: .milliseconds(2))
         }
         return true
@@ -135,14 +165,33 @@ final class SocketLoop: @unchecked Sendable {
     /// Stops the loop once it has run what it was given, and waits for its thread to end.
     func stop() async {
         execute { [self] in running = false }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = stopped.withLock { waiting -> Bool in
-                if finished.load(ordering: .acquiring) { return true }
-                waiting = continuation
-                return false
+        await ended()
+    }
+
+    /// Waits for the loop's thread to end (by ``stop()`` or on its own), or for the waiting task
+    /// to be cancelled, and says why the loop ended on its own: `nil` after ``stop()`` or when
+    /// cancelled first.
+    @discardableResult
+    func ended() async -> String? {
+        let waiter = waiters.add(1, ordering: .relaxed).newValue
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let done = stopped.withLock { state -> Bool in
+                    if finished.load(ordering: .acquiring) || state.cancelled.remove(waiter) != nil { return true }
+                    state.waiting[waiter] = continuation
+                    return false
+                }
+                if done { continuation.resume() }
             }
-            if done { continuation.resume() }
+        } onCancel: {
+            let continuation = stopped.withLock { state -> CheckedContinuation<Void, Never>? in
+                if let continuation = state.waiting.removeValue(forKey: waiter) { return continuation }
+                if !finished.load(ordering: .acquiring) { state.cancelled.insert(waiter) }
+                return nil
+            }
+            continuation?.resume()
         }
+        return finished.load(ordering: .acquiring) ? failure.withLock { $0 } : nil
     }
 
     // MARK: On the loop's thread
@@ -168,15 +217,23 @@ final class SocketLoop: @unchecked Sendable {
     /// Every listening socket watched.
     var listenerSockets: [Int32] { Array(listeners.keys) }
 
-    /// Serves `connection` from now on.
+    /// Serves `connection` from now on, under a generation of its own.
     func add(_ connection: SocketConnection) {
         let socket = Int(connection.socket)
+        connection.generation = nextGeneration
+        nextGeneration = (nextGeneration &+ 1) & 0xFF_FFFF
         if socket >= connections.count {
             connections.append(contentsOf: repeatElement(nil, count: socket + 1 - connections.count))
         }
         connections[socket] = connection
         connectionCount += 1
-        if !register(connection.socket, tag: .connection, events: connection.interest) {
+        if !control(
+            EPOLL_CTL_ADD,
+            connection.socket,
+            tag: .connection,
+            generation: connection.generation,
+            events: connection.interest
+        ) {
             // Out of epoll watches (fs.epoll.max_user_watches): the connection could never be
             // served.
             logger.error("cannot watch a connection", metadata: ["error": "\(String(cString: strerror(errno)))"])
@@ -198,11 +255,15 @@ final class SocketLoop: @unchecked Sendable {
 
     /// Changes the events watched on a connection's socket.
     func watch(_ connection: SocketConnection, events: UInt32) {
-        control(EPOLL_CTL_MOD, connection.socket, tag: .connection, events: events)
+        control(EPOLL_CTL_MOD, connection.socket, tag: .connection, generation: connection.generation, events: events)
     }
 
     /// Runs `body` after the current event is handled.
     func runSoon(_ body: @escaping () -> Void) { soon.append(body) }
+
+    /// Runs `body` in a turn of its own once the loop has looked at every descriptor once more
+    /// and served what was ready: for a connection that used up its turn with work left.
+    func continueLater(_ body: @escaping () -> Void) { later.append(body) }
 
     /// Starts a timer.
     func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) -> LoopTimer {
@@ -214,11 +275,18 @@ final class SocketLoop: @unchecked Sendable {
         control(EPOLL_CTL_ADD, socket, tag: tag, events: events)
     }
 
-    /// `epoll_ctl` for `socket`, its number and `tag` in the event's data word; `false` when
-    /// epoll refused it.
+    /// `epoll_ctl` for `socket`, its number, `tag` and `generation` in the event's data word;
+    /// `false` when epoll refused it.
     @discardableResult
-    private func control(_ operation: Int32, _ socket: Int32, tag: Tag, events: UInt32) -> Bool {
-        var event = fsl_event(events, UInt64(UInt32(bitPattern: socket)) | tag.rawValue << 32)
+    private func control(
+        _ operation: Int32,
+        _ socket: Int32,
+        tag: Tag,
+        generation: UInt32 = 0,
+        events: UInt32
+    ) -> Bool {
+        let data = UInt64(UInt32(bitPattern: socket)) | tag.rawValue << 32 | UInt64(generation & 0xFF_FFFF) << 40
+        var event = fsl_event(events, data)
         return epoll_ctl(epoll, operation, socket, &event) == 0
     }
 
@@ -227,8 +295,11 @@ final class SocketLoop: @unchecked Sendable {
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
         defer { events.deallocate() }
         while running {
+            // The continuations asked for before this wait run after what it finds ready.
+            let continuations = later
+            later = []
             var timeout: Int32 = -1
-            if !soon.isEmpty {
+            if !soon.isEmpty || !continuations.isEmpty {
                 timeout = 0
             } else if let deadline = timers.nextDeadline() {
                 let now = NIODeadline.now().uptimeNanoseconds
@@ -237,17 +308,24 @@ final class SocketLoop: @unchecked Sendable {
             let ready = epoll_wait(epoll, events, Int32(capacity), timeout)
             if ready < 0, errno != EINTR {
                 // Not expected with a valid descriptor and buffer: the loop ends, closing every
-                // connection, rather than spin.
-                logger.critical("epoll_wait failed", metadata: ["error": "\(String(cString: strerror(errno)))"])
+                // connection, rather than spin; the server's service then fails, and so the agent.
+                let error = "epoll_wait failed: \(String(cString: strerror(errno)))"
+                logger.critical("socket loop ended", metadata: ["error": "\(error)"])
+                failure.withLock { $0 = error }
                 return
             }
             for index in 0..<max(0, Int(ready)) {
+                turn &+= 1
                 let data = fsl_event_data(events + index)
                 let socket = Int32(bitPattern: UInt32(truncatingIfNeeded: data))
-                switch Tag(rawValue: data >> 32) {
+                switch Tag(rawValue: (data >> 32) & 0xFF) {
                 case .connection:
-                    if Int(socket) < connections.count, let connection = connections[Int(socket)] {
+                    if Int(socket) < connections.count, let connection = connections[Int(socket)],
+                        connection.generation == UInt32(truncatingIfNeeded: data >> 40)
+                    {
                         connection.handle(events: events[index].events)
+                    } else {
+                        staleEvents &+= 1
                     }
                 case .listener:
                     if let accept = listeners[socket] { acceptAll(on: socket, accept) }
@@ -261,12 +339,22 @@ final class SocketLoop: @unchecked Sendable {
             }
             let due = timers.takeDue(now: NIODeadline.now().uptimeNanoseconds)
             for timer in due {
+                turn &+= 1
                 timer.fire()
+                runSoonWork()
+            }
+            for body in continuations {
+                turn &+= 1
+                body()
                 runSoonWork()
             }
             runSoonWork()
         }
     }
+
+    /// Events dropped because their connection had closed (its descriptor perhaps reused) since
+    /// epoll reported them.
+    private(set) var staleEvents = 0
 
     /// When the loop ends: every connection and listening socket is closed.
     private func closeEverything() {
@@ -282,6 +370,7 @@ final class SocketLoop: @unchecked Sendable {
             return taken
         }
         for job in jobs {
+            turn &+= 1
             job.body()
             runSoonWork()
         }

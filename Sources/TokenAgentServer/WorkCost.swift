@@ -1,0 +1,12 @@
+/// What a reply costs a connection's turn (``RequestHandler/workPerTurn``), in request lines
+/// beside the one its line already cost: replies that walk the cache or render many counters
+/// cost what they take, as measured against a cached GET, so a peer that pipelines them gets as
+/// little of a turn's time as one that pipelines GETs.
+enum WorkCost {
+    /// `INFO`: one entry's fields.
+    static let info = 1
+    /// `STATS`: every counter, rendered as text.
+    static let stats = 3
+    /// `METRICS`: the whole exposition (a walk of the cache and every series): one per turn.
+    static let metrics = RequestHandler.workPerTurn
+}
