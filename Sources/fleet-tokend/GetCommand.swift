@@ -37,7 +37,7 @@ struct GetCommand: AsyncParsableCommand {
             print(token.jwt)
         } catch {
             // The error may hold the agent's text: escaped, like everything printed to a terminal.
-            FileHandle.standardError.write(Data("fleet-tokend: \(TerminalText.escaped(error.description))\n".utf8))
+            StandardError.write("fleet-tokend: \(TerminalText.escaped(error.description))\n")
             throw ExitCode(Self.exitStatus(for: error))
         }
     }

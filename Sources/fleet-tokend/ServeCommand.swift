@@ -91,6 +91,9 @@ struct ServeCommand: AsyncParsableCommand {
     func run() async throws {
         // SIGHUP means reload (ReloadService); never let it end the process before that listens.
         signal(SIGHUP, SIG_IGN)
+        // A write to a closed pipe (a log collector restarted, a client gone) fails with EPIPE
+        // instead of killing the agent: no write of the agent's is worth its life.
+        signal(SIGPIPE, SIG_IGN)
         let environment = ProcessInfo.processInfo.environment
         // Looked at before it is read: a change while it is read is then seen by the watcher.
         let configFileBeforeLoad = WatchedFiles(paths: config.map { [$0] } ?? [])
@@ -98,7 +101,7 @@ struct ServeCommand: AsyncParsableCommand {
         do {
             configuration = try resolvedConfiguration(environment: environment)
         } catch let error as ConfigurationError {
-            FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
+            StandardError.write("fleet-tokend: \(error)\n")
             throw ExitCode(78)
         }
         // The files the watcher compares with: the config file as it was before it was read, and
@@ -134,7 +137,7 @@ struct ServeCommand: AsyncParsableCommand {
             providers = try ProviderSet.build(from: configuration, discoverCredentials: discoverCredentials)
         } catch let error as ConfigurationError {
             logger.critical("bad configuration", metadata: ["key": "\(error.key)", "reason": "\(error.reason)"])
-            FileHandle.standardError.write(Data("fleet-tokend: \(error)\n".utf8))
+            StandardError.write("fleet-tokend: \(error)\n")
             throw ExitCode(78)
         }
         try await AgentRuntime(

@@ -29,7 +29,8 @@ final class AgentProcess: @unchecked Sendable {
         socketPath: String? = nil,
         environment: [String: String] = [:],
         launcher: [String]? = nil,
-        readyTimeout: Double = 20
+        readyTimeout: Double = 20,
+        output: FileHandle? = nil
     ) async throws {
         directory = try Self.makeTemporaryDirectory()
         self.socketPath = socketPath ?? directory.appendingPathComponent("tokens.sock").path
@@ -45,7 +46,8 @@ final class AgentProcess: @unchecked Sendable {
             process.arguments = Array(command.dropFirst())
         }
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        // `output`, when given, takes stdout and stderr instead of the log file.
+        let log = try output ?? FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         process.standardError = log
         process.standardOutput = log
         try process.run()

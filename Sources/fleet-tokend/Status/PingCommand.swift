@@ -55,7 +55,7 @@ struct PingCommand: ParsableCommand {
 
     /// Writes `message` (which may hold the agent's text, so escaped) and exits with `status`.
     private func fail(_ message: String, status: Int32) -> Never {
-        if !quiet { FileHandle.standardError.write(Data("fleet-tokend: \(TerminalText.escaped(message))\n".utf8)) }
+        if !quiet { StandardError.write("fleet-tokend: \(TerminalText.escaped(message))\n") }
         Foundation.exit(status)
     }
 }

@@ -68,7 +68,7 @@ struct StatusCommand: ParsableCommand {
 
     /// Writes `message` (which may hold the agent's text, so escaped) and exits with `status`.
     private func fail(_ message: String, status: Int32) -> Never {
-        FileHandle.standardError.write(Data("fleet-tokend: \(TerminalText.escaped(message))\n".utf8))
+        StandardError.write("fleet-tokend: \(TerminalText.escaped(message))\n")
         Foundation.exit(status)
     }
 }
