@@ -8,6 +8,7 @@ import Testing
 final class RecordingMirror: TokenMirror, Sendable {
     private struct State {
         var tokens: [String: [UInt8]] = [:]
+        var expiries: [String: MonotonicInstant] = [:]
         var accepting = true
         var stored = 0
     }
@@ -21,6 +22,10 @@ final class RecordingMirror: TokenMirror, Sendable {
     /// The bytes held for a key, as text.
     func token(_ kind: String, _ id: String) -> String? {
         state.withLock { $0.tokens[Self.key(kind, id)].map { String(decoding: $0, as: UTF8.self) } }
+    }
+    /// The monotonic expiry the mirror was last given for a key it holds.
+    func expiry(_ kind: String, _ id: String) -> MonotonicInstant? {
+        state.withLock { $0.tokens[Self.key(kind, id)] == nil ? nil : $0.expiries[Self.key(kind, id)] }
     }
     /// Replaces what the mirror holds for a key, as if its memory said something else.
     func overwrite(_ kind: String, _ id: String, with token: String) {
@@ -40,6 +45,7 @@ final class RecordingMirror: TokenMirror, Sendable {
         state.withLock { state in
             state.stored += 1
             state.tokens[Self.key(kind, id)] = state.accepting ? Array(token.utf8) : nil
+            state.expiries[Self.key(kind, id)] = expiry
             return state.accepting
         }
     }

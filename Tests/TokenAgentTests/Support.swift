@@ -20,6 +20,11 @@ final class ManualClock: AgentClock, Sendable {
             $0.wall += seconds
         }
     }
+
+    /// Steps the wall clock alone (NTP correcting it, say), forward for a positive `seconds`.
+    func stepWall(_ seconds: Double) {
+        now.withLock { $0.wall += seconds }
+    }
 }
 
 /// A provider whose answers the test scripts: mints `tok-<id>-<n>` tokens of a given lifetime,

@@ -65,8 +65,17 @@ struct CacheEntry {
         refreshAt = policy.refreshTime(fetchedAt: now, expiry: expiry, jitterUnit: jitterUnit)
     }
 
-    /// Seconds the token has left at `now` (zero when there is none).
+    /// Seconds the token has left at `now` on the monotonic clock (zero when there is none).
     func remaining(at now: MonotonicInstant) -> Double { token.isHeld ? expiry - now : 0 }
+
+    /// Seconds the token has left at `now`, by both clocks: what its monotonic deadline leaves,
+    /// and what its `exp` leaves by the wall clock reading `wall`, whichever is less (zero when
+    /// there is none). A wall clock stepped forward since the fetch (NTP correcting a clock that
+    /// was behind) makes a token expire sooner than its deadline said; a step back never makes
+    /// one last longer.
+    func remaining(at now: MonotonicInstant, wall: UnixTime) -> Double {
+        token.isHeld ? min(expiry - now, unixExpiry - wall) : 0
+    }
 
     /// The token's lifetime as fetched, seconds.
     var lifetime: Double { expiry - fetchedAt }

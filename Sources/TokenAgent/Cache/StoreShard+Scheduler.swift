@@ -66,6 +66,39 @@ extension StoreShard {
         return refresh
     }
 
+    /// After a step of the wall clock: each held token whose `exp`, by the wall clock `wall`,
+    /// comes before its monotonic deadline gets that sooner deadline, its refresh as much sooner,
+    /// its shared-memory slot the new deadline (readers judge by it), and a look now (which starts
+    /// its refresh, or takes it out of shared memory, when due). A step back moves nothing: a
+    /// deadline never moves later. Returns how many moved.
+    mutating func wallClockStepped(now: MonotonicInstant, wall: UnixTime) -> Int {
+        var moved = 0
+        for slot in table.slotsNewestFirst {
+            guard let (key, entry) = table.entry(inSlot: slot), entry.token.isHeld else { continue }
+            let byWall = now + (entry.unixExpiry - wall)
+            guard byWall < entry.expiry else { continue }
+            let sooner = entry.expiry - byWall
+            var updated = entry
+            updated.expiry = byWall
+            updated.refreshAt = updated.refreshAt - sooner
+            if updated.token == .mirrored, let mirror, let token = tokenText(entry, key: key) {
+                let held = mirror.tokenStored(
+                    kind: key.kind,
+                    id: key.tokenKey.id,
+                    token: token,
+                    expiry: updated.expiry,
+                    lifetime: updated.lifetime,
+                    unixExpiry: updated.unixExpiry
+                )
+                if !held { updated.token = .owned(token) }
+            }
+            table.update(slot: slot) { $0 = updated }
+            schedule(slot: slot, at: now)
+            moved += 1
+        }
+        return moved
+    }
+
     /// Forgets every record and schedules every entry for `now`.
     mutating func rebuildDueQueue(at now: MonotonicInstant) {
         due.removeAll()

@@ -49,6 +49,7 @@ struct StoreShard {
         hash: Int,
         _ request: EngineRequest,
         now: MonotonicInstant,
+        wall: UnixTime,
         fetched: inout MonotonicInstant,
         serve: (TokenView) -> Void
     ) -> StoreDecision {
@@ -70,13 +71,14 @@ struct StoreShard {
             if request.isGet { entry.reads &+= 1 }
             var decision: StoreDecision
             switch request {
-            case .get(let requested): decision = Self.decideGet(&entry, requested: requested, policy: policy, now: now)
-            case .warm: decision = Self.decideGet(&entry, requested: nil, policy: policy, now: now)
+            case .get(let requested):
+                decision = Self.decideGet(&entry, requested: requested, policy: policy, now: now, wall: wall)
+            case .warm: decision = Self.decideGet(&entry, requested: nil, policy: policy, now: now, wall: wall)
             case .refresh(let refused):
                 if let refused, Self.holds(&entry, refused, key: key, mirror: mirror) {
                     decision = Self.decideReport(&entry, policy: policy, now: now)
                 } else {
-                    decision = Self.decideRefresh(entry, refused: refused, policy: policy, now: now)
+                    decision = Self.decideRefresh(entry, refused: refused, policy: policy, now: now, wall: wall)
                 }
             }
             if case .served = decision, !Self.hand(&entry, key: key, mirror: mirror, to: serve) {
@@ -105,9 +107,10 @@ struct StoreShard {
         _ entry: inout CacheEntry,
         requested: Double?,
         policy: RefreshPolicy,
-        now: MonotonicInstant
+        now: MonotonicInstant,
+        wall: UnixTime
     ) -> StoreDecision {
-        let remaining = entry.remaining(at: now)
+        let remaining = entry.remaining(at: now, wall: wall)
         let servable = policy.isServable(remaining: remaining)
         if entry.token.isHeld {
             let needed = policy.requiredValidity(lifetime: entry.lifetime, requested: requested)
@@ -128,9 +131,10 @@ struct StoreShard {
         _ entry: CacheEntry,
         refused: String?,
         policy: RefreshPolicy,
-        now: MonotonicInstant
+        now: MonotonicInstant,
+        wall: UnixTime
     ) -> StoreDecision {
-        let servable = entry.token.isHeld && policy.isServable(remaining: entry.remaining(at: now))
+        let servable = entry.token.isHeld && policy.isServable(remaining: entry.remaining(at: now, wall: wall))
         if refused != nil {
             if servable { return .served }
         } else if servable, now - entry.fetchedAt < policy.refetchGuard {
@@ -222,8 +226,9 @@ struct StoreShard {
     }
 
     /// The cached token of `key` if it can still be served (a GET whose fetch failed).
-    mutating func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant) -> ServedToken? {
-        guard var entry = table.peek(key), runtime.policy.isServable(remaining: entry.remaining(at: now)) else {
+    mutating func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant, wall: UnixTime) -> ServedToken? {
+        guard var entry = table.peek(key), runtime.policy.isServable(remaining: entry.remaining(at: now, wall: wall))
+        else {
             return nil
         }
         var served: ServedToken?

@@ -35,6 +35,9 @@ public final class TokenEngine: Sendable {
     private let fetches: FetchCoordinator
     /// Raised by every reload: lets callers that keep the kind names notice a change cheaply.
     private let runtimeVersion = Atomic<Int>(0)
+    /// Watches for steps of the wall clock, once a pass of the scheduler.
+    private let wallClock = Mutex(WallClockWatch())
+    private let logger: Logger
 
     /// Creates an engine.
     /// - Parameters:
@@ -56,6 +59,7 @@ public final class TokenEngine: Sendable {
         self.maxEntries = max(1, maxEntries)
         self.fetchLimits = fetchLimits
         self.clock = clock
+        self.logger = logger
         self.store = TokenStore(runtime: runtime, maxEntries: self.maxEntries, mirror: mirror, random: random)
         self.fetches = FetchCoordinator(
             runtime: runtime,
@@ -211,7 +215,7 @@ public final class TokenEngine: Sendable {
         while true {
             attempt += 1
             var fetched = MonotonicInstant.origin
-            switch store.decide(key, request, now: clock.now, fetched: &fetched, serve: serve) {
+            switch store.decide(key, request, now: clock.now, wall: clock.unixNow, fetched: &fetched, serve: serve) {
             case .served: return .served
             case .fail(let failure): return .ready(.failure(failure))
             case .fetch:
@@ -286,7 +290,11 @@ public final class TokenEngine: Sendable {
             return .success(ServedToken(token: fetched.token, expiresAt: fetched.expiresAt.wholeSeconds))
         case .failure(let error):
             if request.isGet,
-                let cached = store.servableAfterFailure(EntryKey(kind: key.kind, id: key.id), now: clock.now)
+                let cached = store.servableAfterFailure(
+                    EntryKey(kind: key.kind, id: key.id),
+                    now: clock.now,
+                    wall: clock.unixNow
+                )
             {
                 return .success(cached)
             }
@@ -304,7 +312,20 @@ public final class TokenEngine: Sendable {
     /// refreshes started.
     @discardableResult
     public func maintain() -> Int {
-        fetches.refresh(store.takeDue(now: clock.now))
+        let now = clock.now
+        let wall = clock.unixNow
+        if let step = wallClock.withLock({ $0.step(now: now, wall: wall) }) {
+            // Every deadline is monotonic, fixed at fetch time: a token's `exp` by the stepped
+            // wall clock may now come sooner. Those deadlines move to it (shared memory too), so
+            // nothing, here or in a reader, serves a token past its `exp`, and their refreshes
+            // fall due as much sooner.
+            let moved = store.wallClockStepped(now: now, wall: wall)
+            logger.warning(
+                "wall clock stepped",
+                metadata: ["step_s": "\(Int(saturating: step.rounded()))", "tokens_expiring_sooner": "\(moved)"]
+            )
+        }
+        return fetches.refresh(store.takeDue(now: now))
     }
 
     /// Swaps in new providers and policy (a reload). Entries of kinds in `changedKinds`, or whose
@@ -350,10 +371,11 @@ public final class TokenEngine: Sendable {
         var seen: Set<[UInt8]> = []
         var toFetch: [TokenKey] = []
         let now = clock.now
+        let wall = clock.unixNow
         for id in ids where seen.insert(Array(id.utf8)).inserted && !TokenIdentifier.isReserved(id.utf8) {
             let key = EntryKey(kind: kind, id: id)
             var fetched = MonotonicInstant.origin
-            switch store.decide(key, .warm, now: now, fetched: &fetched, serve: { _ in }) {
+            switch store.decide(key, .warm, now: now, wall: wall, fetched: &fetched, serve: { _ in }) {
             case .served: outcome.cached += 1
             case .fetch: toFetch.append(key.tokenKey)
             case .fail, .joinOrFail: continue

@@ -51,12 +51,13 @@ final class TokenStore: Sendable {
         _ key: EntryKey,
         _ request: EngineRequest,
         now: MonotonicInstant,
+        wall: UnixTime,
         fetched: inout MonotonicInstant,
         serve: (TokenView) -> Void
     ) -> StoreDecision {
         let hash = key.tableHash
         return shard(hashValue: hash).state.withLock {
-            $0.decide(key, hash: hash, request, now: now, fetched: &fetched, serve: serve)
+            $0.decide(key, hash: hash, request, now: now, wall: wall, fetched: &fetched, serve: serve)
         }
     }
 
@@ -73,8 +74,8 @@ final class TokenStore: Sendable {
     }
 
     /// The cached token of `key` if it can still be served, counted as served after a failure.
-    func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant) -> ServedToken? {
-        shard(key).state.withLock { $0.servableAfterFailure(key, now: now) }
+    func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant, wall: UnixTime) -> ServedToken? {
+        shard(key).state.withLock { $0.servableAfterFailure(key, now: now, wall: wall) }
     }
 
     /// Stores a fetch's result (see ``StoreShard/record(_:generation:result:now:unixNow:jitterUnit:)``).
@@ -138,6 +139,12 @@ final class TokenStore: Sendable {
         var due: [TokenKey] = []
         for shard in shards { due += shard.state.withLock { $0.takeDue(now: now) } }
         return due
+    }
+
+    /// After a step of the wall clock: moves each token's deadline to its `exp` by the wall clock
+    /// `wall` where that comes sooner. Returns how many moved.
+    func wallClockStepped(now: MonotonicInstant, wall: UnixTime) -> Int {
+        shards.reduce(0) { moved, shard in moved + shard.state.withLock { $0.wallClockStepped(now: now, wall: wall) } }
     }
 
     /// Puts `runtime` in force in every shard (a reload) and forgets the kinds in `moved`.

@@ -1,0 +1,86 @@
+import Testing
+
+@testable import TokenAgent
+
+@Suite("A step of the wall clock")
+struct WallClockStepTests {
+    private func makeEngine(mirror: RecordingMirror? = nil) -> (TokenEngine, ScriptedProvider, ManualClock) {
+        let clock = ManualClock()
+        let provider = ScriptedProvider(clock: clock)
+        let engine = TokenEngine(providers: ["vehicle": provider], clock: clock, random: { 0 }, mirror: mirror)
+        return (engine, provider, clock)
+    }
+
+    /// A host whose clock was behind fetches a token; NTP steps the clock forward: the token's
+    /// `exp` has now passed by the wall clock while its monotonic deadline has an hour to go. It
+    /// is not served; a new one is fetched.
+    @Test func aTokenExpiredByTheSteppedWallClockIsNotServed() async throws {
+        let (engine, provider, clock) = makeEngine()
+        let first = try await engine.get(kind: "vehicle", id: "v-1").get()
+        #expect(first.token == "tok-v-1-1")
+        clock.stepWall(3_600 + 120)  // exp was 120 s ago by the corrected clock
+        let second = try await engine.get(kind: "vehicle", id: "v-1").get()
+        #expect(second.token == "tok-v-1-2", "the old token is expired by the wall clock")
+        #expect(Double(second.expiresAt) > clock.wallSeconds + 3_000)
+        #expect(provider.fetches == 2)
+    }
+
+    /// Under the serving floor by the wall clock is as good as expired, for a GET and for a
+    /// failed fetch's fallback alike.
+    @Test func aTokenUnderTheFloorByTheWallClockIsNeitherServedNorAFallback() async throws {
+        let (engine, provider, clock) = makeEngine()
+        _ = try await engine.get(kind: "vehicle", id: "v-1").get()
+        clock.stepWall(3_600 - 5)  // 5 s left by the wall clock, under the 10 s floor
+        provider.setMode(.fail(.failed("down")))
+        let outcome = await engine.get(kind: "vehicle", id: "v-1")
+        #expect(throws: (any Error).self, "no token with under 10 s left by the wall clock") { try outcome.get() }
+    }
+
+    /// A step back never makes a token last longer than its monotonic deadline.
+    @Test func aStepBackDoesNotExtendAToken() async throws {
+        let (engine, _, clock) = makeEngine()
+        let first = try await engine.get(kind: "vehicle", id: "v-1").get()
+        clock.stepWall(-7_200)
+        clock.advance(3_600 - 5)  // 5 s left on the monotonic clock; hours by the wall clock
+        let second = try await engine.get(kind: "vehicle", id: "v-1").get()
+        #expect(second.token != first.token)
+    }
+
+    /// The scheduler's pass notices the step: every held token whose `exp` now comes sooner gets
+    /// that deadline, in shared memory too (readers judge by it), and a step back moves nothing.
+    @Test func theSchedulerMovesDeadlinesAndSharedMemoryToTheSteppedClock() async throws {
+        let mirror = RecordingMirror()
+        let (engine, provider, clock) = makeEngine(mirror: mirror)
+        _ = engine.maintain()  // the watch's first look
+        _ = try await engine.get(kind: "vehicle", id: "v-1").get()
+        _ = try await engine.get(kind: "vehicle", id: "v-2").get()
+        let before = try #require(mirror.expiry("vehicle", "v-1"))
+        #expect(before == engine.now + 3_600)
+
+        clock.stepWall(-600)
+        _ = engine.maintain()
+        #expect(mirror.expiry("vehicle", "v-1") == before, "a step back moves no deadline")
+
+        clock.stepWall(600 + 1_800)  // net: the wall clock is 30 minutes ahead of where it was
+        _ = engine.maintain()
+        #expect(mirror.expiry("vehicle", "v-1") == engine.now + 1_800, "shared memory has the sooner deadline")
+        #expect(mirror.expiry("vehicle", "v-2") == engine.now + 1_800)
+        let info = try #require(try engine.info(kind: "vehicle", id: "v-1").get())
+        #expect(info.expiresAt == UnixTime(seconds: clock.wallSeconds + 1_800))
+
+        // A step past the `exp`: the pass takes the tokens out of shared memory and refreshes them.
+        clock.stepWall(1_800)
+        _ = engine.maintain()
+        #expect(mirror.token("vehicle", "v-1") != "tok-v-1-1", "the expired token left shared memory")
+        try await waitUntil { provider.fetches == 4 }
+        let fresh = try await engine.get(kind: "vehicle", id: "v-1").get()
+        #expect(fresh.token != "tok-v-1-1" && fresh.token.hasPrefix("tok-v-1-"), "refreshed: \(fresh.token)")
+        #expect(Double(fresh.expiresAt) > clock.wallSeconds + 3_000)
+    }
+}
+
+/// Waits (yielding, a few seconds at most) until `condition` holds.
+private func waitUntil(_ condition: @Sendable () -> Bool) async throws {
+    for _ in 0..<500 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
+    #expect(condition())
+}
