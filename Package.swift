@@ -118,6 +118,7 @@ let package = Package(
                 "TokenAgentServer",
                 "FleetTokenClient",
                 "Systemd",
+                "CSocketLoop",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,8 +1,24 @@
 #define _GNU_SOURCE
 #include "CSocketLoop.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+#ifndef PIDFD_GET_PID_NAMESPACE
+#define PIDFD_GET_PID_NAMESPACE _IO(0xFF, 5)
+#endif
 
 int fsl_accept(int listener) { return accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC); }
 
@@ -18,4 +34,78 @@ int fsl_peer_credentials(int socket, int32_t *pid, uint32_t *uid, uint32_t *gid)
 
 ssize_t fsl_send(int socket, const void *bytes, size_t length) {
     return send(socket, bytes, length, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/// Whether `theirs` and the calling process's PID namespace are the same one: 1, 0, or -1.
+static int same_as_own_pid_namespace(const struct stat *theirs) {
+    struct stat ours;
+    if (stat("/proc/self/ns/pid", &ours) != 0) return -1;
+    return theirs->st_dev == ours.st_dev && theirs->st_ino == ours.st_ino;
+}
+
+int fsl_peer_in_own_pid_namespace(int socket) {
+    int pidfd = -1;
+    socklen_t length = sizeof(pidfd);
+    if (getsockopt(socket, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &length) != 0 || pidfd < 0) return -1;
+    int result = -1;
+    struct stat theirs;
+    int namespace = ioctl(pidfd, PIDFD_GET_PID_NAMESPACE, 0);
+    if (namespace >= 0) {
+        if (fstat(namespace, &theirs) == 0) result = same_as_own_pid_namespace(&theirs);
+        close(namespace);
+    } else {
+        // An older kernel: the pid's /proc entry, trusted only if the process the pidfd names
+        // is still alive once it was read (then the pid was still its own).
+        struct ucred credentials;
+        socklen_t credentialsLength = sizeof(credentials);
+        char path[64];
+        if (getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &credentials, &credentialsLength) == 0
+            && credentials.pid > 0) {
+            snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)credentials.pid);
+            struct pollfd exited = {.fd = pidfd, .events = POLLIN};
+            if (stat(path, &theirs) == 0 && poll(&exited, 1, 0) == 0) result = same_as_own_pid_namespace(&theirs);
+        }
+    }
+    close(pidfd);
+    return result;
+}
+
+int fsl_listener_pidfd(const char *path, int32_t *pid) {
+    *pid = 0;
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(address.sun_path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(address.sun_path, path);
+    int socket_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (socket_ < 0) return -1;
+    int pidfd = -1;
+    if (connect(socket_, (struct sockaddr *)&address, sizeof(address)) == 0) {
+        struct ucred credentials;
+        socklen_t length = sizeof(credentials);
+        if (getsockopt(socket_, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 && credentials.pid > 0) {
+            socklen_t pidfdLength = sizeof(pidfd);
+            if (getsockopt(socket_, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pidfdLength) != 0 || pidfd < 0) {
+                pidfd = (int)syscall(SYS_pidfd_open, credentials.pid, 0);
+            }
+            if (pidfd >= 0) *pid = credentials.pid;
+        } else if (errno == 0) {
+            errno = ESRCH;
+        }
+    }
+    int saved = errno;
+    close(socket_);
+    errno = saved;
+    return pidfd;
+}
+
+int fsl_pidfd_send_signal(int pidfd, int signal) {
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, signal, NULL, 0);
+}
+
+int fsl_pidfd_exited(int pidfd) {
+    struct pollfd exited = {.fd = pidfd, .events = POLLIN};
+    int ready = poll(&exited, 1, 0);
+    return ready < 0 ? -1 : ready > 0;
 }

@@ -14,6 +14,8 @@ enum PeerCredentialsReader {
         var uid: UInt32 = 0
         var gid: UInt32 = 0
         guard fsl_peer_credentials(socket, &pid, &uid, &gid) == 0 else { return nil }
+        // Asked only of the agent's own uid, the one the answer matters for (``AccessRules``).
+        let inAgentPIDNamespace = uid == ownUID && fsl_peer_in_own_pid_namespace(socket) == 1
         var buffer = GroupBuffer(repeating: 0)
         var length = socklen_t(MemoryLayout<GroupBuffer>.size)
         let result = withUnsafeMutableBytes(of: &buffer) { raw in
@@ -21,12 +23,21 @@ enum PeerCredentialsReader {
         }
         guard result == 0 else {
             // Too many groups for the buffer, or an old kernel: the process's own record.
-            return PeerCredentials(pid: pid, uid: uid, gid: gid, groups: procGroups(pid: pid))
+            return PeerCredentials(
+                pid: pid,
+                uid: uid,
+                gid: gid,
+                groups: procGroups(pid: pid),
+                inAgentPIDNamespace: inAgentPIDNamespace
+            )
         }
         var groups: [UInt32] = []
         for index in 0..<min(Int(length) / 4, buffer.count) { groups.append(buffer[index]) }
-        return PeerCredentials(pid: pid, uid: uid, gid: gid, groups: groups)
+        return PeerCredentials(pid: pid, uid: uid, gid: gid, groups: groups, inAgentPIDNamespace: inAgentPIDNamespace)
     }
+
+    /// The agent's own uid.
+    private static let ownUID = getuid()
 
     /// Room for the supplementary groups; a peer with more is read from `/proc`.
     private typealias GroupBuffer = InlineArray<256, UInt32>

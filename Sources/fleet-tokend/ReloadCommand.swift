@@ -1,10 +1,13 @@
 import ArgumentParser
+import CSocketLoop
 import FleetTokenClient
 import Foundation
 import TokenWire
 
 /// `fleet-tokend reload --pid PID`: asks a running agent to reload (SIGHUP) and waits for the
-/// outcome, so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration is
+/// outcome. Only the agent listening on the socket is signalled, when the kernel names it as
+/// process `PID` to a client that connects, through a pidfd: any other process is refused
+/// (`cannot signal process PID`), and so is a pid reused since. so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration is
 /// applied, and fails when the agent refused it. Needs no `kill` binary.
 struct ReloadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -29,17 +32,31 @@ struct ReloadCommand: AsyncParsableCommand {
         configuration.callTimeout = 2
         // One request and out: mapping a segment would only cost a round trip more.
         configuration.sharedMemory = false
-        let client = FleetTokenClient(
-            socketPath: socket ?? FleetTokenClient.defaultSocketPath,
-            configuration: configuration
-        )
-        let before = try? await client.stats()
-        // pid 1 is init on a host, never to be signalled; in a container it is the agent itself.
-        guard pid > 1 || (pid == 1 && Self.isThisProgram(pid: 1)), kill(pid, SIGHUP) == 0 else {
-            fail("cannot signal process \(pid)")
+        let path = socket ?? FleetTokenClient.defaultSocketPath
+        let client = FleetTokenClient(socketPath: path, configuration: configuration)
+        // Only the agent listening on the socket is signalled, and only if it is process `pid`
+        // here: the kernel names the listener to whoever connects (its pid in this namespace, and
+        // a pidfd for it), and the signal goes through that pidfd, so neither another process nor
+        // a pid reused since is ever signalled.
+        var listener: Int32 = 0
+        let process = fsl_listener_pidfd(path, &listener)
+        guard process >= 0 else {
+            fail("cannot signal process \(pid): no agent listens on \(path) (\(String(cString: strerror(errno))))")
         }
-        guard let before, let applied = before["reloads"], let refused = before["reload_failures"] else {
+        defer { close(process) }
+        guard listener == pid else {
+            let other = listener > 0 ? "process \(listener)" : "a process outside this PID namespace"
+            fail("cannot signal process \(pid): the agent on \(path) is \(other)")
+        }
+        let before = try? await client.stats()
+        guard fsl_pidfd_exited(process) == 0, fsl_pidfd_send_signal(process, SIGHUP) == 0 else {
+            fail("cannot signal process \(pid): it has exited")
+        }
+        guard let before else {
             fail("signalled process \(pid), but cannot read the outcome: STATS did not answer on the socket")
+        }
+        guard let applied = before["reloads"], let refused = before["reload_failures"] else {
+            fail("signalled process \(pid), but cannot read the outcome: STATS has no reload counts")
         }
         let deadline = ContinuousClock.now + .milliseconds(Int64(saturating: timeout * 1000))
         while ContinuousClock.now < deadline {
@@ -54,15 +71,7 @@ struct ReloadCommand: AsyncParsableCommand {
     }
 
     private func fail(_ message: String) -> Never {
-        FileHandle.standardError.write(Data("fleet-tokend: \(message)\n".utf8))
+        StandardError.write("fleet-tokend: \(message)\n")
         Foundation.exit(1)
-    }
-
-    /// Whether process `pid` runs the same executable as this one (`/proc/<pid>/exe`).
-    static func isThisProgram(pid: Int32) -> Bool {
-        guard let mine = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"),
-            let theirs = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")
-        else { return false }
-        return mine == theirs
     }
 }

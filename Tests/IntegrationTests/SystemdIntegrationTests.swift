@@ -186,7 +186,23 @@ struct SystemdIntegrationTests {
             ["reload", "--pid", "\(agent.pid)", "--socket", agent.directory.path + "/none.sock"]
         )
         #expect(blind.status == 1, "\(blind.stderr)")
-        #expect(blind.stderr.contains("cannot read the outcome"))
+        #expect(blind.stderr.contains("cannot signal process \(agent.pid): no agent listens on"), "\(blind.stderr)")
+
+        // Another process's pid is refused, whatever it runs: only the agent on the socket is
+        // signalled, and only when it names that pid as its own.
+        let sleeper = Process()
+        sleeper.executableURL = URL(fileURLWithPath: which("sleep")!)
+        sleeper.arguments = ["30"]
+        try sleeper.run()
+        let stranger = try await run(
+            AgentProcess.binary,
+            ["reload", "--pid", "\(sleeper.processIdentifier)", "--socket", agent.socketPath]
+        )
+        #expect(stranger.status == 1)
+        #expect(stranger.stderr.contains("cannot signal process \(sleeper.processIdentifier)"), "\(stranger.stderr)")
+        #expect(sleeper.isRunning, "the other process was not signalled")
+        sleeper.terminate()
+        #expect((try await agent.stats())["reloads"] == 1, "nor was the agent")
         #expect(await agent.stop() == 0)
     }
 }

@@ -62,8 +62,14 @@ struct ContainerConfigurationTests {
         #expect(!strict.allows(root, kind: "vehicle"))
         #expect(!strict.allowsAdmin(root))
         #expect(strict.allows(root, kind: "trip"), "a kind without rules stays open to root too")
-        #expect(strict.allows(PeerCredentials(pid: 7, uid: 999, gid: 999), kind: "vehicle"), "the agent's uid")
-        #expect(strict.allowsAdmin(PeerCredentials(pid: 7, uid: 999, gid: 999)))
+        let sameNamespace = PeerCredentials(pid: 7, uid: 999, gid: 999, inAgentPIDNamespace: true)
+        #expect(strict.allows(sameNamespace, kind: "vehicle"), "the agent's uid in its PID namespace")
+        #expect(strict.allowsAdmin(sameNamespace))
+        // In a child PID namespace the peer's pid is visible (positive), but it is not the
+        // agent's namespace: a container running as the agent's uid.
+        let childNamespace = PeerCredentials(pid: 7, uid: 999, gid: 999, inAgentPIDNamespace: false)
+        #expect(!strict.allows(childNamespace, kind: "vehicle"))
+        #expect(!strict.allowsAdmin(childNamespace))
         // The agent's uid from outside its PID namespace (pid 0): any pod may run as that uid.
         #expect(!strict.allows(PeerCredentials(pid: 0, uid: 999, gid: 999), kind: "vehicle"))
         #expect(!strict.allowsAdmin(PeerCredentials(pid: 0, uid: 999, gid: 999)))

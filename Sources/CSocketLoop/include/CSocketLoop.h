@@ -26,6 +26,28 @@ int fsl_accept(int listener);
 /// The peer's pid, uid and gid of a connected Unix socket (SO_PEERCRED). 0, or -1 with errno set.
 int fsl_peer_credentials(int socket, int32_t *pid, uint32_t *uid, uint32_t *gid);
 
+/// Whether the peer of a connected Unix socket is in the calling process's PID namespace: 1 yes,
+/// 0 no, -1 cannot tell (no SO_PEERPIDFD, before Linux 6.5; the peer gone). The peer is named by
+/// the pidfd the kernel took when it connected (SO_PEERPIDFD), never by a pid number that may
+/// since name another process: its namespace comes from the pidfd itself
+/// (PIDFD_GET_PID_NAMESPACE, Linux 6.11), else from /proc/<pid>/ns/pid, read while the pidfd
+/// shows the process still alive.
+int fsl_peer_in_own_pid_namespace(int socket);
+
+/// The process listening on the Unix socket at `path`, as the kernel reports it to a client that
+/// connects (the credentials of the process that last called listen(), SO_PEERCRED, with its pid
+/// in the caller's PID namespace: 0 when it is not visible there): its pid in `*pid`, and a pidfd
+/// naming it (SO_PEERPIDFD, Linux 6.5; else pidfd_open on that pid). The pidfd, or -1 with errno
+/// set (and `*pid` 0) when no process listens there or it cannot be named.
+int fsl_listener_pidfd(const char *path, int32_t *pid);
+
+/// Sends `signal` to the process `pidfd` names (pidfd_send_signal): never to another process
+/// that got its pid since. 0, or -1 with errno set.
+int fsl_pidfd_send_signal(int pidfd, int signal);
+
+/// Whether the process `pidfd` names has exited: 1 yes, 0 no, -1 with errno set.
+int fsl_pidfd_exited(int pidfd);
+
 /// Writes `length` bytes without blocking and without SIGPIPE (send with MSG_NOSIGNAL). The
 /// bytes written, or -1 with errno set.
 ssize_t fsl_send(int socket, const void *bytes, size_t length);

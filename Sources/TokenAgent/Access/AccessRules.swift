@@ -138,11 +138,12 @@ public struct AccessRules: Sendable, Hashable {
     }
 
     /// uid 0 with ``trustRoot``; the agent's own uid, and without ``trustRoot`` only from a process
-    /// in the agent's PID namespace (``PeerCredentials/visiblePID``): in a container host, a pod of another namespace may
-    /// run as any uid, the agent's included, and read nothing of the agent's.
+    /// in the agent's own PID namespace (``PeerCredentials/inAgentPIDNamespace``, not merely a
+    /// visible pid: a child namespace's processes have those): in a container host, a pod of
+    /// another namespace may run as any uid, the agent's included, and read nothing of the agent's.
     private func isPrivileged(_ peer: PeerCredentials) -> Bool {
         if trustRoot { return peer.uid == 0 || peer.uid == agentUID }
-        return peer.uid == agentUID && peer.visiblePID != nil
+        return peer.uid == agentUID && peer.inAgentPIDNamespace
     }
 
     /// The kinds among `kinds` whose readers `new` rules decide differently from these.
