@@ -204,28 +204,18 @@ public final class IAMSigner: TokenProvider {
         }
     }
 
-    /// The token in a `signJwt` reply, once its claims are exactly those asked for (`payload`):
-    /// read strictly, so a claim given twice (which one reader takes first and another last) or
-    /// a claim not asked for is never served.
+    /// The token in a `signJwt` reply, once the reply is checked whole (``SignJWTReply``: the
+    /// header, the key id, the signature's encoding and length) and its claims are exactly those
+    /// asked for (`payload`): read strictly, so a claim given twice (which one reader takes first
+    /// and another last) or a claim not asked for is never served.
     private func accept(_ body: [UInt8], issued: IssuedClaims, payload: String) throws -> FetchedToken {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-            let token = object["signedJwt"] as? String
-        else {
-            throw ProviderError.failed("IAM signJwt reply has no signedJwt")
-        }
-        guard !token.isEmpty, token.utf8.count <= TokenAcceptance.maxTokenBytes,
-            token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
-        else {
-            throw ProviderError.failed("IAM signJwt reply's token is empty, too long, or not printable ASCII")
-        }
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let signedPayload = JWTClaims.base64URLDecode(parts[1]),
-            let signed = StrictJSON(bytes: signedPayload), let asked = StrictJSON(bytes: payload.utf8),
+        let reply = try SignJWTReply(body: body)
+        guard let signed = StrictJSON(bytes: reply.payload), let asked = StrictJSON(bytes: payload.utf8),
             Self.sameClaims(signed, asked)
         else {
             throw ProviderError.failed("IAM signJwt returned a token whose claims are not those asked for")
         }
-        return FetchedToken(token: token, expiresAtUnixSeconds: Double(issued.exp))
+        return FetchedToken(token: reply.token, expiresAtUnixSeconds: Double(issued.exp))
     }
 
     /// Whether `signed` holds exactly the claims of `asked`, in any order: every name and string
