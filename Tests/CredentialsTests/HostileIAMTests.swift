@@ -82,7 +82,7 @@ struct HostileIAMTests {
         let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost))
         let signer = IAMSigner(
             account: Self.account,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             lifetime: 1800,
             credentials: source,
             clock: clock
@@ -143,7 +143,7 @@ struct HostileIAMTests {
         let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost), tuning: fastTuning)
         let signer = IAMSigner(
             account: Self.account,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             lifetime: 1800,
             credentials: source,
             clock: clock
@@ -249,7 +249,7 @@ struct HostileIAMTests {
         let clock = SteppedWallClock()
         let signer = IAMSigner(
             account: Self.account,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             credentials: source,
             faultHold: 2,
             clock: clock
@@ -335,7 +335,7 @@ struct HostileIAMTests {
         let log = CapturedLog()
         let signer = IAMSigner(
             account: Self.account,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             credentials: source,
             faultHold: 0.5,
             logger: log.logger()

@@ -40,10 +40,12 @@ public final class IAMSigner: TokenProvider {
     /// The largest reply body read.
     static let maxBodyBytes = 64 * 1024
 
-    /// Creates a signer for `account` at `endpoint` (the IAM Credentials API's base URL).
+    /// Creates a signer for `account` at `endpoint` (the IAM Credentials API: scheme, host, port
+    /// and an optional path prefix). `account` is a service account's email (letters, digits,
+    /// `-`, `_`, `.` and one `@`), escaped into the request's path.
     public init(
         account: String,
-        endpoint: String = "https://iamcredentials.googleapis.com",
+        endpoint: ServiceEndpoint = .iamCredentials,
         claims: IssuerClaims = IssuerClaims(),
         lifetime: Double = LocalIssuer.maxLifetime,
         credentials: any AccessTokenSource,
@@ -58,9 +60,10 @@ public final class IAMSigner: TokenProvider {
         self.lifetime = min(max(lifetime, 60), LocalIssuer.maxLifetime)
         self.faultHold = faultHold
         self.signatureBudget = signatureBudget
-        var base = endpoint
-        while base.hasSuffix("/") { base.removeLast() }
-        self.url = base + "/v1/projects/-/serviceAccounts/" + account + ":signJwt"
+        // `@` stays as it is (a path may hold it, and Google's libraries send it so); anything
+        // that could end the path segment (`/`, `?`, `#`) is escaped.
+        let segment = HTTPTokenProvider.percentEncode(account).replacingOccurrences(of: "%40", with: "@")
+        self.url = endpoint.url("/v1/projects/-/serviceAccounts/" + segment + ":signJwt")
         self.claims = claims
         self.credentials = credentials
         self.timeout = .milliseconds(Int64(timeout * 1000))
