@@ -5,7 +5,8 @@ import Logging
 /// A swift-log handler that writes structured entries to the journal with `sd_journal_sendv`:
 /// `MESSAGE`, `PRIORITY`, `SYSLOG_IDENTIFIER`, and every metadata key as an upper-case field
 /// (`token_kind` becomes `TOKEN_KIND`). Use it when ``stderrIsJournal`` says stderr goes to
-/// the journal anyway.
+/// the journal anyway. The message and every value are escaped (``LogText``): the journal keeps
+/// a newline in a field, and `journalctl` would show it as a line of its own.
 public struct JournalLogHandler: LogHandler {
     /// The log level.
     public var logLevel: Logger.Level = .info
@@ -45,7 +46,7 @@ public struct JournalLogHandler: LogHandler {
         metadata: Logger.Metadata
     ) -> [String] {
         var fields = [
-            "MESSAGE=\(message)",
+            "MESSAGE=\(LogText.escaped(message))",
             "PRIORITY=\(priority(level))",
             "SYSLOG_IDENTIFIER=\(identifier)",
             "LOGGER=\(label)",
@@ -53,7 +54,7 @@ public struct JournalLogHandler: LogHandler {
         for (key, value) in metadata.sorted(by: { $0.key < $1.key }) {
             let name = fieldName(key)
             guard !name.isEmpty else { continue }
-            fields.append("\(name)=\(value)")
+            fields.append("\(name)=\(LogText.escaped(value).description)")
         }
         return fields
     }

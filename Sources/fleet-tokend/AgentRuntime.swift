@@ -136,15 +136,19 @@ struct AgentRuntime {
                         address: address,
                         status: status,
                         logger: Logger(label: "fleet-tokend.metrics")
-                    )
+                    ),
+                    serviceName: "metrics"
                 )
             )
         }
+        // Every service is named: ServiceGroup logs each by its name (at debug, at start and at
+        // shutdown) and names it in errors, and without one it prints the service's stored
+        // properties, the environment and credentials among them.
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: [
-                    .init(service: server, successTerminationBehavior: .gracefullyShutdownGroup),
-                    .init(service: RefreshScheduler(engine: engine, heartbeat: heartbeat)),
+                    .init(service: server, successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "socket"),
+                    .init(service: RefreshScheduler(engine: engine, heartbeat: heartbeat), serviceName: "refresher"),
                     .init(
                         service: NotifyService(
                             notifier: notifier,
@@ -153,9 +157,10 @@ struct AgentRuntime {
                             group: MultiThreadedEventLoopGroup.singleton,
                             socketLoopAnswers: { await server.socketLoopAnswers() },
                             logger: logger
-                        )
+                        ),
+                        serviceName: "systemd-notify"
                     ),
-                    .init(service: reload),
+                    .init(service: reload, serviceName: "reload"),
                     .init(
                         service: ConfigWatchService(
                             reload: reload,
@@ -163,9 +168,12 @@ struct AgentRuntime {
                             environment: environment,
                             started: watchedAtStart,
                             logger: Logger(label: "fleet-tokend.reload")
-                        )
+                        ),
+                        serviceName: "config-watch"
                     ),
-                ] + optional + (segments.map { [.init(service: SegmentHeartbeat(segments: $0))] } ?? []),
+                ] + optional
+                    + (segments.map { [.init(service: SegmentHeartbeat(segments: $0), serviceName: "shm-heartbeat")] }
+                        ?? []),
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
             )

@@ -155,7 +155,8 @@ struct ServeCommand: AsyncParsableCommand {
     }
 
     /// Logs to the journal with structured fields when stderr is the journal, else to stderr, at
-    /// the level `control` holds (a reload changes it).
+    /// the level `control` holds (a reload changes it). Either way every message and value is
+    /// escaped (``LogText``), so an outside value cannot forge a line.
     static func bootstrapLogging(control: LogLevelControl) {
         let journal = JournalLogHandler.stderrIsJournal
         LoggingSystem.bootstrap { label in
@@ -166,7 +167,7 @@ struct ServeCommand: AsyncParsableCommand {
             }
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = .trace
-            return control.handler(wrapping: handler)
+            return control.handler(wrapping: EscapingLogHandler(handler))
         }
     }
 

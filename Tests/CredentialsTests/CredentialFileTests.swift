@@ -78,6 +78,72 @@ struct CredentialFileTests {
         #expect(try error(for: TestKeys.authorizedUser(tokenURI: "http://[::1]:9/token")) == nil)
     }
 
+    @Test func tokenURIIsSchemeHostPortAndPathOnly() throws {
+        for uri in ["https://oauth2.example.com/token?x=1", "https://oauth2.example.com/token#f"] {
+            let error = try #require(try error(for: TestKeys.serviceAccount(tokenURI: uri)), "\(uri)")
+            #expect(error.key == "credentials")
+            #expect(error.reason.contains("token_uri"), "\(error.reason)")
+        }
+        let secret = try #require(try error(for: TestKeys.authorizedUser(tokenURI: "https://me:pa55word@o.example/t")))
+        #expect(secret.reason.contains("user-info"), "\(secret.reason)")
+        #expect(!secret.reason.contains("pa55word"), "\(secret.reason)")
+    }
+
+    @Test func aMetadataHostWithUserInfoIsRefusedWithoutItsPassword() {
+        for host in ["user:pa55word@127.0.0.1:8080", "169.254.169.254?x", "169.254.169.254#f", "127.0.0.1/x"] {
+            let error = configurationError { () throws(ConfigurationError) in
+                try HostCredentials.source(for: .metadataServer(host: host))
+            }
+            #expect(error?.key == "credentials", "\(host)")
+            #expect(error?.reason.contains("GCE_METADATA_HOST") == true, "\(host)")
+            #expect(error?.reason.contains("pa55word") == false, "\(error?.reason ?? "accepted")")
+        }
+    }
+
+    @Test func aQuotaProjectOrClientIDWithAControlCharacterIsRefusedAtStart() throws {
+        for value in ["proj\r\nX-Injected: 1", "proj\n", "pro\u{0}j", "proj\u{7F}", "pro\tj"] {
+            let quota = try #require(try error(for: TestKeys.authorizedUser(quotaProject: value)), "\(value)")
+            #expect(quota.key == "credentials")
+            #expect(quota.reason.contains("quota_project_id holds a control character"), "\(quota.reason)")
+            var object = try #require(
+                try JSONSerialization.jsonObject(with: TestKeys.authorizedUser()) as? [String: String]
+            )
+            object["client_id"] = "cid" + value
+            let client = try #require(try error(for: try JSONSerialization.data(withJSONObject: object)))
+            #expect(client.reason.contains("client_id holds a control character"), "\(client.reason)")
+        }
+        #expect(try error(for: TestKeys.authorizedUser(quotaProject: "my-project-1")) == nil)
+    }
+
+    @Test func aCredentialsFileOthersMayReadIsWarnedAboutOnce() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let log = CapturedLog()
+        let open = try directory.write("open.json", TestKeys.authorizedUser())
+        let closed = try directory.write("closed.json", TestKeys.authorizedUser())
+        chmod(open, 0o644)
+        chmod(closed, 0o600)
+        for _ in 0..<2 {
+            for path in [open, closed] {
+                _ = try HostCredentials.source(
+                    for: .file(path: path, via: "GOOGLE_APPLICATION_CREDENTIALS"),
+                    logger: log.logger()
+                )
+            }
+        }
+        let warnings = log.lines.withLock { $0.filter { $0.contains("readable by group or others") } }
+        #expect(warnings.count == 1, "\(log.text)")
+        #expect(warnings.first?.contains("file=\(open)") == true, "\(warnings)")
+        #expect(warnings.first?.contains("mode=0644") == true, "\(warnings)")
+        // The mode changes (still open to the group): a new warning.
+        chmod(open, 0o640)
+        _ = try HostCredentials.source(
+            for: .file(path: open, via: "GOOGLE_APPLICATION_CREDENTIALS"),
+            logger: log.logger()
+        )
+        #expect(log.lines.withLock { $0.filter { $0.contains("mode=0640") }.count } == 1, "\(log.text)")
+    }
+
     @Test func unreadableFileIsAnErrorNamingIt() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }

@@ -22,6 +22,55 @@ struct EndpointSecurityTests {
         #expect(throws: ConfigurationError.self) { try EndpointSecurity.check(url: url, key: "iam_endpoint") }
     }
 
+    /// Only scheme, host, port and a path prefix: what would move the request or add to it is
+    /// refused, naming the key, never printing a password.
+    @Test(arguments: [
+        ("https://iam.example.com?", "query"), ("https://iam.example.com/?x=", "query"),
+        ("https://iam.example.com/v1?account=a", "query"), ("https://iam.example.com#frag", "fragment"),
+        ("https://iam.example.com/#", "fragment"), ("https://user:hunter2@iam.example.com/", "user-info"),
+        ("https://@iam.example.com/", "user-info"), ("https://iam.example.com:hunter2@evil.example/", "user-info"),
+        ("https://iam.example.com/a b", "space"), ("https://iam.example.com/a\\b", "backslash"),
+        ("https://iam.example.com/a\nb", "control"), ("https://iam.example.com/a;b", "path"),
+        ("https://iam.example.com/a@b", "path"), ("https://iam.example.com/%zz", "path"),
+        ("https://iam.example.com:0/", "port"), ("https://iam.example.com:65536/", "port"),
+        ("https://iam.example.com:/", "port"), ("https://iam.example.com:443:1/", "port"),
+        ("https://[::1/", "host"), ("https://[fe80::1%25eth0]/", "host"), ("https://ia_m.example.com/", "host"),
+    ])
+    func refusesAnythingButSchemeHostPortAndPath(url: String, why: String) {
+        let error = configurationError { () throws(ConfigurationError) in
+            try EndpointSecurity.check(url: url, key: "iam_endpoint")
+        }
+        #expect(error?.key == "iam_endpoint", "\(url)")
+        #expect(error?.reason.contains(why) == true, "\(url): \(error?.reason ?? "accepted")")
+        #expect(error?.reason.contains("hunter2") == false, "\(url): \(error?.reason ?? "accepted")")
+    }
+
+    @Test func requestURLsAreBuiltFromTheParts() throws {
+        let cases: [(String, String, String)] = [
+            ("https://iam.example.com", "/v1/x:signJwt", "https://iam.example.com/v1/x:signJwt"),
+            ("https://iam.example.com/", "/v1/x:signJwt", "https://iam.example.com/v1/x:signJwt"),
+            ("https://IAM.example.com:8443/proxy/iam//", "/v1/x", "https://IAM.example.com:8443/proxy/iam/v1/x"),
+            ("HTTP://[::1]:9/", "/v1/x", "http://[::1]:9/v1/x"),
+            ("https://oauth2.googleapis.com/token", "", "https://oauth2.googleapis.com/token"),
+            ("https://oauth2.googleapis.com/token/", "", "https://oauth2.googleapis.com/token/"),
+            ("https://10.0.0.5", "", "https://10.0.0.5/"),
+        ]
+        for (text, path, url) in cases {
+            #expect(try EndpointSecurity.check(url: text, key: "k").url(path) == url, "\(text)")
+        }
+        let endpoint = try EndpointSecurity.check(url: "https://iam.example.com:8443/p", key: "k")
+        #expect(endpoint.scheme == "https" && endpoint.host == "iam.example.com")
+        #expect(endpoint.port == 8443 && endpoint.pathPrefix == "/p")
+    }
+
+    @Test func userInfoIsRedactedFromEveryShape() {
+        #expect(EndpointSecurity.redactingUserInfo("https://u:pw@h/x") == "https://<redacted>@h/x")
+        #expect(EndpointSecurity.redactingUserInfo("u:pw@h:80") == "<redacted>@h:80")
+        #expect(EndpointSecurity.redactingUserInfo("https://a@b:pw@h/") == "https://<redacted>@h/")
+        #expect(EndpointSecurity.redactingUserInfo("https://h/a@b") == "https://h/a@b")
+        #expect(EndpointSecurity.redactingUserInfo("https://h?u=a@b") == "https://h?u=a@b")
+    }
+
     @Test func metadataServerIsTheOneHTTPException() throws {
         for url in ["http://metadata.google.internal/x", "http://169.254.169.254/x", "http://127.0.0.1:1/x"] {
             try EndpointSecurity.check(url: url, key: "k", allowingMetadataServer: true)

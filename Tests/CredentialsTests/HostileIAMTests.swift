@@ -57,13 +57,22 @@ final class CapturedLog: Sendable {
 struct HostileIAMTests {
     static let account = FakeGoogle.defaultSigningAccount
 
-    /// A JWT-shaped token whose payload is exactly `payload` (the signature is not the agent's to check).
-    static func jwt(payload: String) -> String {
-        func base64URL(_ text: String) -> String {
-            Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
-        }
-        return base64URL(#"{"alg":"RS256","kid":"k-1","typ":"JWT"}"#) + "." + base64URL(payload) + ".c2lnbmF0dXJl"
+    /// `bytes` as unpadded base64url.
+    static func base64URL(_ bytes: some Sequence<UInt8>) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    /// A signature of Google's length (2048-bit RSA), in base64url; its value is not the agent's to check.
+    static let signature = base64URL((0..<256).map { UInt8($0) })
+
+    /// A JWT-shaped token whose payload is exactly `payload`, under `header`, with `signature`.
+    static func jwt(
+        payload: String,
+        header: String = #"{"alg":"RS256","kid":"k-1","typ":"JWT"}"#,
+        signature: String = HostileIAMTests.signature
+    ) -> String {
+        base64URL(Array(header.utf8)) + "." + base64URL(Array(payload.utf8)) + "." + signature
     }
 
     @Test func aSignedJwtWithARepeatedOrExtraClaimIsNeverServed() async throws {
@@ -73,7 +82,7 @@ struct HostileIAMTests {
         let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost))
         let signer = IAMSigner(
             account: Self.account,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             lifetime: 1800,
             credentials: source,
             clock: clock
@@ -126,6 +135,93 @@ struct HostileIAMTests {
         await fake.stop()
     }
 
+    /// Every reply here is refused as IAM's fault, naming what is wrong; the control is served.
+    @Test func aSignedJwtWhoseHeaderKeyIdOrSignatureIsNotGooglesIsNeverServed() async throws {
+        let now = 1_800_000_000
+        let clock = SteppedWallClock(fixedWall: Double(now) + 0.25)
+        let fake = try await FakeGoogle.start()
+        let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost), tuning: fastTuning)
+        let signer = IAMSigner(
+            account: Self.account,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
+            lifetime: 1800,
+            credentials: source,
+            clock: clock
+        )
+        let account = Self.account
+        let payload =
+            #"{"aud":"https://fleetengine.googleapis.com/","exp":\#(now + 1800),"iat":\#(now),"#
+            + #""iss":"\#(account)","sub":"\#(account)","authorization":{"vehicleid":"v-1"}}"#
+        func header(_ members: String) -> String { "{" + members + "}" }
+        let rs256 = #""alg":"RS256","kid":"k-1","typ":"JWT""#
+        let short = Self.base64URL((0..<128).map { UInt8($0) })
+        // (what, signedJwt, keyId, a word the error must hold; nil for the control, served)
+        let cases: [(String, String, String, String?)] = [
+            ("Google's header", Self.jwt(payload: payload), "k-1", nil),
+            (
+                "alg none, empty signature",
+                Self.jwt(payload: payload, header: #"{"alg":"none","typ":"JWT"}"#, signature: ""), "k-1", "alg is none"
+            ),
+            (
+                "HS256", Self.jwt(payload: payload, header: #"{"alg":"HS256","kid":"k-1","typ":"JWT"}"#), "k-1",
+                "alg is HS256"
+            ),
+            (
+                "a header that is not JSON", Self.jwt(payload: payload, header: "RS256"), "k-1",
+                "not strict base64url JSON"
+            ),
+            (
+                "a header with a trailing comma", Self.jwt(payload: payload, header: header(rs256 + ",")), "k-1",
+                "not strict base64url JSON"
+            ),
+            (
+                "jku", Self.jwt(payload: payload, header: header(rs256 + #","jku":"https://evil.example/k""#)), "k-1",
+                "jku"
+            ),
+            (
+                "x5u", Self.jwt(payload: payload, header: header(rs256 + #","x5u":"https://evil.example/c""#)), "k-1",
+                "x5u"
+            ),
+            ("jwk", Self.jwt(payload: payload, header: header(rs256 + #","jwk":{"kty":"RSA"}"#)), "k-1", "jwk"),
+            ("alg twice", Self.jwt(payload: payload, header: header(rs256 + #","alg":"none""#)), "k-1", "alg twice"),
+            ("no typ", Self.jwt(payload: payload, header: #"{"alg":"RS256","kid":"k-1"}"#), "k-1", "no typ"),
+            ("typ JWS", Self.jwt(payload: payload, header: #"{"alg":"RS256","kid":"k-1","typ":"JWS"}"#), "k-1", "typ"),
+            ("RS256, empty signature", Self.jwt(payload: payload, signature: ""), "k-1", "0 bytes"),
+            ("a short signature", Self.jwt(payload: payload, signature: short), "k-1", "128 bytes"),
+            ("a padded signature", Self.jwt(payload: payload, signature: Self.signature + "=="), "k-1", "base64url"),
+            (
+                "a signature in base64, not base64url",
+                Self.jwt(payload: payload, signature: "+" + Self.signature.dropFirst()), "k-1",
+                "base64url"
+            ),
+            ("a kid other than the keyId", Self.jwt(payload: payload), "k-2", "kid is not the reply's keyId"),
+            ("two parts", Self.jwt(payload: payload) + ".extra", "k-1", "three parts"),
+        ]
+        for (what, token, keyID, word) in cases {
+            let reply = Array(#"{"keyId":"\#(keyID)","signedJwt":"\#(token)"}"#.utf8)
+            fake.inject(.raw(status: 200, body: reply), into: .iamCredentials)
+            do {
+                let fetched = try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1"))
+                #expect(word == nil, "\(what): served")
+                #expect(fetched.token == token)
+            } catch let ProviderError.failed(text) {
+                #expect(word != nil, "\(what): refused: \(text)")
+                #expect(text.hasPrefix("IAM signJwt "), "\(what): \(text)")
+                #expect(text.contains(word ?? "-"), "\(what): \(text)")
+            }
+        }
+        // The reply itself is read strictly too: signedJwt twice is ambiguous.
+        let token = Self.jwt(payload: payload)
+        let twice = #"{"keyId":"k-1","signedJwt":"\#(token)","signedJwt":"\#(token)"}"#
+        fake.inject(.raw(status: 200, body: Array(twice.utf8)), into: .iamCredentials)
+        await #expect(throws: ProviderError.failed("IAM signJwt reply gives signedJwt twice")) {
+            try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1"))
+        }
+        await signer.shutdown()
+        await source.shutdown()
+        await fake.stop()
+    }
+
     @Test func aHugeExpiresInIsCachedWithoutTrappingEvenWhenDebugLogging() async throws {
         let fake = try await FakeGoogle.start()
         let log = CapturedLog()
@@ -153,7 +249,7 @@ struct HostileIAMTests {
         let clock = SteppedWallClock()
         let signer = IAMSigner(
             account: Self.account,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             credentials: source,
             faultHold: 2,
             clock: clock
@@ -239,7 +335,7 @@ struct HostileIAMTests {
         let log = CapturedLog()
         let signer = IAMSigner(
             account: Self.account,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             credentials: source,
             faultHold: 0.5,
             logger: log.logger()

@@ -22,7 +22,7 @@ struct IAMSignerTests {
         let source = try credentials ?? HostCredentials.source(for: .metadataServer(host: fake.metadataHost))
         let signer = IAMSigner(
             account: account,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             claims: claims,
             lifetime: lifetime,
             credentials: source,
@@ -273,7 +273,7 @@ struct IAMSignerCredentialsTests {
         let source = try HostCredentials.discover(environment: ["GOOGLE_APPLICATION_CREDENTIALS": path])
         let signer = IAMSigner(
             account: FakeGoogle.defaultSigningAccount,
-            endpoint: fake.iamEndpoint,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             credentials: source
         )
         do {

@@ -45,6 +45,20 @@ struct StartupAndLoggingTests {
         #expect(missing.stderr.contains("providers.trip.headers_file"))
     }
 
+    /// At debug the service group logs each service at start and at shutdown: by its name, never
+    /// by its stored properties (the environment among them).
+    @Test func debugLogsNameServicesAndHoldNoEnvironment() async throws {
+        let secret = "env-secret-\(UUID().uuidString)"
+        let config = try write(#"{"log_level": "debug"}"#, name: "debug.json")
+        let agent = try await AgentProcess(["--config", config], environment: ["FLEET_TOKEND_TEST_SECRET": secret])
+        #expect(await agent.stop() == 0)
+        let log = agent.log
+        #expect(log.contains("sl-service=config-watch"), "\(log)")
+        #expect(log.contains("sl-service=socket"), "\(log)")
+        #expect(!log.contains(secret), "the environment in the log")
+        #expect(!log.contains("FLEET_TOKEND_TEST_SECRET"), "the environment in the log")
+    }
+
     @Test func refusesToReplaceAFileOrALiveSocket() async throws {
         let directory = try AgentProcess.makeTemporaryDirectory()
         let file = directory.appendingPathComponent("not-a-socket").path

@@ -181,6 +181,51 @@ struct HostileReplyTests {
         #expect(throws: ProviderError.self) { try acceptance.accept(token: twice, expiresAt: nil, for: key, now: now) }
     }
 
+    /// An HTTP provider signs as the operator likes (RS256, ES256, HS256), but an unsigned token
+    /// or one whose header readers may read differently fails the fetch, named.
+    @Test func anUnsignedTokenOrAHeaderThatIsNotStrictJSONIsRefused() throws {
+        let payload = #"{"exp":1800000600,"authorization":{"vehicleid":"v-1"}}"#
+        for header in [
+            #"{"alg":"RS256","kid":"k","typ":"JWT"}"#, #"{"alg":"HS256"}"#, #"{"alg":"ES256","typ":"JWT"}"#,
+        ] {
+            let token = makeRawJWT(payload: payload, header: header)
+            #expect(throws: Never.self, "\(header)") {
+                try acceptance.accept(token: token, expiresAt: nil, for: key, now: now)
+            }
+        }
+        let refused: [(header: String, signature: String, problem: String)] = [
+            (#"{"alg":"none","typ":"JWT"}"#, "", "says alg none"),
+            (#"{"alg":"NONE"}"#, "c2ln", "says alg NONE"),
+            (#"{"alg":"nOnE"}"#, "", "says alg nOnE"),
+            ("RS256", "c2ln", "is not a strict-JSON object"),
+            (#"{"alg":"RS256",}"#, "c2ln", "is not a strict-JSON object"),
+            (#"{"alg":"RS256"} x"#, "c2ln", "is not a strict-JSON object"),
+            (#"["alg","RS256"]"#, "c2ln", "is not a strict-JSON object"),
+            (#"{"alg":"RS256","alg":"none"}"#, "c2ln", "gives alg twice"),
+            (#"{"typ":"JWT"}"#, "c2ln", "has no alg"),
+            (#"{"alg":null}"#, "c2ln", "has an alg that is not a string"),
+        ]
+        for (header, signature, problem) in refused {
+            let token = makeRawJWT(payload: payload, header: header, signature: signature)
+            do {
+                _ = try acceptance.accept(token: token, expiresAt: nil, for: key, now: now)
+                Issue.record("\(header): accepted")
+            } catch let ProviderError.failed(text) {
+                #expect(text.hasPrefix("token's header \(problem)"), "\(header): \(text)")
+                #expect(text.hasSuffix("(token \(TokenFingerprint.of(token)))"), "\(header): \(text)")
+                #expect(!text.contains(token), "the token's text in the error")
+            } catch {
+                Issue.record("\(header): \(error)")
+            }
+        }
+        // Opaque tokens (not three parts, or no part an object) are not JWTs and pass as before.
+        for token in ["opaque-token", "a.b", "a.b.c.d.e", "ya29.a0AfH6SMB.x", "bm90IGpzb24.bm9wZQ.c2ln"] {
+            #expect(throws: Never.self, "\(token)") {
+                try acceptance.accept(token: token, expiresAt: now + 60, for: key, now: now)
+            }
+        }
+    }
+
     @Test func aJWTTheStrictReaderCannotReadIsRefusedNotTakenForOpaque() {
         let deep = String(repeating: "[", count: 40) + String(repeating: "]", count: 40)
         let payloads = [

@@ -71,6 +71,13 @@ struct IssuerConfigurationTests {
                 "iam_endpoint"
             ),
             (#"{"issuers": {"vehicle": {"key_file": "/k"}}, "iam_endpoint": "ftp://127.0.0.1"}"#, "iam_endpoint"),
+            (#"{"issuers": {"vehicle": {"key_file": "/k"}}, "iam_endpoint": "https://iam.example/?"}"#, "iam_endpoint"),
+            (
+                #"{"issuers": {"vehicle": {"key_file": "/k"}}, "iam_endpoint": "https://iam.example?x="}"#,
+                "iam_endpoint"
+            ),
+            (#"{"issuers": {"vehicle": {"key_file": "/k"}}, "iam_endpoint": "https://iam.example#f"}"#, "iam_endpoint"),
+            (#"{"iam_endpoint": "https://u:p@iam.example"}"#, "iam_endpoint"),
         ]
         for (json, key) in cases {
             #expect(configurationProblem(json)?.key == key, "\(json)")

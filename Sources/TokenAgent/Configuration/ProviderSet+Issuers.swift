@@ -32,7 +32,7 @@ extension ProviderSet {
             let budget = SignatureBudget(perMinute: perMinute ?? IssuerSettings.defaultSignsPerMinute, clock: clock)
             return IAMSigner(
                 account: account,
-                endpoint: configuration.iamEndpoint,
+                endpoint: try EndpointSecurity.check(url: configuration.iamEndpoint, key: "iam_endpoint"),
                 claims: claims,
                 lifetime: lifetime,
                 credentials: credentials,

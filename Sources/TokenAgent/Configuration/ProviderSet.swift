@@ -75,6 +75,7 @@ public enum ProviderSet {
             identities[kind] = identity
         }
         var issuers = try readIssuers(configuration, clock: clock)
+        warnAboutExposedKeyFiles(configuration)
         for (kind, issuer) in issuers { identities[kind] = issuer.identity }
         var credentials: (any AccessTokenSource)?
         if configuration.needsHostCredentials {

@@ -4,7 +4,7 @@ import NIOCore
 import Synchronization
 
 /// One way of getting an access token over HTTP: which request, to where, and how its reply reads.
-enum AccessTokenGrant: Sendable {
+enum AccessTokenGrant: Sendable, CustomStringConvertible {
     /// A service-account key: a JWT-bearer assertion signed here, posted to its `token_uri`.
     case serviceAccount(ServiceAccountCredentials)
     /// A gcloud user: a refresh-token grant posted to its `token_uri`.
@@ -15,20 +15,32 @@ enum AccessTokenGrant: Sendable {
     /// The metadata server's token path (the instance's default service account).
     static let metadataTokenPath = "/computeMetadata/v1/instance/service-accounts/default/token"
 
+    /// The grant's credentials (never a secret) and endpoint.
+    var description: String {
+        switch self {
+        case .serviceAccount(let account): "\(account) at \(endpoint)"
+        case .authorizedUser(let user): "\(user) at \(endpoint)"
+        case .metadataServer: endpoint
+        }
+    }
+
     /// The endpoint the grant asks, for messages (no query, no user-info).
     var endpoint: String {
         switch self {
-        case .serviceAccount(let account): "token endpoint \(HTTPTokenProvider.redactedURL(account.tokenURI))"
-        case .authorizedUser(let user): "token endpoint \(HTTPTokenProvider.redactedURL(user.tokenURI))"
+        case .serviceAccount(let account): "token endpoint \(account.tokenEndpoint)"
+        case .authorizedUser(let user): "token endpoint \(user.tokenEndpoint)"
         case .metadataServer(let host): "metadata server \(host)"
         }
     }
 }
 
 /// A fetched access token and the lifetime it was given, seconds.
-struct FetchedAccessToken: Sendable {
+struct FetchedAccessToken: Sendable, CustomStringConvertible {
     var value: String
     var lifetime: Double
+
+    /// The token by its fingerprint, never its text.
+    var description: String { "access token \(TokenFingerprint.of(value)) for \(lifetime) s" }
 }
 
 /// Makes the HTTP exchange of an ``AccessTokenGrant``: bounded body, time-outs, no redirects, and
@@ -82,7 +94,11 @@ final class AccessTokenExchange: Sendable {
         let url: String
         switch grant {
         case .metadataServer(let host):
-            var request = HTTPClientRequest(url: "http://\(host)\(AccessTokenGrant.metadataTokenPath)")
+            // Checked at start; read again into its parts, which the URL is built from.
+            guard let endpoint = try? HostCredentials.metadataEndpoint(host) else {
+                throw CredentialsError(.credentials, "metadata host (GCE_METADATA_HOST) is not a host or host:port")
+            }
+            var request = HTTPClientRequest(url: endpoint.url(AccessTokenGrant.metadataTokenPath))
             request.method = .GET
             request.headers.add(name: "Metadata-Flavor", value: "Google")
             request.headers.add(name: "Accept", value: "application/json")
@@ -94,10 +110,10 @@ final class AccessTokenExchange: Sendable {
             } catch {
                 throw CredentialsError(.credentials, "signing the assertion for \(account.email) failed")
             }
-            url = account.tokenURI
+            url = account.tokenEndpoint.url()
             form = [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", assertion)]
         case .authorizedUser(let user):
-            url = user.tokenURI
+            url = user.tokenEndpoint.url()
             form = [
                 ("grant_type", "refresh_token"), ("client_id", user.clientID),
                 ("client_secret", user.clientSecret), ("refresh_token", user.refreshToken),

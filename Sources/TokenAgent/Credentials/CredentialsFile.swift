@@ -3,9 +3,17 @@ import _CryptoExtras
 
 /// An Application Default Credentials file, read: a service-account key or a gcloud user's
 /// refresh token. Other types are refused at start-up with what to use instead.
-enum CredentialsFile: Sendable {
+enum CredentialsFile: Sendable, CustomStringConvertible {
     case serviceAccount(ServiceAccountCredentials)
     case authorizedUser(AuthorizedUserCredentials)
+
+    /// What the file is, never a secret from it.
+    var description: String {
+        switch self {
+        case .serviceAccount(let account): "\(account)"
+        case .authorizedUser(let user): "\(user)"
+        }
+    }
 
     /// Google's OAuth 2.0 token endpoint, for files that name none.
     static let defaultTokenURI = "https://oauth2.googleapis.com/token"
@@ -89,27 +97,44 @@ enum CredentialsFile: Sendable {
             return value
         }
 
-        /// The token endpoint (`token_uri`, Google's by default), checked by ``EndpointSecurity``.
-        func tokenURI() throws(ConfigurationError) -> String {
+        /// `value` of field `name`, refused when it holds a control character (CR, LF, NUL, DEL or
+        /// any other below space): such a value sent as a header fails every request, and written
+        /// to a log forges lines.
+        func withoutControls(_ value: String, _ name: String) throws(ConfigurationError) -> String {
+            guard value.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else { return value }
+            throw ConfigurationError(
+                key: "credentials",
+                "credentials file \(path): \(name) holds a control character (CR, LF, NUL, DEL or another)"
+            )
+        }
+
+        /// The token endpoint (`token_uri`, Google's by default) as written (an assertion's `aud`)
+        /// and as its parts (``ServiceEndpoint``, which the request's URL is built from).
+        func tokenURI() throws(ConfigurationError) -> (text: String, endpoint: ServiceEndpoint) {
             let uri = try string("token_uri").flatMap { $0.isEmpty ? nil : $0 } ?? CredentialsFile.defaultTokenURI
             do {
-                try EndpointSecurity.check(url: uri, key: "credentials")
+                return (uri, try EndpointSecurity.check(url: uri, key: "credentials"))
             } catch {
                 throw ConfigurationError(key: "credentials", "token_uri of \(path): \(error.reason)")
             }
-            return uri
         }
     }
 }
 
 /// A service-account key file: signs its own JWT-bearer assertions (RFC 7523) for the token
 /// endpoint.
-struct ServiceAccountCredentials: Sendable {
+struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
     let email: String
     let keyID: String
+    /// The token endpoint as written: the assertion's `aud`.
     let tokenURI: String
+    /// The token endpoint's parts, which requests are sent to.
+    let tokenEndpoint: ServiceEndpoint
     let path: String
     private let key: _RSA.Signing.PrivateKey
+
+    /// The account, its key's id and the file: never the key.
+    var description: String { "service_account \(email) key \(keyID) (\(path))" }
 
     /// The scope asked for: every Google Cloud API the account's roles allow (IAM Credentials
     /// among them).
@@ -118,9 +143,11 @@ struct ServiceAccountCredentials: Sendable {
     static let assertionLifetime: Int64 = 3600
 
     init(fields: CredentialsFile.Fields) throws(ConfigurationError) {
-        email = try fields.required("client_email")
-        keyID = try fields.required("private_key_id")
-        tokenURI = try fields.tokenURI()
+        email = try fields.withoutControls(try fields.required("client_email"), "client_email")
+        keyID = try fields.withoutControls(try fields.required("private_key_id"), "private_key_id")
+        let token = try fields.tokenURI()
+        tokenURI = token.text
+        tokenEndpoint = token.endpoint
         path = fields.path
         do {
             key = try _RSA.Signing.PrivateKey(pemRepresentation: try fields.required("private_key"))
@@ -166,20 +193,27 @@ struct ServiceAccountCredentials: Sendable {
 
 /// A gcloud user's credentials (`gcloud auth application-default login`): a refresh token and
 /// the OAuth client it was issued to.
-struct AuthorizedUserCredentials: Sendable {
+struct AuthorizedUserCredentials: Sendable, CustomStringConvertible {
     let clientID: String
     let clientSecret: String
     let refreshToken: String
-    let tokenURI: String
+    /// The token endpoint's parts, which requests are sent to.
+    let tokenEndpoint: ServiceEndpoint
     let quotaProject: String?
     let path: String
 
     init(fields: CredentialsFile.Fields) throws(ConfigurationError) {
-        clientID = try fields.required("client_id")
+        clientID = try fields.withoutControls(try fields.required("client_id"), "client_id")
         clientSecret = try fields.required("client_secret")
         refreshToken = try fields.required("refresh_token")
-        tokenURI = try fields.tokenURI()
-        quotaProject = try fields.string("quota_project_id").flatMap { $0.isEmpty ? nil : $0 }
+        tokenEndpoint = try fields.tokenURI().endpoint
+        let quotaProject = try fields.string("quota_project_id").flatMap { $0.isEmpty ? nil : $0 }
+        self.quotaProject = try quotaProject.map { (value) throws(ConfigurationError) in
+            try fields.withoutControls(value, "quota_project_id")
+        }
         path = fields.path
     }
+
+    /// The OAuth client and the file: never the client secret or the refresh token.
+    var description: String { "authorized_user client \(clientID) (\(path))" }
 }

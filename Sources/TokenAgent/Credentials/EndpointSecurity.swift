@@ -14,29 +14,40 @@ public enum EndpointSecurity {
     /// The metadata server's names that plain `http` is accepted for (with `allowingMetadataServer`).
     public static let metadataServerHosts: Set<String> = ["metadata.google.internal", "169.254.169.254"]
 
-    /// Checks that `url` may carry secrets: an absolute `https` URL with a host, or an `http` URL
-    /// to a loopback host (or, when `allowingMetadataServer`, to the metadata server).
+    /// Checks that `url` may carry secrets and is an endpoint, nothing more (``ServiceEndpoint``):
+    /// an absolute `https` URL with a host, or an `http` URL to a loopback host (or, when
+    /// `allowingMetadataServer`, to the metadata server); an optional port and path prefix; no
+    /// query, fragment or user-info.
     ///
     /// - Parameters:
     ///   - url: The URL as configured.
     ///   - key: The configuration key (or file and field) that named it, for the error.
     ///   - allowingMetadataServer: Whether `http` to ``metadataServerHosts`` is accepted.
+    /// - Returns: The endpoint, to build request URLs from.
     /// - Throws: ``ConfigurationError`` naming `key` and saying why the URL is refused.
-    public static func check(url: String, key: String, allowingMetadataServer: Bool = false) throws(ConfigurationError)
-    {
-        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
-            let host = components.host, !host.isEmpty
-        else {
-            throw ConfigurationError(key: key, "\(printable(url)) is not an absolute URL with a host")
-        }
-        if components.user != nil || components.password != nil {
-            throw ConfigurationError(key: key, "\(printable(url)) carries user-info; put no secrets in URLs")
-        }
+    @discardableResult
+    public static func check(
+        url: String,
+        key: String,
+        allowingMetadataServer: Bool = false
+    ) throws(ConfigurationError) -> ServiceEndpoint {
+        try ServiceEndpoint(url, key: key, allowingMetadataServer: allowingMetadataServer)
+    }
+
+    /// Refuses a scheme other than `https`, and plain `http` to a host other than loopback (or the
+    /// metadata server, when `allowingMetadataServer`). `text` is the whole URL, for the message.
+    static func checkTransport(
+        scheme: String,
+        host: String,
+        text: String,
+        key: String,
+        allowingMetadataServer: Bool
+    ) throws(ConfigurationError) {
         switch scheme {
         case "https":
             return
         case "http":
-            let bare = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            let bare = host.lowercased()
             if isLoopback(host: bare) { return }
             if allowingMetadataServer, metadataServerHosts.contains(bare) { return }
             let allowed = allowingMetadataServer ? "loopback or the metadata server" : "loopback"
@@ -46,7 +57,7 @@ public enum EndpointSecurity {
                     + "accepted only to \(allowed))"
             )
         default:
-            throw ConfigurationError(key: key, "\(printable(url)): scheme \(printable(scheme)) is not https")
+            throw ConfigurationError(key: key, "\(printable(text)): scheme \(printable(scheme)) is not https")
         }
     }
 
@@ -69,13 +80,26 @@ public enum EndpointSecurity {
         return false
     }
 
-    /// `text` with anything but printable ASCII replaced, at most 200 characters: safe in a message.
+    /// `text` with any user-info redacted (``redactingUserInfo(_:)``), anything but printable ASCII
+    /// replaced, at most 200 characters, quoted: safe in a message.
     static func printable(_ text: String) -> String {
+        let text = redactingUserInfo(text)
         let cleaned = String(
             String.UnicodeScalarView(
                 text.unicodeScalars.prefix(200).map { $0.value >= 0x20 && $0.value < 0x7F ? $0 : "?" }
             )
         )
         return "\"" + cleaned + "\"" + (text.unicodeScalars.count > 200 ? "…" : "")
+    }
+
+    /// `text` with the user-info of its authority (what precedes the last `@` before the path,
+    /// query or fragment, after `scheme://` if any) replaced by `<redacted>`: a password in an
+    /// endpoint never reaches a message or a log.
+    public static func redactingUserInfo(_ text: String) -> String {
+        let start = text.range(of: "://")?.upperBound ?? text.startIndex
+        let rest = text[start...]
+        let end = rest.firstIndex(where: { "/?#".contains($0) }) ?? rest.endIndex
+        guard let at = rest[..<end].lastIndex(of: "@") else { return text }
+        return String(text[..<start]) + "<redacted>" + String(text[at...])
     }
 }

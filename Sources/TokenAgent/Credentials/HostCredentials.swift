@@ -91,6 +91,7 @@ public enum HostCredentials {
         switch origin {
         case .file(let path, let via):
             let read = try CredentialsFile.read(path: path, origin: "\(via) file")
+            SecretFilePermissions.warnIfReadableByOthers(path, what: "\(via) credentials file", logger: logger)
             digest = read.digest
             switch read.file {
             case .serviceAccount(let account):
@@ -102,7 +103,7 @@ public enum HostCredentials {
                 summary = "authorized_user client \(user.clientID)\(quota) (\(origin))"
             }
         case .metadataServer(let host):
-            try checkMetadataHost(host)
+            try metadataEndpoint(host)
             grant = .metadataServer(host: host)
             summary = "metadata server \(host)"
         }
@@ -116,9 +117,10 @@ public enum HostCredentials {
         )
     }
 
-    /// Checks a metadata host (`GCE_METADATA_HOST`): a bare `host` or `host:port`, loopback or the
-    /// metadata server itself.
-    static func checkMetadataHost(_ host: String) throws(ConfigurationError) {
+    /// The metadata server at `host` (`GCE_METADATA_HOST`): a bare `host` or `host:port`, loopback
+    /// or the metadata server itself; refused otherwise, user-info redacted from the message.
+    @discardableResult
+    static func metadataEndpoint(_ host: String) throws(ConfigurationError) -> ServiceEndpoint {
         if host.contains(where: { "/?#@ \\".contains($0) }) || host.unicodeScalars.contains(where: { $0.value < 0x21 })
         {
             throw ConfigurationError(
@@ -127,7 +129,7 @@ public enum HostCredentials {
             )
         }
         do {
-            try EndpointSecurity.check(url: "http://\(host)/", key: "credentials", allowingMetadataServer: true)
+            return try EndpointSecurity.check(url: "http://\(host)", key: "credentials", allowingMetadataServer: true)
         } catch {
             throw ConfigurationError(key: "credentials", "metadata host (GCE_METADATA_HOST): \(error.reason)")
         }

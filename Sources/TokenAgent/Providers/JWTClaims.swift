@@ -74,8 +74,14 @@ public struct JWTClaims: Sendable {
     /// read its claims, and see what this one could not check.
     public static func looksLikeJWT(_ token: String) -> Bool {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, !parts[0].isEmpty, let header = base64URLDecode(parts[0]) else { return false }
-        return header.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
+        guard parts.count == 3, !parts[0].isEmpty else { return false }
+        return startsAnObject(base64URLDecode(parts[0]))
+    }
+
+    /// Whether `bytes` start, past whitespace and a byte-order mark, with `{`: text a lenient reader
+    /// may take for a JSON object.
+    static func startsAnObject(_ bytes: Data?) -> Bool {
+        bytes?.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
     }
 
     /// Whether any entry of the `authorization` claim is `*` (Fleet Engine's wildcard).

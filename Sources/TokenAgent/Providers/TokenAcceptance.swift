@@ -33,6 +33,12 @@ public struct TokenAcceptance: Sendable {
     /// Checks `candidate` for `key` at wall time `now` and returns the token with its final expiry:
     ///
     /// - The token is 1 to 16 KiB of printable ASCII without spaces.
+    /// - A token of three dot-separated parts whose header or payload decodes (base64url) to text
+    ///   starting with `{` is a signed JWT (JWS): its header must be a strict-JSON object
+    ///   (``StrictJSON``), no member twice, whose `alg` is a string other than `none` (in any
+    ///   case), else the reply fails. Other tokens with dots (`ya29.a0Af.x`) are opaque. The provider is the operator's own service and
+    ///   may sign as it likes, but an unsigned token, or one whose header readers may read
+    ///   differently, is never served.
     /// - For a JWT, the payload is read strictly (``JWTClaims``): a claim given twice or an `exp`
     ///   that is not a finite number fails the reply; an `authorization` claim that is not an
     ///   object of distinct string entries, holds `*` in any entry, lacks the kind's entry (when
@@ -53,6 +59,9 @@ public struct TokenAcceptance: Sendable {
             throw ProviderError.failed("the reply's expiry is not a finite number")
         }
         var expiry = expiresAt
+        if let problem = Self.headerProblem(token) {
+            throw ProviderError.failed("token's header \(problem) (token \(TokenFingerprint.of(token)))")
+        }
         if let claims = JWTClaims(token: token) {
             if let problem = claims.problem {
                 throw ProviderError.failed(
@@ -71,6 +80,30 @@ public struct TokenAcceptance: Sendable {
         guard let expiry else { throw ProviderError.failed("no expiry in the reply and the token has no exp") }
         guard expiry > now else { throw ProviderError.failed("token is already expired") }
         return FetchedToken(token: token, expiresAtUnixSeconds: min(expiry, now + maxLifetime(of: key.kind)))
+    }
+
+    /// What makes the header of `token` unfit, when `token` is a signed JWT (three parts, its
+    /// header or payload an object); `nil` when it fits or `token` is opaque.
+    static func headerProblem(_ token: String) -> String? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        let bytes = JWTClaims.base64URLDecode(parts[0])
+        guard JWTClaims.startsAnObject(bytes) || JWTClaims.startsAnObject(JWTClaims.base64URLDecode(parts[1])) else {
+            return nil
+        }
+        guard let bytes, let header = StrictJSON(bytes: bytes)?.members else {
+            return "is not a strict-JSON object"
+        }
+        var names: Set<[UInt8]> = []
+        for member in header where !names.insert(Array(member.name.utf8)).inserted {
+            return "gives \(JWTClaims.printable(member.name)) twice"
+        }
+        guard let alg = header.first(where: { $0.name.utf8.elementsEqual("alg".utf8) }) else { return "has no alg" }
+        guard case .string(let name) = alg.value else { return "has an alg that is not a string" }
+        guard !JWTClaims.lowercasedASCII(name).utf8.elementsEqual("none".utf8) else {
+            return "says alg \(JWTClaims.printable(name)): the token is not signed"
+        }
+        return nil
     }
 
     /// What makes `authorization` unfit for a token of `key`, or `nil` when it fits.

@@ -40,10 +40,12 @@ public final class IAMSigner: TokenProvider {
     /// The largest reply body read.
     static let maxBodyBytes = 64 * 1024
 
-    /// Creates a signer for `account` at `endpoint` (the IAM Credentials API's base URL).
+    /// Creates a signer for `account` at `endpoint` (the IAM Credentials API: scheme, host, port
+    /// and an optional path prefix). `account` is a service account's email (letters, digits,
+    /// `-`, `_`, `.` and one `@`), escaped into the request's path.
     public init(
         account: String,
-        endpoint: String = "https://iamcredentials.googleapis.com",
+        endpoint: ServiceEndpoint = .iamCredentials,
         claims: IssuerClaims = IssuerClaims(),
         lifetime: Double = LocalIssuer.maxLifetime,
         credentials: any AccessTokenSource,
@@ -58,9 +60,10 @@ public final class IAMSigner: TokenProvider {
         self.lifetime = min(max(lifetime, 60), LocalIssuer.maxLifetime)
         self.faultHold = faultHold
         self.signatureBudget = signatureBudget
-        var base = endpoint
-        while base.hasSuffix("/") { base.removeLast() }
-        self.url = base + "/v1/projects/-/serviceAccounts/" + account + ":signJwt"
+        // `@` stays as it is (a path may hold it, and Google's libraries send it so); anything
+        // that could end the path segment (`/`, `?`, `#`) is escaped.
+        let segment = HTTPTokenProvider.percentEncode(account).replacingOccurrences(of: "%40", with: "@")
+        self.url = endpoint.url("/v1/projects/-/serviceAccounts/" + segment + ":signJwt")
         self.claims = claims
         self.credentials = credentials
         self.timeout = .milliseconds(Int64(timeout * 1000))
@@ -204,28 +207,18 @@ public final class IAMSigner: TokenProvider {
         }
     }
 
-    /// The token in a `signJwt` reply, once its claims are exactly those asked for (`payload`):
-    /// read strictly, so a claim given twice (which one reader takes first and another last) or
-    /// a claim not asked for is never served.
+    /// The token in a `signJwt` reply, once the reply is checked whole (``SignJWTReply``: the
+    /// header, the key id, the signature's encoding and length) and its claims are exactly those
+    /// asked for (`payload`): read strictly, so a claim given twice (which one reader takes first
+    /// and another last) or a claim not asked for is never served.
     private func accept(_ body: [UInt8], issued: IssuedClaims, payload: String) throws -> FetchedToken {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-            let token = object["signedJwt"] as? String
-        else {
-            throw ProviderError.failed("IAM signJwt reply has no signedJwt")
-        }
-        guard !token.isEmpty, token.utf8.count <= TokenAcceptance.maxTokenBytes,
-            token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
-        else {
-            throw ProviderError.failed("IAM signJwt reply's token is empty, too long, or not printable ASCII")
-        }
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let signedPayload = JWTClaims.base64URLDecode(parts[1]),
-            let signed = StrictJSON(bytes: signedPayload), let asked = StrictJSON(bytes: payload.utf8),
+        let reply = try SignJWTReply(body: body)
+        guard let signed = StrictJSON(bytes: reply.payload), let asked = StrictJSON(bytes: payload.utf8),
             Self.sameClaims(signed, asked)
         else {
             throw ProviderError.failed("IAM signJwt returned a token whose claims are not those asked for")
         }
-        return FetchedToken(token: token, expiresAtUnixSeconds: Double(issued.exp))
+        return FetchedToken(token: reply.token, expiresAtUnixSeconds: Double(issued.exp))
     }
 
     /// Whether `signed` holds exactly the claims of `asked`, in any order: every name and string
