@@ -254,6 +254,29 @@ struct ObservabilityTests {
         #expect(nowhere.stderr.contains("agent unreachable"))
     }
 
+    /// A provider that sends its head and then drips its body (one byte every 500 ms, the whole
+    /// body in minutes) fails at the kind's 3 s time-out, and that failure counts for health,
+    /// status and metrics as a refused connection does: never "serving" while every fetch hangs.
+    @Test func aDrippingProviderIsATimeoutForHealthStatusAndMetrics() async throws {
+        try await withAgent(["--degraded-after", "0"]) { agent, _ in
+            let healthy = try await status(agent)
+            #expect(healthy.status == 0, "\(healthy.stdout)\(healthy.stderr)")
+            let started = Date()
+            let reply = try await agent.send("GET vehicle drip-1").first ?? ""
+            #expect(reply == "ERR unavailable reading the reply timed out after 3 s (the body did not end in time)")
+            #expect(Date().timeIntervalSince(started) < 30, "ended by the time-out, not by the drip")
+            let degraded = try await status(agent)
+            #expect(degraded.status == 1, "\(degraded.stdout)")
+            #expect(degraded.stdout.contains("vehicle: provider failing"), "\(degraded.stdout)")
+            #expect(degraded.stdout.contains("last error: timeout"), "\(degraded.stdout)")
+            let metrics = try await prometheusParse(try await agent.metricsText())
+            #expect(metrics.value("fleet_tokend_fetch_errors_total", ["kind": "vehicle", "reason": "timeout"]) == 1)
+            #expect(metrics.value("fleet_tokend_degraded", ["kind": "vehicle", "reason": "provider_failing"]) == 1)
+            #expect(metrics.value("fleet_tokend_healthy") == 0)
+            #expect(agent.log.contains("reading the reply timed out"))
+        }
+    }
+
     @Test func logLevelIsAppliedOnReload() async throws {
         let provider = try await FakeTokenProvider.start()
         let path = try config(provider)
