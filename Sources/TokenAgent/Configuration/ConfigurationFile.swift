@@ -128,15 +128,11 @@ public enum ConfigurationFile {
     /// The keys `admin` and each entry of `allow` accept; any other is refused.
     public static let principalListKeys = PrincipalListContents.CodingKeys.allCases.map(\.rawValue)
 
-    /// Reads the file at `path` over `base` (the defaults). Throws ``ConfigurationError``.
+    /// Reads the file at `path` over `base` (the defaults): a regular file of at most 1 MiB
+    /// (``BoundedFile/configLimit``). Throws ``ConfigurationError``.
     public static func load(path: String, over base: AgentConfiguration) throws -> AgentConfiguration {
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw ConfigurationError(key: "config", "cannot read \(path)")
-        }
-        return try parse(data, over: base)
+        let bytes = try ProviderSet.readFile(path, limit: BoundedFile.configLimit, key: "config")
+        return try parse(Data(bytes), over: base)
     }
 
     /// Parses config file contents over `base`. Throws ``ConfigurationError``.
