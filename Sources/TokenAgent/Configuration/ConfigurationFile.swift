@@ -34,6 +34,7 @@ public enum ConfigurationFile {
         var metricsListen: String?
         var degradedAfter: Double?
         var refresherStallAfter: Double?
+        var metricsHeadTimeout: Double?
         var trustRoot: Bool?
         var watchConfig: Bool?
         var watchInterval: Double?
@@ -66,6 +67,7 @@ public enum ConfigurationFile {
             case metricsListen = "metrics_listen"
             case degradedAfter = "degraded_after"
             case refresherStallAfter = "refresher_stall_after"
+            case metricsHeadTimeout = "metrics_head_timeout"
             case trustRoot = "trust_root"
             case watchConfig = "watch_config"
             case watchInterval = "watch_interval"
@@ -227,6 +229,7 @@ public enum ConfigurationFile {
         if let value = contents.metricsListen { configuration.metricsListen = value }
         if let value = contents.degradedAfter { configuration.degradedAfter = value }
         if let value = contents.refresherStallAfter { configuration.refresherStallAfter = value }
+        if let value = contents.metricsHeadTimeout { configuration.metricsHeadTimeout = value }
         if let value = contents.trustRoot { configuration.access.trustRoot = value }
         if let value = contents.watchConfig { configuration.watchConfig = value }
         if let value = contents.watchInterval { configuration.watchInterval = value }
