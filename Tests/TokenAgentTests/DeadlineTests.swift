@@ -16,11 +16,14 @@ struct DeadlineTests {
         }
     }
 
+    /// The operation ignores cancellation and ends only when the test lets it, after the call
+    /// returned: the caller went on at the deadline, not when the work ended.
     @Test func theCallerGoesOnAtTheDeadlineEvenIfTheOperationDoesNotStop() async {
-        let started = ContinuousClock.now
-        let value = await untilDeadline(.now + .milliseconds(100)) { await Self.uncooperative(6, returning: 1) }
+        let gate = DeadlineGate()
+        let value = await untilDeadline(.now + .milliseconds(100)) { await gate.wait(returning: 1) }
         #expect(value == nil)
-        #expect(ContinuousClock.now - started < .seconds(5), "released at the deadline, not when the work ends")
+        #expect(!gate.isOpen, "released while the work still ran")
+        gate.open()
     }
 
     @Test func anOperationThatEndsFirstGivesItsValue() async {
@@ -38,6 +41,34 @@ struct DeadlineTests {
         #expect(value == nil)
         for _ in 0..<500 where !cancelled.seen.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
         #expect(cancelled.seen.withLock { $0 }, "the operation's task was cancelled")
+    }
+}
+
+/// Holds an operation until the test opens it.
+private final class DeadlineGate: Sendable {
+    private let state = Mutex<(open: Bool, waiting: CheckedContinuation<Void, Never>?)>((false, nil))
+
+    var isOpen: Bool { state.withLock { $0.open } }
+
+    /// Waits, ignoring cancellation, until ``open()``; then returns `value`.
+    func wait(returning value: Int) async -> Int {
+        await withCheckedContinuation { continuation in
+            let open = state.withLock { state in
+                if !state.open { state.waiting = continuation }
+                return state.open
+            }
+            if open { continuation.resume() }
+        }
+        return value
+    }
+
+    func open() {
+        let waiting = state.withLock { state in
+            state.open = true
+            defer { state.waiting = nil }
+            return state.waiting
+        }
+        waiting?.resume()
     }
 }
 
