@@ -83,6 +83,8 @@ final class RequestHandler {
     private var pumpAgain = false
     /// How long the peer may leave its replies unread (the channel unwritable) before it is closed.
     let stallTimeout: TimeAmount
+    /// How long a segment descriptor may wait for the peer's socket to take it.
+    let descriptorSendTimeout: TimeAmount
     var stallTimer: (any TransportTimer)?
     /// The configured kind names and the engine's kinds version they were read at.
     var kindNames: [(name: String, bytes: [UInt8])] = []
@@ -102,7 +104,8 @@ final class RequestHandler {
         admission: ServerStatistics.Admission = .admitted,
         peer: PeerCredentials? = nil,
         requestTimeout: TimeAmount = .seconds(10),
-        stallTimeout: TimeAmount = .seconds(30)
+        stallTimeout: TimeAmount = .seconds(30),
+        descriptorSendTimeout: TimeAmount = DescriptorLedger.sendTimeout
     ) {
         self.engine = engine
         self.status = status
@@ -111,6 +114,7 @@ final class RequestHandler {
         self.peer = peer
         self.requestTimeout = requestTimeout
         self.stallTimeout = stallTimeout
+        self.descriptorSendTimeout = descriptorSendTimeout
     }
 
     /// The connection is open: a connection over the limits is told so and closed.

@@ -130,12 +130,15 @@ struct AgentRuntime {
         )
         var optional: [ServiceGroupConfiguration.ServiceConfiguration] = []
         if let listen = configuration.metricsListen, let address = try? MetricsListenAddress(parsing: listen) {
+            var limits = MetricsHTTPServer.Limits()
+            limits.headTimeout = .milliseconds(Int64(configuration.metricsHeadTimeout * 1000))
             optional.append(
                 .init(
                     service: MetricsHTTPServer(
                         address: address,
                         status: status,
-                        logger: Logger(label: "fleet-tokend.metrics")
+                        logger: Logger(label: "fleet-tokend.metrics"),
+                        limits: limits
                     ),
                     serviceName: "metrics"
                 )

@@ -81,6 +81,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Seconds without a refresher pass before PING reports it stalled (default 10).")
     var refresherStallAfter: Double?
 
+    @Option(help: "Seconds the HTTP metrics listener waits for a request's head (default 5).")
+    var metricsHeadTimeout: Double?
+
     @Flag(
         inversion: .prefixedNo,
         help:
@@ -206,6 +209,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let metricsListen { configuration.metricsListen = metricsListen }
         if let degradedAfter { configuration.degradedAfter = degradedAfter }
         if let refresherStallAfter { configuration.refresherStallAfter = refresherStallAfter }
+        if let metricsHeadTimeout { configuration.metricsHeadTimeout = metricsHeadTimeout }
         if let watchConfig { configuration.watchConfig = watchConfig }
         configuration = configuration.resolvingCredentials(environment: environment)
         try configuration.validate()

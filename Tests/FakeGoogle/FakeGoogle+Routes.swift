@@ -19,6 +19,8 @@ struct FakeReply {
     var delayMilliseconds = 0
     var drop = false
     var hang = false
+    /// Send the head, then the body one byte at a time this many milliseconds apart.
+    var dripMilliseconds: Int?
 
     static func json(_ status: Int, _ body: [UInt8], headers: [(String, String)] = []) -> FakeReply {
         FakeReply(status: status, headers: [("Content-Type", "application/json; charset=UTF-8")] + headers, body: body)
@@ -57,6 +59,10 @@ extension FakeGoogle {
             return FakeReply(status: 0, drop: true)
         case (.hang, _):
             return FakeReply(status: 0, hang: true)
+        case (.drip(let interval), _):
+            var reply = FakeReply.json(200, Array(repeating: UInt8(ascii: " "), count: 4096))
+            reply.dripMilliseconds = interval
+            return reply
         case (.raw(let status, let body, let headers), _):
             return FakeReply(status: status, headers: headers.sorted { $0.key < $1.key }, body: body)
         case (.tooManyRequests(let seconds), _):

@@ -29,6 +29,9 @@ public enum FakeGoogleFault: Sendable, Hashable {
     case dropConnection
     /// Never answers (the client's time-out ends the request).
     case hang
+    /// Sends a `200` head promising a 4 KiB JSON body, then one byte of it every
+    /// `intervalMilliseconds` (a slow-drip server: the head on time, the body never).
+    case drip(intervalMilliseconds: Int)
     /// Answers exactly this: a hostile or malformed reply, in any API's place.
     case raw(status: Int, body: [UInt8], headers: [String: String] = [:])
 

@@ -51,6 +51,10 @@ final class FakeGoogleHandler: ChannelInboundHandler {
                 return
             }
             let keepAlive = head.isKeepAlive
+            if let interval = reply.dripMilliseconds {
+                drip(reply, every: interval, context: context)
+                return
+            }
             if reply.delayMilliseconds <= 0 {
                 send(reply, keepAlive: keepAlive, context: context)
                 return
@@ -59,6 +63,41 @@ final class FakeGoogleHandler: ChannelInboundHandler {
             context.eventLoop.scheduleTask(in: .milliseconds(Int64(reply.delayMilliseconds))) {
                 let (handler, context) = bound.value
                 handler.send(reply, keepAlive: keepAlive, context: context)
+            }
+        }
+    }
+
+    /// Sends the head of `reply` now and its body one byte every `interval` milliseconds, until
+    /// the body is sent or the connection closes.
+    private func drip(_ reply: FakeReply, every interval: Int, context: ChannelHandlerContext) {
+        var headers = HTTPHeaders([("Content-Length", "\(reply.body.count)")])
+        for (name, value) in reply.headers { headers.add(name: name, value: value) }
+        let status = HTTPResponseStatus(statusCode: reply.status)
+        context.writeAndFlush(
+            wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
+            promise: nil
+        )
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        Self.drip(reply.body, from: 0, every: interval, bound: bound, on: context.eventLoop)
+    }
+
+    /// Sends byte `sent` of `body` after `interval` milliseconds, and the next after it.
+    private static func drip(
+        _ body: [UInt8],
+        from sent: Int,
+        every interval: Int,
+        bound: NIOLoopBound<(FakeGoogleHandler, ChannelHandlerContext)>,
+        on eventLoop: any EventLoop
+    ) {
+        eventLoop.scheduleTask(in: .milliseconds(Int64(interval))) {
+            let (handler, context) = bound.value
+            guard context.channel.isActive, sent < body.count else { return }
+            let byte = context.channel.allocator.buffer(bytes: body[sent..<sent + 1])
+            context.writeAndFlush(handler.wrapOutboundOut(.body(.byteBuffer(byte))), promise: nil)
+            if sent + 1 < body.count {
+                drip(body, from: sent + 1, every: interval, bound: bound, on: eventLoop)
+            } else {
+                context.writeAndFlush(handler.wrapOutboundOut(.end(nil)), promise: nil)
             }
         }
     }

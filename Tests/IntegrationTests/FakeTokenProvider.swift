@@ -19,6 +19,7 @@ import Synchronization
 /// | `huge-`    | a 100 KiB body |
 /// | `status<N>-` | HTTP status N |
 /// | `hang-`    | never answers |
+/// | `drip-`    | a `200` head at once, then its body (a good token) one byte every 500 ms |
 /// | `pad-`     | a JWT of random length whose signature part is `<id>_<n x's>_<n>` |
 /// | `slow-`    | answers after 400 ms |
 /// | `delay<N>-` | answers an hour-long token after N ms |
@@ -180,6 +181,9 @@ final class FakeTokenProvider: Sendable {
             return (.ok, "application/json", json(["token": String(signed), "expires_in": lifetime]), delay)
         }
         if id.hasPrefix("hang-") { return nil }
+        if id.hasPrefix("drip-") {
+            return (.ok, Self.dripping, json(["token": jwt(id: id, exp: now + lifetime), "expires_in": lifetime]), 0)
+        }
         if id.hasPrefix("delay"), let dash = id.firstIndex(of: "-"),
             let milliseconds = Int(id[id.index(id.startIndex, offsetBy: 5)..<dash])
         {
@@ -246,6 +250,11 @@ final class FakeTokenProvider: Sendable {
     static let plainWithMaxAge600 = "text/plain;max-age=600"
     /// The content type that makes the handler promise more body than it sends, then close.
     static let truncated = "application/json;truncated"
+    /// The content type that makes the handler send the head at once and the body one byte every
+    /// ``dripInterval``.
+    static let dripping = "application/json;drip"
+    /// How far apart a dripping reply's bytes are.
+    static let dripInterval = TimeAmount.milliseconds(500)
 
     /// A "content type" that makes the handler send one extra header instead.
     static func header(_ name: String, _ value: String) -> String { "header:\(name):\(value)" }
@@ -340,6 +349,14 @@ private final class ProviderHandler: ChannelInboundHandler {
             )
             context.close(promise: nil)
             return
+        } else if type == FakeTokenProvider.dripping {
+            headers.add(name: "Content-Type", value: "application/json")
+            context.writeAndFlush(
+                wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))),
+                promise: nil
+            )
+            Self.drip(body, from: 0, bound: NIOLoopBound((self, context), eventLoop: context.eventLoop))
+            return
         } else if type.hasPrefix("header:") {
             let parts = type.split(separator: ":", maxSplits: 2).map(String.init)
             headers.add(name: parts[1], value: parts[2])
@@ -354,5 +371,26 @@ private final class ProviderHandler: ChannelInboundHandler {
         )
         context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+    }
+
+    /// Sends byte `sent` of `body` after ``FakeTokenProvider/dripInterval``, and the next after it,
+    /// until the body is sent or the connection closes.
+    private static func drip(
+        _ body: [UInt8],
+        from sent: Int,
+        bound: NIOLoopBound<(ProviderHandler, ChannelHandlerContext)>
+    ) {
+        let eventLoop = bound.value.1.eventLoop
+        eventLoop.scheduleTask(in: FakeTokenProvider.dripInterval) {
+            let (handler, context) = bound.value
+            guard context.channel.isActive, sent < body.count else { return }
+            let byte = context.channel.allocator.buffer(bytes: body[sent..<sent + 1])
+            context.writeAndFlush(handler.wrapOutboundOut(.body(.byteBuffer(byte))), promise: nil)
+            if sent + 1 < body.count {
+                drip(body, from: sent + 1, bound: bound)
+            } else {
+                context.writeAndFlush(handler.wrapOutboundOut(.end(nil)), promise: nil)
+            }
+        }
     }
 }

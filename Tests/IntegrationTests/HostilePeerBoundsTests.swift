@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -112,31 +113,159 @@ struct HostilePeerBoundsTests {
         }
     }
 
+    /// Waits until the metrics listener on `port` answers a scrape.
+    private func waitForListener(port: Int) async throws -> Bool {
+        for _ in 0..<100 {
+            if (try? await httpGet(port: port, path: "/metrics")) != nil { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return false
+    }
+
     @Test func idleScrapeConnectionsAreCappedAndTimedOut() async throws {
         let port = try freeLoopbackPort()
-        try await withProviderAndAgent(["--metrics-listen", "127.0.0.1:\(port)"]) { agent, _ in
-            var up = false
-            for _ in 0..<100 where !up {
-                up = (try? await httpGet(port: port, path: "/metrics")) != nil
-                if !up { try await Task.sleep(for: .milliseconds(50)) }
-            }
-            #expect(up)
+        let flags = ["--metrics-listen", "127.0.0.1:\(port)", "--metrics-head-timeout", "3"]
+        try await withProviderAndAgent(flags) { agent, _ in
+            #expect(try await waitForListener(port: port))
             let connections = try await offPool { (0..<64).map { _ in Self.connectNonBlocking(port: port) } }
             defer { for fd in connections where fd >= 0 { close(fd) } }
             #expect(connections.allSatisfy { $0 >= 0 })
-            // Past the cap (16), connections are closed as soon as they are accepted.
-            let refused = try await offPool {
-                connections.dropFirst(16).filter { Self.closedByPeer($0, within: 3000) }.count
+            // Past the cap (16), each new connection closes the oldest one still waiting for its
+            // request: the first 48 are closed as soon as the later ones come.
+            let evicted = try await offPool {
+                connections.prefix(48).filter { Self.closedByPeer($0, within: 3000) }.count
             }
-            #expect(refused == 48, "\(refused) of the 48 over the cap were closed at once")
+            #expect(evicted == 48, "\(evicted) of the 48 oldest were closed to make room")
             #expect(try await agent.send("GET vehicle v-1").first?.hasPrefix("OK ") == true)
-            // The idle ones are closed after the idle time-out (10 s), and scrapes work again.
+            // The last 16 never send a request: closed at the head time-out (3 s).
             let timedOut = try await offPool {
-                connections.prefix(16).filter { Self.closedByPeer($0, within: 20_000) }.count
+                connections.suffix(16).filter { Self.closedByPeer($0, within: 20_000) }.count
             }
             #expect(timedOut == 16)
             let scrape = try await httpGet(port: port, path: "/metrics")
             #expect(scrape.status.hasSuffix("200 OK"))
+        }
+    }
+
+    /// Sixteen peers that each send a request one byte a second (never whole) do not keep
+    /// scrapers out: every scrape is answered, and every trickling peer is closed (made room for,
+    /// or cut at the head time-out) although it never went idle.
+    @Test func tricklingPeersDoNotKeepScrapersOut() async throws {
+        let port = try freeLoopbackPort()
+        let flags = ["--metrics-listen", "127.0.0.1:\(port)", "--metrics-head-timeout", "3"]
+        try await withProviderAndAgent(flags) { _, _ in
+            #expect(try await waitForListener(port: port))
+            let stop = TrickleStop()
+            let trickled = Task {
+                try await offPool { Self.trickle(port: port, peers: 16, until: stop) }
+            }
+            // Let the trickling peers take every place first.
+            try await Task.sleep(for: .milliseconds(500))
+            var answered = 0
+            for _ in 0..<20 {
+                if let scrape = try? await httpGet(port: port, path: "/metrics"), scrape.status.hasSuffix("200 OK"),
+                    scrape.body.contains("fleet_tokend_")
+                {
+                    answered += 1
+                }
+            }
+            #expect(answered == 20, "\(answered) of 20 scrapes answered amid 16 trickling peers")
+            // Every trickling peer is closed by the agent within the head time-out (and room for
+            // the scrapes), though each sent a byte a second.
+            try await Task.sleep(for: .seconds(8))
+            stop.stop()
+            let closed = try await trickled.value
+            #expect(closed == 16, "\(closed) of 16 trickling peers closed by the agent")
+        }
+    }
+
+    /// When to stop trickling.
+    private final class TrickleStop: Sendable {
+        private let stopped = Mutex(false)
+        func stop() { stopped.withLock { $0 = true } }
+        var isStopped: Bool { stopped.withLock { $0 } }
+    }
+
+    /// Connects `peers` peers that each send `GET /metrics HTTP/1.1\r\n` and then a header one
+    /// byte a second, never ending the head, until `stop`; returns how many the agent closed.
+    private static func trickle(port: Int, peers: Int, until stop: TrickleStop) -> Int {
+        let fds = (0..<peers).map { _ in connectNonBlocking(port: port) }
+        defer { for fd in fds where fd >= 0 { close(fd) } }
+        var closed = Set<Int32>()
+        let start = Array("GET /metrics HTTP/1.1\r\n".utf8)
+        for fd in fds where fd >= 0 {
+            _ = start.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
+        var byte: UInt8 = UInt8(ascii: "X")
+        while !stop.isStopped {
+            for fd in fds where fd >= 0 && !closed.contains(fd) {
+                if closedByPeer(fd, within: 1) {
+                    closed.insert(fd)
+                    continue
+                }
+                if send(fd, &byte, 1, Int32(MSG_NOSIGNAL)) < 0 && errno != EAGAIN { closed.insert(fd) }
+            }
+            usleep(1_000_000)
+        }
+        for fd in fds where fd >= 0 && !closed.contains(fd) && closedByPeer(fd, within: 100) { closed.insert(fd) }
+        return closed.count
+    }
+
+    /// RFC 9112 section 3.2.2: an absolute-form target is served as its path; RFC 9110 section
+    /// 9.3.2: HEAD gets GET's headers, Content-Length included, and no body.
+    @Test func absoluteFormTargetsAndHeadFollowTheRFCs() async throws {
+        let port = try freeLoopbackPort()
+        try await withProviderAndAgent(["--metrics-listen", "127.0.0.1:\(port)"]) { _, _ in
+            #expect(try await waitForListener(port: port))
+            let absolute = try await httpGet(port: port, path: "http://127.0.0.1:\(port)/metrics")
+            #expect(absolute.status.hasSuffix("200 OK"), "\(absolute.status)")
+            #expect(absolute.body.contains("fleet_tokend_healthy"))
+            let elsewhere = try await httpGet(port: port, path: "http://127.0.0.1:\(port)/other")
+            #expect(elsewhere.status.hasSuffix("404 Not Found"))
+            let head = try await Self.rawExchange(port: port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            let get = try await Self.rawExchange(port: port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(head.status.hasSuffix("200 OK"))
+            #expect(head.body.isEmpty, "no body after HEAD's head")
+            let headLength = Int(head.headers["content-length"] ?? "") ?? 0
+            let getLength = Int(get.headers["content-length"] ?? "") ?? -1
+            #expect(getLength == get.body.utf8.count)
+            // The exposition may be rendered again between the two (a counter moved): the lengths
+            // are those of one exposition, within a few bytes.
+            #expect(headLength > 1000 && abs(headLength - getLength) < 256, "HEAD \(headLength), GET \(getLength)")
+            #expect(head.headers["content-type"] == get.headers["content-type"])
+        }
+    }
+
+    /// Sends `request` whole on a new connection and reads until the agent closes it.
+    private static func rawExchange(port: Int, _ request: String) async throws -> (
+        status: String, headers: [String: String], body: String
+    ) {
+        try await offPool {
+            let fd = connectLoopback(port: port)
+            guard fd >= 0 else { throw AgentError("connect to 127.0.0.1:\(port) failed") }
+            defer { close(fd) }
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let bytes = Array(request.utf8)
+            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            var received: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if count <= 0 { break }
+                received += chunk[..<count]
+            }
+            let text = String(decoding: received, as: UTF8.self)
+            guard let split = text.range(of: "\r\n\r\n") else { throw AgentError("no HTTP reply: \(text)") }
+            let lines = text[..<split.lowerBound].components(separatedBy: "\r\n")
+            var headers: [String: String] = [:]
+            for line in lines.dropFirst() {
+                guard let colon = line.firstIndex(of: ":") else { continue }
+                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                    in: .whitespaces
+                )
+            }
+            return (lines.first ?? "", headers, String(text[split.upperBound...]))
         }
     }
 }

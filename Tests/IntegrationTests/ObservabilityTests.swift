@@ -13,12 +13,19 @@ struct ObservabilityTests {
     /// A config with the fake provider for vehicle and trip (short time-outs), and a kind whose
     /// provider port refuses connections.
     @discardableResult
-    private func config(_ provider: FakeTokenProvider, extra: String = "", to given: String? = nil) throws -> String {
+    /// `timeout`: the providers' time-out, wide enough by default for a loaded machine to answer
+    /// a fake provider's 503 in time; the tests of the time-out itself make it short.
+    private func config(
+        _ provider: FakeTokenProvider,
+        extra: String = "",
+        to given: String? = nil,
+        timeout: Double = 10
+    ) throws -> String {
         let path = given ?? "/tmp/ftd-obs-\(UUID().uuidString.prefix(8)).json"
         let json = """
             {"providers": {
-              "vehicle": {"url": "\(provider.url(kind: "vehicle"))", "timeout": 3, "connect_timeout": 2},
-              "trip": {"url": "\(provider.url(kind: "trip"))", "timeout": 3, "connect_timeout": 2},
+              "vehicle": {"url": "\(provider.url(kind: "vehicle"))", "timeout": \(timeout), "connect_timeout": 2},
+              "trip": {"url": "\(provider.url(kind: "trip"))", "timeout": \(timeout), "connect_timeout": 2},
               "refused": {"url": "http://127.0.0.1:1/token/{id}", "timeout": 3, "connect_timeout": 2}
             }\(extra)}
             """
@@ -29,11 +36,16 @@ struct ObservabilityTests {
     private func withAgent(
         _ flags: [String] = [],
         extraConfig: String = "",
+        timeout: Double = 10,
         _ body: (AgentProcess, FakeTokenProvider) async throws -> Void
     ) async throws {
         // The config's providers (with their time-outs) and the harness's --provider flags name
         // the same fake provider.
-        try await withProviderAndAgent(flags, arguments: { ["--config", try config($0, extra: extraConfig)] }, body)
+        try await withProviderAndAgent(
+            flags,
+            arguments: { ["--config", try config($0, extra: extraConfig, timeout: timeout)] },
+            body
+        )
     }
 
     private func status(_ agent: AgentProcess, _ arguments: [String] = []) async throws -> (
@@ -252,6 +264,35 @@ struct ObservabilityTests {
         let nowhere = try await run(AgentProcess.binary, ["status", "--socket", "/tmp/ftd-none-\(UUID()).sock"])
         #expect(nowhere.status == 69)
         #expect(nowhere.stderr.contains("agent unreachable"))
+    }
+
+    /// A provider that sends its head and then drips its body (one byte every 500 ms, the whole
+    /// body in minutes) fails at the kind's 3 s time-out, and that failure counts for health,
+    /// status and metrics as a refused connection does: never "serving" while every fetch hangs.
+    @Test func aDrippingProviderIsATimeoutForHealthStatusAndMetrics() async throws {
+        try await withAgent(["--degraded-after", "0"], timeout: 3) { agent, _ in
+            let healthy = try await status(agent)
+            #expect(healthy.status == 0, "\(healthy.stdout)\(healthy.stderr)")
+            let started = Date()
+            let reply = try await agent.send("GET vehicle drip-1").first ?? ""
+            // The body's deadline on a quiet machine; on a loaded one the head may be late too,
+            // and then the head's deadline ends it (either way, at the 3 s time-out).
+            #expect(
+                reply == "ERR unavailable reading the reply timed out after 3 s (the body did not end in time)"
+                    || reply == "ERR unavailable request failed: Deadline exceeded",
+                "\(reply)"
+            )
+            #expect(Date().timeIntervalSince(started) < 30, "ended by the time-out, not by the drip")
+            let degraded = try await status(agent)
+            #expect(degraded.status == 1, "\(degraded.stdout)")
+            #expect(degraded.stdout.contains("vehicle: provider failing"), "\(degraded.stdout)")
+            #expect(degraded.stdout.contains("last error: timeout"), "\(degraded.stdout)")
+            let metrics = try await prometheusParse(try await agent.metricsText())
+            #expect(metrics.value("fleet_tokend_fetch_errors_total", ["kind": "vehicle", "reason": "timeout"]) == 1)
+            #expect(metrics.value("fleet_tokend_degraded", ["kind": "vehicle", "reason": "provider_failing"]) == 1)
+            #expect(metrics.value("fleet_tokend_healthy") == 0)
+            #expect(agent.log.contains("reading the reply timed out") || agent.log.contains("Deadline exceeded"))
+        }
     }
 
     @Test func logLevelIsAppliedOnReload() async throws {

@@ -41,6 +41,10 @@ struct ProviderFaultTests {
                 ("GET refused r-1", "ERR unavailable request failed: Connection refused", "Connection refused"),
                 ("GET blackhole b-1", "ERR unavailable request failed: Connect timeout", "Connect timeout"),
                 ("GET slow hang-1", "ERR unavailable request failed: Deadline exceeded", "Deadline exceeded"),
+                (
+                    "GET slow drip-1", "ERR unavailable reading the reply timed out after 2.5 s",
+                    "reading the reply timed out after 2.5 s"
+                ),
                 ("GET vehicle status500-1", "ERR unavailable HTTP 500", "HTTP 500"),
                 ("GET vehicle status503-1", "ERR unavailable HTTP 503", "HTTP 503"),
                 ("GET vehicle retry7-1", "ERR unavailable HTTP 429; retry after 7 s", "retry after 7 s"),

@@ -83,6 +83,8 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var degradedAfter: Double = 120
     /// The refresher counts as stalled when it has not completed a pass for this long, seconds.
     public var refresherStallAfter: Double = 10
+    /// How long the HTTP metrics listener waits for a request's head, seconds.
+    public var metricsHeadTimeout: Double = 5
     /// Whether the agent watches its config file and the files it names, and reloads when one
     /// changes (`watch_config`): for Kubernetes, whose ConfigMap updates arrive as a symbolic-link
     /// swap and no SIGHUP. Default off.
@@ -232,6 +234,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         guard refresherStallAfter.isFinite, refresherStallAfter >= 2, refresherStallAfter <= 3600 else {
             throw ConfigurationError(key: "refresher_stall_after", "must be seconds from 2 to 3600")
+        }
+        guard metricsHeadTimeout.isFinite, metricsHeadTimeout >= 0.1, metricsHeadTimeout <= 60 else {
+            throw ConfigurationError(key: "metrics_head_timeout", "must be seconds from 0.1 to 60")
         }
         guard watchInterval.isFinite, watchInterval >= 0.1, watchInterval <= 3600 else {
             throw ConfigurationError(key: "watch_interval", "must be seconds from 0.1 to 3600")

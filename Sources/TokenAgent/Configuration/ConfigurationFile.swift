@@ -34,6 +34,7 @@ public enum ConfigurationFile {
         var metricsListen: String?
         var degradedAfter: Double?
         var refresherStallAfter: Double?
+        var metricsHeadTimeout: Double?
         var trustRoot: Bool?
         var watchConfig: Bool?
         var watchInterval: Double?
@@ -66,6 +67,7 @@ public enum ConfigurationFile {
             case metricsListen = "metrics_listen"
             case degradedAfter = "degraded_after"
             case refresherStallAfter = "refresher_stall_after"
+            case metricsHeadTimeout = "metrics_head_timeout"
             case trustRoot = "trust_root"
             case watchConfig = "watch_config"
             case watchInterval = "watch_interval"
@@ -128,15 +130,11 @@ public enum ConfigurationFile {
     /// The keys `admin` and each entry of `allow` accept; any other is refused.
     public static let principalListKeys = PrincipalListContents.CodingKeys.allCases.map(\.rawValue)
 
-    /// Reads the file at `path` over `base` (the defaults). Throws ``ConfigurationError``.
+    /// Reads the file at `path` over `base` (the defaults): a regular file of at most 1 MiB
+    /// (``BoundedFile/configLimit``). Throws ``ConfigurationError``.
     public static func load(path: String, over base: AgentConfiguration) throws -> AgentConfiguration {
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw ConfigurationError(key: "config", "cannot read \(path)")
-        }
-        return try parse(data, over: base)
+        let bytes = try ProviderSet.readFile(path, limit: BoundedFile.configLimit, key: "config")
+        return try parse(Data(bytes), over: base)
     }
 
     /// Parses config file contents over `base`. Throws ``ConfigurationError``.
@@ -231,6 +229,7 @@ public enum ConfigurationFile {
         if let value = contents.metricsListen { configuration.metricsListen = value }
         if let value = contents.degradedAfter { configuration.degradedAfter = value }
         if let value = contents.refresherStallAfter { configuration.refresherStallAfter = value }
+        if let value = contents.metricsHeadTimeout { configuration.metricsHeadTimeout = value }
         if let value = contents.trustRoot { configuration.access.trustRoot = value }
         if let value = contents.watchConfig { configuration.watchConfig = value }
         if let value = contents.watchInterval { configuration.watchInterval = value }

@@ -57,9 +57,7 @@ extension ProviderSet {
             let claims = IssuerClaims(claimNames: claimNames)
             var local: LocalIssuer?
             if let path = settings.keyFile {
-                guard let data = FileManager.default.contents(atPath: path) else {
-                    throw ConfigurationError(key: "issuers.\(kind).key_file", "cannot read \(path)")
-                }
+                let data = Data(try readFile(path, limit: BoundedFile.keyLimit, key: "issuers.\(kind).key_file"))
                 // Read now, so a bad key is a configuration error at start and at reload.
                 do {
                     local = try LocalIssuer(serviceAccountJSON: data, lifetime: lifetime, claims: claims, clock: clock)

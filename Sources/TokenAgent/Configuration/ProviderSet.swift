@@ -68,7 +68,7 @@ public enum ProviderSet {
             identity += " timeout=\(settings.timeout ?? 10) claim=\(claimNames[kind] ?? "")"
             identity += " wildcard=\(settings.acceptWildcard ?? false) max_lifetime=\(acceptance.maxLifetime(of: kind))"
             if let path = settings.headersFile {
-                let text = try readFile(path, key: "providers.\(kind).headers_file")
+                let text = try readText(path, limit: BoundedFile.headersLimit, key: "providers.\(kind).headers_file")
                 headersByKind[kind] = try HeadersFile.parse(text, key: "providers.\(kind).headers_file")
                 identity += " headers=\(digest(Array(text.utf8)))"
             }
@@ -98,9 +98,7 @@ public enum ProviderSet {
         var issuer: LocalIssuer?
         var issuerIdentity = ""
         if let path = configuration.issuerKeyPath {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw ConfigurationError(key: "issuer_key", "cannot read \(path)")
-            }
+            let data = Data(try readFile(path, limit: BoundedFile.keyLimit, key: "issuer_key"))
             issuerIdentity = "issuer key=\(digest(Array(data))) lifetime=\(configuration.issuerLifetime)"
             do {
                 issuer = try LocalIssuer(
@@ -161,10 +159,20 @@ public enum ProviderSet {
         return Built(providers: providers, identities: identities, credentials: credentials)
     }
 
-    private static func readFile(_ path: String, key: String) throws -> String {
-        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8)
-        else {
-            throw ConfigurationError(key: key, "cannot read \(path)")
+    /// The bytes of the file at `path` named by setting `key`, at most `limit` of them
+    /// (``BoundedFile``); the error names the key, the file and, past it, the limit.
+    static func readFile(_ path: String, limit: Int, key: String) throws(ConfigurationError) -> [UInt8] {
+        do {
+            return try BoundedFile.read(path, limit: limit)
+        } catch {
+            throw ConfigurationError(key: key, "\(error)")
+        }
+    }
+
+    /// The UTF-8 text of the file at `path`, as ``readFile(_:limit:key:)``.
+    private static func readText(_ path: String, limit: Int, key: String) throws(ConfigurationError) -> String {
+        guard let text = String(validating: try readFile(path, limit: limit, key: key), as: UTF8.self) else {
+            throw ConfigurationError(key: key, "\(path) is not UTF-8 text")
         }
         return text
     }

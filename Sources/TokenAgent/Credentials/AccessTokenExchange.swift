@@ -134,22 +134,18 @@ final class AccessTokenExchange: Sendable {
         let endpoint = grant.endpoint
         let client = try httpClient()
         let request = try request()
-        let response: HTTPClientResponse
-        let body: ByteBuffer
+        let response: OutboundReply
         do {
-            response = try await client.execute(request, timeout: .milliseconds(Int64(timeout * 1000)))
+            response = try await client.exchange(
+                request,
+                timeout: .milliseconds(Int64(timeout * 1000)),
+                maxBodyBytes: Self.maxBodyBytes
+            )
         } catch {
-            throw CredentialsError(.transient, "\(endpoint): request failed: \(Self.describe(error))")
+            throw CredentialsError(.transient, "\(endpoint): \(error.text)")
         }
-        do {
-            body = try await response.body.collect(upTo: Self.maxBodyBytes)
-        } catch is NIOTooManyBytesError {
-            throw CredentialsError(.transient, "\(endpoint): reply body over \(Self.maxBodyBytes / 1024) KiB")
-        } catch {
-            throw CredentialsError(.transient, "\(endpoint): reading the reply failed: \(Self.describe(error))")
-        }
-        let status = Int(response.status.code)
-        let bytes = Array(buffer: body)
+        let status = response.status
+        let bytes = response.body
         switch status {
         case 200..<300:
             return try Self.read(reply: bytes, endpoint: endpoint)
@@ -235,9 +231,4 @@ final class AccessTokenExchange: Sendable {
         return ", error \(name)" + (detail.map { " (\($0))" } ?? "")
     }
 
-    private static func describe(_ error: any Error) -> String {
-        if let error = error as? HTTPClientError { return error.shortDescription }
-        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
-        return String(describing: type(of: error))
-    }
 }

@@ -27,20 +27,30 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
     ]
 
     /// Reads the file at `path` (named `origin` in errors: how it was found), with a digest of its
-    /// contents (the first 16 hex digits of their SHA-256).
+    /// contents (the first 16 hex digits of their SHA-256): a regular file of at most 1 MiB
+    /// (``BoundedFile/credentialsLimit``), refused otherwise before more than that is read.
     static func read(path: String, origin: String) throws(ConfigurationError) -> (
         file: CredentialsFile, digest: String
     ) {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            let reason = FileManager.default.fileExists(atPath: path) ? "cannot be read" : "does not exist"
-            throw ConfigurationError(key: "credentials", "\(origin) \(path) \(reason)")
+        let bytes: [UInt8]
+        do {
+            bytes = try BoundedFile.read(path, limit: BoundedFile.credentialsLimit)
+        } catch {
+            let reason =
+                switch error.problem {
+                case .unreadable(missing: true): "\(path) does not exist"
+                case .unreadable(missing: false): "\(path) cannot be read"
+                case .notRegular, .overLimit: "\(error)"
+                }
+            throw ConfigurationError(key: "credentials", "\(origin) \(reason)")
         }
-        return (try parse(data, path: path), ProviderSet.digest(Array(data)))
+        return (try parse(Data(bytes), path: path), ProviderSet.digest(bytes))
     }
 
     /// Reads credentials JSON from `data`; `path` names the file in errors.
     static func parse(_ data: Data, path: String) throws(ConfigurationError) -> CredentialsFile {
-        guard data.count <= 1024 * 1024, let json = StrictJSON(bytes: data), let members = json.members else {
+        guard data.count <= BoundedFile.credentialsLimit, let json = StrictJSON(bytes: data), let members = json.members
+        else {
             throw ConfigurationError(key: "credentials", "credentials file \(path) is not a JSON object")
         }
         let fields = Fields(members: members, path: path)

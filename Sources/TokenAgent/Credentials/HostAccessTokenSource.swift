@@ -14,7 +14,12 @@ import TokenWire
 ///
 /// **Singleflight.** One fetch at a time: callers that find no usable token while a fetch is under
 /// way wait for that fetch. The fetch runs in a task of its own, so a caller that is cancelled
-/// does not cancel it for the others.
+/// does not cancel it for the others. A fetch has a deadline, ``Tuning/timeout`` and a second
+/// after it started (the exchange itself ends head and body within ``Tuning/timeout``): at the
+/// deadline it ends as a transient failure for every caller
+/// waiting on it (each of whom came after it started, so none waits past its own time-out) and
+/// is cancelled; a caller that finds a flight past its deadline cancels it and starts a new one,
+/// so a caller never queues behind a fetch that is already over time.
 ///
 /// **Failures.** A failed fetch is not cached: every caller waiting on it gets its error and the
 /// next caller fetches again (back-off is the caller's). While a token fetched earlier still has
@@ -78,6 +83,10 @@ public final class HostAccessTokenSource: AccessTokenSource {
     private struct State {
         var cached: Cached?
         var flight: Task<Result<AccessToken, CredentialsError>, Never>?
+        /// When the flight's time is up, on the monotonic clock.
+        var flightDeadline: MonotonicInstant?
+        /// Tells the flight in ``flight`` from one given up before it.
+        var flightNumber = 0
         var fetches = 0
     }
 
@@ -107,6 +116,10 @@ public final class HostAccessTokenSource: AccessTokenSource {
         )
     }
 
+    /// The longest a fetch is waited on, seconds: its time-out and a second more, so the exchange's
+    /// own error (which tells a silent server from a dripping one) normally comes first.
+    private var flightTime: Double { tuning.timeout + 1 }
+
     /// How many fetches were started.
     public var fetchCount: Int { state.withLock { $0.fetches } }
 
@@ -114,10 +127,17 @@ public final class HostAccessTokenSource: AccessTokenSource {
         let now = clock.now
         let step = state.withLock { state -> Step in
             if let cached = state.cached, now < cached.refreshAt { return .ready(cached.token) }
-            if let flight = state.flight { return .wait(flight) }
+            if let flight = state.flight {
+                guard let deadline = state.flightDeadline, now >= deadline else { return .wait(flight) }
+                // Over its time: whatever it still waits for, it is not waited on again.
+                flight.cancel()
+            }
             state.fetches += 1
-            let flight = Task { await self.fetchAndCache() }
+            state.flightNumber += 1
+            let number = state.flightNumber
+            let flight = Task { await self.fetchAndCache(number: number) }
             state.flight = flight
+            state.flightDeadline = now + flightTime
             return .wait(flight)
         }
         switch step {
@@ -132,17 +152,31 @@ public final class HostAccessTokenSource: AccessTokenSource {
     }
 
     /// One fetch: caches its token, or falls back to a cached token that is still usable.
-    private func fetchAndCache() async -> Result<AccessToken, CredentialsError> {
+    private func fetchAndCache(number: Int) async -> Result<AccessToken, CredentialsError> {
         let started = clock.now
         let startedWall = clock.unixNow
-        let result: Result<FetchedAccessToken, CredentialsError>
-        do {
-            result = .success(try await exchange.fetch())
-        } catch {
-            result = .failure(error)
-        }
+        let exchange = exchange
+        let deadline = ContinuousClock.now + .milliseconds(Int64(flightTime * 1000))
+        let result =
+            await untilDeadline(deadline) { () -> Result<FetchedAccessToken, CredentialsError> in
+                do throws(CredentialsError) {
+                    return .success(try await exchange.fetch())
+                } catch {
+                    return .failure(error)
+                }
+            }
+            ?? .failure(
+                CredentialsError(
+                    .transient,
+                    "\(exchange.grant.endpoint): timed out after \(OutboundFailure.seconds(flightTime)) s"
+                )
+            )
         return state.withLock { state -> Result<AccessToken, CredentialsError> in
-            state.flight = nil
+            // A flight given up for a newer one leaves the newer one in place.
+            if state.flightNumber == number {
+                state.flight = nil
+                state.flightDeadline = nil
+            }
             switch result {
             case .success(let fetched):
                 let token = AccessToken(value: fetched.value, expiresAt: startedWall + fetched.lifetime)

@@ -97,23 +97,15 @@ public final class HTTPTokenProvider: TokenProvider {
         request.method = .GET
         request.headers.add(name: "Accept", value: "application/json, text/plain")
         for (name, value) in headers { request.headers.add(name: name, value: value) }
-        let response: HTTPClientResponse
+        let response: OutboundReply
         do {
-            response = try await client.execute(request, timeout: timeout)
+            response = try await client.exchange(request, timeout: timeout, maxBodyBytes: Self.maxBodyBytes)
         } catch {
-            throw ProviderError.failed("request failed: \(Self.describe(error))")
-        }
-        let body: ByteBuffer
-        do {
-            body = try await response.body.collect(upTo: Self.maxBodyBytes)
-        } catch is NIOTooManyBytesError {
-            throw ProviderError.failed("reply body over \(Self.maxBodyBytes / 1024) KiB")
-        } catch {
-            throw ProviderError.failed("reading the reply failed: \(Self.describe(error))")
+            throw ProviderError.failed(error.text)
         }
         let now = clock.wallSeconds
         noteDate(response.headers.first(name: "date"), now: now)
-        let status = Int(response.status.code)
+        let status = response.status
         switch status {
         case 200..<300:
             break
@@ -132,7 +124,7 @@ public final class HTTPTokenProvider: TokenProvider {
             throw ProviderError.failed("HTTP \(status)")
         }
         let (token, expiresAt) = try reply.read(
-            body: Array(buffer: body),
+            body: response.body,
             contentType: response.headers.first(name: "content-type"),
             headerExpiry: ProviderReply.expiry(
                 cacheControl: response.headers.first(name: "cache-control"),
@@ -190,9 +182,4 @@ public final class HTTPTokenProvider: TokenProvider {
 
     deinit { client.shutDownInBackground() }
 
-    private static func describe(_ error: any Error) -> String {
-        if let error = error as? HTTPClientError { return error.shortDescription }
-        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
-        return String(describing: type(of: error))
-    }
 }

@@ -1,4 +1,7 @@
 import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
 
 extension HTTPClient {
     /// The client every outbound call of the agent uses (token providers, IAM Credentials, the
@@ -25,6 +28,46 @@ extension HTTPClient {
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 
+    /// Sends `request` and reads its reply whole (head and body, the body at most `maxBodyBytes`)
+    /// within `timeout` of the call: AsyncHTTPClient's deadline ends with the head, so the body
+    /// is read under the rest of the same deadline, and a server that sends its head and then
+    /// drips its body ends as ``OutboundFailure/bodyTimedOut(seconds:)`` (the request cancelled,
+    /// its connection closed), never as a fetch that holds on.
+    func exchange(
+        _ request: HTTPClientRequest,
+        timeout: TimeAmount,
+        maxBodyBytes: Int
+    ) async throws(OutboundFailure) -> OutboundReply {
+        let deadline = ContinuousClock.now + .nanoseconds(timeout.nanoseconds)
+        let response: HTTPClientResponse
+        do {
+            response = try await execute(request, timeout: timeout)
+        } catch {
+            throw .request(error)
+        }
+        let read = await untilDeadline(deadline) { () -> Result<ByteBuffer, any Error> in
+            do {
+                return .success(try await response.body.collect(upTo: maxBodyBytes))
+            } catch {
+                return .failure(error)
+            }
+        }
+        switch read {
+        case nil:
+            throw .bodyTimedOut(seconds: Double(timeout.nanoseconds) / 1e9)
+        case .failure(let error)? where error is NIOTooManyBytesError:
+            throw .bodyTooLarge(maxBodyBytes)
+        case .failure(let error)?:
+            throw .body(error)
+        case .success(let body)?:
+            return OutboundReply(
+                status: Int(response.status.code),
+                headers: response.headers,
+                body: Array(buffer: body)
+            )
+        }
+    }
+
     /// Starts shutting the client down and returns at once, for the `deinit` of its owner: an
     /// owner dropped without its `shutdown()` (a configuration build given up half-way, a test
     /// that ended early) still closes its connections, where AsyncHTTPClient would otherwise leak
@@ -32,5 +75,51 @@ extension HTTPClient {
     /// client already shut down is left as it is.
     func shutDownInBackground() {
         shutdown { _ in }
+    }
+}
+
+/// A reply read whole by ``AsyncHTTPClient/HTTPClient/exchange(_:timeout:maxBodyBytes:)``.
+struct OutboundReply: Sendable {
+    /// The HTTP status code.
+    var status: Int
+    /// The reply's headers.
+    var headers: HTTPHeaders
+    /// The whole body.
+    var body: [UInt8]
+}
+
+/// Why ``AsyncHTTPClient/HTTPClient/exchange(_:timeout:maxBodyBytes:)`` has no reply.
+enum OutboundFailure: Error {
+    /// No head: refused, reset, connect time-out, or the deadline passed before the head came.
+    case request(any Error)
+    /// The head came but the body did not end within the time-out, seconds.
+    case bodyTimedOut(seconds: Double)
+    /// The body is over this many bytes.
+    case bodyTooLarge(Int)
+    /// The body broke off (the connection closed before its end).
+    case body(any Error)
+
+    /// What went wrong, in the words the agent's errors use (`request failed: Deadline exceeded`,
+    /// `reading the reply timed out after 10 s`, ...); never a secret.
+    var text: String {
+        switch self {
+        case .request(let error): "request failed: \(Self.describe(error))"
+        case .bodyTimedOut(let seconds):
+            "reading the reply timed out after \(Self.seconds(seconds)) s (the body did not end in time)"
+        case .bodyTooLarge(let bytes): "reply body over \(bytes / 1024) KiB"
+        case .body(let error): "reading the reply failed: \(Self.describe(error))"
+        }
+    }
+
+    /// `seconds` as `10` or `2.5`.
+    static func seconds(_ seconds: Double) -> String {
+        seconds == seconds.rounded() && abs(seconds) < 1e9 ? "\(Int(seconds))" : "\(seconds)"
+    }
+
+    /// A short name for an error of the HTTP stack.
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError { return error.shortDescription }
+        if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
+        return String(describing: type(of: error))
     }
 }

@@ -11,20 +11,32 @@ import TokenAgent
 /// access control: whoever can reach the address can read the metrics, which is why it is off by
 /// default and meant for the loopback address.
 ///
-/// Bounded whatever its peers do (``Limits``): it runs on a thread of its own, so scrapes never hold up the socket's event loops; an exposition is
-/// rendered at most once a second, however many scrapers ask; one request per connection (then
-/// `Connection: close`), at most `maxRequestBytes` read from a connection, at most
-/// `maxConnections` at once (more are closed at once), and a connection that makes no progress
-/// for `idleTimeout` is closed.
+/// Bounded whatever its peers do (``Limits``): it runs on a thread of its own, so scrapes never
+/// hold up the socket's event loops; an exposition is rendered at most once a second, however many
+/// scrapers ask; one request per connection (then `Connection: close`), at most `maxRequestBytes`
+/// read from a connection, and a connection that makes no progress for `idleTimeout` is closed.
+/// A request's head must have come whole within `headTimeout` of the connection (a peer that
+/// trickles its request a byte at a time is closed then, however steadily it trickles). At most
+/// `maxConnections` are open at once: a new connection past them closes the oldest one still
+/// waiting for its request's head to make room, and is itself closed only when every open
+/// connection is being answered, so trickling peers never keep a scraper out.
+///
+/// Requests follow RFC 9112 and 9110: the target may be in origin form (`/metrics`) or in
+/// absolute form (`http://host:port/metrics`, served as its path), and `HEAD` answers the headers
+/// `GET` would, `Content-Length` included, without the body.
 public final class MetricsHTTPServer: Service, Sendable {
     /// What the listener may cost.
     public struct Limits: Sendable {
-        /// Connections at once; more are closed as soon as they are accepted.
+        /// Connections at once; past them a new connection closes the oldest one still waiting
+        /// for its request's head, or is closed itself when every one is being answered.
         public var maxConnections = 16
         /// Bytes read from one connection (its one request); past it the connection is closed.
         public var maxRequestBytes = 16 * 1024
         /// A connection with no read or write for this long is closed.
         public var idleTimeout: TimeAmount = .seconds(10)
+        /// A connection whose request's head has not come whole this long after it was accepted
+        /// is closed (`metrics_head_timeout`).
+        public var headTimeout: TimeAmount = .seconds(5)
         /// How long a rendered exposition is served again.
         public var renderInterval: TimeAmount = .seconds(1)
 
@@ -58,25 +70,34 @@ public final class MetricsHTTPServer: Service, Sendable {
 
     private func serve(on group: MultiThreadedEventLoopGroup) async throws {
         let exposition = RenderedExposition(status: status, interval: limits.renderInterval)
-        let gate = ConnectionCount()
+        let gate = ScrapeConnections()
         let limits = self.limits
         let logger = self.logger
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
             .childChannelInitializer { channel in
-                guard gate.admit(limit: limits.maxConnections) else {
-                    logger.debug("metrics connection refused: too many connections")
+                guard let admitted = gate.admit(channel, limit: limits.maxConnections) else {
+                    logger.debug("metrics connection refused: every connection is being answered")
                     return channel.close()
                 }
-                channel.closeFuture.whenComplete { _ in gate.release() }
+                if let evicted = admitted.evicted {
+                    logger.debug("metrics connection closed to make room: it had not sent its request")
+                    evicted.close(promise: nil)
+                }
+                let number = admitted.number
+                channel.closeFuture.whenComplete { _ in gate.release(number) }
                 do {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(InboundByteLimit(limit: limits.maxRequestBytes))
                     try sync.addHandler(IdleStateHandler(allTimeout: limits.idleTimeout))
                     try sync.addHandler(IdleCloser())
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: false)
-                    try sync.addHandler(MetricsHTTPHandler(exposition: exposition))
+                    try sync.addHandler(
+                        MetricsHTTPHandler(exposition: exposition, headTimeout: limits.headTimeout) {
+                            gate.answering(number)
+                        }
+                    )
                     return channel.eventLoop.makeSucceededVoidFuture()
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
@@ -93,17 +114,44 @@ public final class MetricsHTTPServer: Service, Sendable {
     }
 }
 
-/// The number of open metrics connections, against the limit.
-private final class ConnectionCount: Sendable {
-    private let open = Atomic<Int>(0)
-
-    func admit(limit: Int) -> Bool {
-        if open.wrappingAdd(1, ordering: .relaxed).newValue <= limit { return true }
-        open.wrappingSubtract(1, ordering: .relaxed)
-        return false
+/// The open metrics connections, oldest first, and which of them are being answered.
+private final class ScrapeConnections: Sendable {
+    private struct Open {
+        var number: UInt64
+        var channel: any Channel
+        /// Its request's head came: it is being answered, and is never closed to make room.
+        var answering = false
     }
 
-    func release() { open.wrappingSubtract(1, ordering: .relaxed) }
+    private let state = Mutex<(next: UInt64, open: [Open])>((0, []))
+
+    /// Admits `channel` under `limit`, with the connection it displaces (to be closed by the
+    /// caller): the oldest still waiting for its request's head. `nil` when every open connection
+    /// is being answered: then `channel` is refused.
+    func admit(_ channel: any Channel, limit: Int) -> (number: UInt64, evicted: (any Channel)?)? {
+        state.withLock { state in
+            var evicted: (any Channel)?
+            if state.open.count >= limit {
+                guard let oldest = state.open.firstIndex(where: { !$0.answering }) else { return nil }
+                evicted = state.open.remove(at: oldest).channel
+            }
+            state.next += 1
+            state.open.append(Open(number: state.next, channel: channel))
+            return (state.next, evicted)
+        }
+    }
+
+    /// Connection `number` has its request's head: it is being answered.
+    func answering(_ number: UInt64) {
+        state.withLock { state in
+            if let index = state.open.firstIndex(where: { $0.number == number }) { state.open[index].answering = true }
+        }
+    }
+
+    /// Connection `number` closed.
+    func release(_ number: UInt64) {
+        state.withLock { state in state.open.removeAll { $0.number == number } }
+    }
 }
 
 /// The exposition, rendered at most once an interval however many scrapers ask.
@@ -164,20 +212,57 @@ private final class IdleCloser: ChannelInboundHandler {
 
 /// Answers one request per connection, `GET /metrics` (and `GET /`) with the exposition and
 /// anything else with 404 or 405, then closes; what else the peer sends is dropped (and bounded
-/// by ``InboundByteLimit``).
-private final class MetricsHTTPHandler: ChannelInboundHandler {
+/// by ``InboundByteLimit``). A connection whose request's head has not come within `headTimeout`
+/// is closed.
+final class MetricsHTTPHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
     private let exposition: RenderedExposition
+    private let headTimeout: TimeAmount
+    private let onHead: () -> Void
     private var answered = false
+    private var headDeadline: Scheduled<Void>?
 
-    init(exposition: RenderedExposition) { self.exposition = exposition }
+    init(exposition: RenderedExposition, headTimeout: TimeAmount, onHead: @escaping () -> Void) {
+        self.exposition = exposition
+        self.headTimeout = headTimeout
+        self.onHead = onHead
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let channel = context.channel
+        headDeadline = context.eventLoop.scheduleTask(in: headTimeout) { channel.close(promise: nil) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        headDeadline?.cancel()
+    }
+
+    /// The path of a request target: an origin-form target (`/metrics?x`) without its query,
+    /// and an absolute-form one (`http://host:port/metrics`, RFC 9112 section 3.2.2) as the path
+    /// it names (`/` for none).
+    static func path(of target: String) -> Substring {
+        var rest = Substring(target)
+        if !rest.hasPrefix("/"), let separator = rest.range(of: "://") {
+            let scheme = rest[..<separator.lowerBound]
+            if !scheme.isEmpty, scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) })
+            {
+                let authorityAndPath = rest[separator.upperBound...]
+                let pathStart = authorityAndPath.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" }
+                rest = pathStart.map { authorityAndPath[$0...] } ?? ""
+            }
+        }
+        let path = rest.prefix { $0 != "?" && $0 != "#" }
+        return path.isEmpty ? "/" : path
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard case .head(let head) = unwrapInboundIn(data), !answered else { return }
         answered = true
-        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? "/"
+        headDeadline?.cancel()
+        onHead()
+        let path = Self.path(of: head.uri)
         var headers = HTTPHeaders()
         let code: HTTPResponseStatus
         var body = context.channel.allocator.buffer(capacity: 0)
@@ -188,18 +273,22 @@ private final class MetricsHTTPHandler: ChannelInboundHandler {
         } else if path == "/metrics" || path == "/" {
             code = .ok
             headers.add(name: "Content-Type", value: "text/plain; version=0.0.4; charset=utf-8")
-            if head.method == .GET { body.writeBytes(exposition.current()) }
+            body.writeBytes(exposition.current())
         } else {
             code = .notFound
             body.writeString("not found; the metrics are at /metrics\n")
         }
+        // HEAD: the headers GET would get, its Content-Length included, and no body (RFC 9110
+        // section 9.3.2).
         headers.add(name: "Content-Length", value: "\(body.readableBytes)")
         headers.add(name: "Connection", value: "close")
         context.write(
             wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: code, headers: headers))),
             promise: nil
         )
-        if body.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
+        if head.method != .HEAD, body.readableBytes > 0 {
+            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        }
         context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in
             context.close(promise: nil)
         }

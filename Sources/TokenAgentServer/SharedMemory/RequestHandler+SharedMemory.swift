@@ -104,7 +104,7 @@ extension RequestHandler {
                 descriptorFailed(offer, reason: "the connection's socket could not be found")
                 return
             }
-            attemptSend(line[...], offer: offer, socket: socket, until: .now() + DescriptorLedger.sendTimeout)
+            attemptSend(line[...], offer: offer, socket: socket, until: .now() + descriptorSendTimeout)
         }
     }
 
@@ -134,7 +134,7 @@ extension RequestHandler {
                 guard pending.take() else { return }
                 descriptorFailed(
                     offer,
-                    reason: "the client read nothing for \(DescriptorLedger.sendTimeout.nanoseconds / 1_000_000_000) s"
+                    reason: "the client read nothing for \(descriptorSendTimeout.nanoseconds / 1_000_000_000) s"
                 )
             }
             transport.whenSocketWritable { [self] in

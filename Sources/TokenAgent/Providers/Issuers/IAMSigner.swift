@@ -190,21 +190,17 @@ public final class IAMSigner: TokenProvider {
             throw ProviderError.failed("the signJwt request could not be encoded")
         }
         request.body = .bytes(ByteBuffer(bytes: body))
+        let response: OutboundReply
         do {
-            let response = try await client.execute(request, timeout: timeout)
-            let bytes = try await response.body.collect(upTo: Self.maxBodyBytes)
-            return Reply(
-                status: Int(response.status.code),
-                body: Array(buffer: bytes),
-                retryAfter: response.headers.first(name: "retry-after")
-            )
-        } catch is NIOTooManyBytesError {
-            throw ProviderError.failed("IAM signJwt reply body over \(Self.maxBodyBytes / 1024) KiB")
-        } catch let error as HTTPClientError {
-            throw ProviderError.failed("IAM signJwt request failed: \(error.shortDescription)")
+            response = try await client.exchange(request, timeout: timeout, maxBodyBytes: Self.maxBodyBytes)
         } catch {
-            throw ProviderError.failed("IAM signJwt request failed: \(type(of: error))")
+            throw ProviderError.failed("IAM signJwt \(error.text)")
         }
+        return Reply(
+            status: response.status,
+            body: response.body,
+            retryAfter: response.headers.first(name: "retry-after")
+        )
     }
 
     /// The token in a `signJwt` reply, once the reply is checked whole (``SignJWTReply``: the
