@@ -9,8 +9,9 @@ import TokenAgent
 /// comes after the endpoint recovered.
 @Suite("Slow-drip bodies", .timeLimit(.minutes(2)))
 struct SlowDripTests {
-    /// The tuning of these tests: a 1 s time-out; the connect time-out stays wide (a loaded run).
-    private static let oneSecond = HostAccessTokenSource.Tuning(connectTimeout: 10, timeout: 1)
+    /// The tuning of these tests: a 5 s time-out (a loaded machine answers a recovered server
+    /// within it; the drip takes minutes); the connect time-out stays wide.
+    private static let tuning = HostAccessTokenSource.Tuning(connectTimeout: 10, timeout: 5)
 
     /// The three ways of getting the host's access token, each against its dripping API.
     enum Grant: String, CaseIterable, Sendable {
@@ -36,14 +37,14 @@ struct SlowDripTests {
             let directory = try TemporaryDirectory()
             defer { directory.remove() }
             fake.inject(.drip(intervalMilliseconds: 200), into: grant.api)
-            try await withSource(try grant.origin(fake, in: directory), tuning: Self.oneSecond) { source in
+            try await withSource(try grant.origin(fake, in: directory), tuning: Self.tuning) { source in
                 let started = Date()
                 let error = await credentialsError { () throws(CredentialsError) in try await source.accessToken() }
                 let elapsed = Date().timeIntervalSince(started)
                 #expect(error?.fault == .transient)
                 #expect(error.map { Self.endedAtTheDeadline($0.message) } == true, "\(String(describing: error))")
                 // The drip would take over 13 minutes; the margin is for a loaded machine.
-                #expect(elapsed < 15, "ended by the time-out: \(elapsed) s")
+                #expect(elapsed < 40, "ended by the time-out: \(elapsed) s")
                 // The fault was for one request: the endpoint is back, and so are tokens.
                 _ = try await source.accessToken()
             }
@@ -55,7 +56,7 @@ struct SlowDripTests {
     @Test func aCallerAfterRecoveryIsNotHeldByTheOldFlight() async throws {
         try await withFake { fake in
             fake.inject(.drip(intervalMilliseconds: 200), into: .metadata)
-            try await withSource(.metadataServer(host: fake.metadataHost), tuning: Self.oneSecond) { source in
+            try await withSource(.metadataServer(host: fake.metadataHost), tuning: Self.tuning) { source in
                 let first = Task {
                     await credentialsError { () throws(CredentialsError) in try await source.accessToken() }
                 }
@@ -64,9 +65,9 @@ struct SlowDripTests {
                 // The server recovers (the drip was for one request); a caller now joins the flight.
                 let started = Date()
                 let joined = await credentialsError { () throws(CredentialsError) in try await source.accessToken() }
-                #expect(joined?.message.contains("timed out") == true, "\(String(describing: joined))")
-                #expect(Date().timeIntervalSince(started) < 15, "released at the time-out")
-                #expect(await first.value?.message.contains("timed out") == true)
+                #expect(joined.map { Self.endedAtTheDeadline($0.message) } == true, "\(String(describing: joined))")
+                #expect(Date().timeIntervalSince(started) < 40, "released at the time-out")
+                #expect(await first.value.map { Self.endedAtTheDeadline($0.message) } == true)
                 let token = try await source.accessToken()
                 #expect(!token.value.isEmpty)
                 #expect(source.fetchCount == 2)
@@ -82,12 +83,12 @@ struct SlowDripTests {
                 endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
                 credentials: source,
                 connectTimeout: 10,
-                timeout: 1
+                timeout: 5
             )
             fake.inject(.drip(intervalMilliseconds: 200), into: .iamCredentials)
             let started = Date()
             let error = await providerError { try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1")) }
-            #expect(Date().timeIntervalSince(started) < 15, "ended by the time-out")
+            #expect(Date().timeIntervalSince(started) < 40, "ended by the time-out")
             #expect(
                 error.map { Self.endedAtTheDeadline("\($0)") } == true
                     && "\(String(describing: error))".contains("IAM signJwt"),
@@ -102,13 +103,14 @@ struct SlowDripTests {
     }
 
     /// Whether a failure says the request ended at its deadline: "reading the reply timed out
-    /// after 1 s" when the head came in time and the body did not (what a quiet machine shows:
+    /// after 5 s" when the head came in time and the body did not (what a quiet machine shows:
     /// before the body had a deadline, these tests hung on the drip), or "Deadline exceeded" when
-    /// a loaded machine was late with the head itself. Either way the request ended at its
-    /// time-out, which is what these tests hold.
+    /// a loaded machine was late with the head itself, or, for a caller of the host's shared
+    /// fetch, "timed out after 6 s" (the flight's own deadline, a second later). Either way the
+    /// request ended at its time-out, which is what these tests hold.
     static func endedAtTheDeadline(_ message: String) -> Bool {
-        message.contains("reading the reply timed out after 1 s (the body did not end in time)")
-            || message.contains("request failed: Deadline exceeded")
+        message.contains("reading the reply timed out after 5 s (the body did not end in time)")
+            || message.contains("request failed: Deadline exceeded") || message.contains("timed out after 6 s")
     }
 
     /// The provider error `body` throws, or `nil`.
