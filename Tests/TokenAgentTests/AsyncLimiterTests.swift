@@ -121,4 +121,51 @@ struct AsyncLimiterTests {
         #expect(order.all == [2, 1, 4, 3, 0], "refresh, GETs, the promoted WARM, then the WARM")
         #expect(limiter.queueStorage == 0)
     }
+
+    /// Within a priority the owners take turns: one uid's ten queued fetches do not keep another
+    /// uid's two, or the agent's own, waiting behind all ten.
+    @Test func ownersTakeTurnsWithinAPriority() async throws {
+        let limiter = AsyncLimiter(limit: 1)
+        let gate = Gate()
+        let holder = Task { try await limiter.withPlace { await gate.pass() } }
+        #expect(await eventually { gate.count == 1 })
+        let order = Recorder()
+        var tickets: [(Int, FetchTicket)] = []
+        for index in 0..<10 { tickets.append((index, FetchTicket(priority: .get, owner: 1001))) }
+        tickets.append((100, FetchTicket(priority: .get, owner: 1002)))
+        tickets.append((101, FetchTicket(priority: .get, owner: 1002)))
+        tickets.append((200, FetchTicket(priority: .get)))
+        tickets.append((300, FetchTicket(priority: .refresh, owner: 1002)))
+        var waiters: [Task<Void, any Error>] = []
+        for (position, (label, ticket)) in tickets.enumerated() {
+            waiters.append(Task { try await limiter.withPlace(ticket: ticket) { order.append(label) } })
+            #expect(await eventually { limiter.waiting == position + 1 })
+        }
+        gate.openAll()
+        try await holder.value
+        for waiter in waiters { try await waiter.value }
+        #expect(
+            order.all == [300, 0, 100, 200, 1, 101, 2, 3, 4, 5, 6, 7, 8, 9],
+            "the refresh first, then uid 1001, uid 1002 and the agent's own in turn, each in arrival order"
+        )
+        #expect(limiter.queueStorage == 0)
+    }
+}
+
+@Suite("PriorityWaiters")
+struct PriorityWaitersTests {
+    /// A raised waiter joins its owner's queue at the better level; stale entries are skipped and
+    /// nothing is left behind.
+    @Test func aRaisedWaiterKeepsItsOwnerAndNothingIsLeftBehind() {
+        var waiters = PriorityWaiters<Int>()
+        for number in UInt64(1)...5 { waiters.add(number, Int(number), level: 2, owner: 7) }
+        waiters.add(6, 6, level: 0, owner: 8)
+        waiters.add(7, 7, level: 0, owner: 8)
+        waiters.raise(5, to: 0)
+        _ = waiters.remove(2)
+        var taken: [Int] = []
+        while let (_, waiter) = waiters.next() { taken.append(waiter) }
+        #expect(taken == [6, 5, 7, 1, 3, 4], "level 0: owner 8, owner 7 (the raised one), owner 8; then level 2")
+        #expect(waiters.isEmpty && waiters.storage == 0)
+    }
 }

@@ -255,7 +255,7 @@ final class FetchCoordinator: Sendable {
         state.nextFlight += 1
         let number = state.nextFlight
         let generation = state.runtime.generations[key.kind] ?? 0
-        let ticket = FetchTicket(priority: priority)
+        let ticket = FetchTicket(priority: priority, owner: owner)
         let budget = provider.signatureBudget
         // A request waits for its permit only so long; refreshes and WARMs as long as it takes (a
         // refresh that ended without a result would be started again a second later anyway).
@@ -265,14 +265,15 @@ final class FetchCoordinator: Sendable {
             let result: Result<FetchedToken, ProviderError>
             do {
                 if let budget { try await budget.permit(for: ticket, deadline: deadline) }
-                // A permit is counted at the API from when its request leaves, or at once when
-                // none will (cancelled while it waited for its place).
+                // A permit is counted at the API from when its request leaves: the provider says
+                // when (``SignaturePermit/spend()``); one that does not, or a fetch that ends first
+                // (cancelled while it waited for its place), spends it as it ends.
                 defer { budget?.sent(ticket) }
+                let permit = budget.map { SignaturePermit(budget: $0, ticket: ticket) }
                 result = .success(
                     try await lane.withPlace(ticket: ticket) {
                         // Dropped while it waited (or between its place and this): no fetch.
                         guard placed(key, number: number) else { throw CancellationError() }
-                        budget?.sent(ticket)
                         let started = ContinuousClock.now
                         defer {
                             let elapsed = (ContinuousClock.now - started).components
@@ -281,7 +282,9 @@ final class FetchCoordinator: Sendable {
                                 nanoseconds: elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
                             )
                         }
-                        return try await provider.fetchToken(for: key)
+                        return try await SignaturePermit.$current.withValue(permit) {
+                            try await provider.fetchToken(for: key)
+                        }
                     }
                 )
             } catch let error as ProviderError {

@@ -14,22 +14,30 @@ extension ProviderSet {
         var claims: IssuerClaims
 
         /// The issuer: a ``LocalIssuer`` for a key file, an ``IAMSigner`` for a service account.
+        /// - Parameter previousBudget: the budget the kind's provider had before a reload: kept
+        ///   when the rate is the same, carried into the new one when it changed, so that a
+        ///   reload never hands a kind a fresh minute of signatures.
         func make(
             configuration: AgentConfiguration,
             credentials: (any AccessTokenSource)?,
-            clock: any AgentClock
+            clock: any AgentClock,
+            previousBudget: SignatureBudget? = nil
         ) throws -> any TokenProvider {
             // Each issuer its own budget: a key-less one always (the project's IAM quota), a key
             // file only when it sets one.
             let perMinute = settings.signsPerMinute.map { Int($0) }
+            func budget(_ perMinute: Int) -> SignatureBudget {
+                if let previousBudget, previousBudget.perMinute == perMinute { return previousBudget }
+                return SignatureBudget(perMinute: perMinute, clock: clock, carrying: previousBudget)
+            }
             if var local {
-                local.signatureBudget = perMinute.map { SignatureBudget(perMinute: $0, clock: clock) }
+                local.signatureBudget = perMinute.map(budget)
                 return local
             }
             guard let account = settings.serviceAccount, let credentials else {
                 throw ConfigurationError(key: "issuers.\(kind)", "needs exactly one of key_file and service_account")
             }
-            let budget = SignatureBudget(perMinute: perMinute ?? IssuerSettings.defaultSignsPerMinute, clock: clock)
+            let budget = budget(perMinute ?? IssuerSettings.defaultSignsPerMinute)
             return IAMSigner(
                 account: account,
                 endpoint: try EndpointSecurity.check(url: configuration.iamEndpoint, key: "iam_endpoint"),

@@ -120,7 +120,12 @@ public enum ProviderSet {
                 continue
             }
             if let issuer = issuers[kind] {
-                providers[kind] = try issuer.make(configuration: configuration, credentials: credentials, clock: clock)
+                providers[kind] = try issuer.make(
+                    configuration: configuration,
+                    credentials: credentials,
+                    clock: clock,
+                    previousBudget: previous?.providers[kind]?.signatureBudget
+                )
                 continue
             }
             let settings = configuration.providers[kind]!

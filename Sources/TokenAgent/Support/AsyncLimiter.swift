@@ -75,7 +75,7 @@ public final class AsyncLimiter: Sendable {
                     }
                     // The level is read under the lock: a promotion before this is seen here, one
                     // after it finds the waiter.
-                    state.waiters.add(number, continuation, level: Self.level(ticket))
+                    state.waiters.add(number, continuation, level: Self.level(ticket), owner: ticket.owner)
                     return .wait
                 }
                 switch next {

@@ -1,8 +1,8 @@
 import Synchronization
 
 /// Why a fetch is made, highest priority first: where it waits, in a ``SignatureBudget`` and in
-/// its kind's lane (``AsyncLimiter``), it goes before every waiter of a lower priority, and in
-/// arrival order among its own.
+/// its kind's lane (``AsyncLimiter``), it goes before every waiter of a lower priority; among its
+/// own, the owners (uids) take turns, each in arrival order (``PriorityWaiters``).
 public enum FetchPriority: Int, Sendable, Hashable, CaseIterable, Comparable, CustomStringConvertible {
     /// A request someone waits for (GET, REFRESH): first in the budget.
     case get = 0
@@ -34,11 +34,15 @@ public final class FetchTicket: Sendable {
     let number: UInt64
     /// The priority the fetch started with.
     public let requested: FetchPriority
+    /// Whose fetch it is: the uid whose request started it; `nil` for the agent's own (a
+    /// background refresh) or an unknown peer. Owners take turns within a priority.
+    public let owner: UInt32?
     private let promotedFlag = Atomic<Bool>(false)
 
-    /// A ticket for a fetch of `priority`.
-    public init(priority: FetchPriority) {
+    /// A ticket for a fetch of `priority`, started by `owner`.
+    public init(priority: FetchPriority, owner: UInt32? = nil) {
         requested = priority
+        self.owner = owner
         number = Self.numbers.add(1, ordering: .relaxed).newValue
     }
 
@@ -58,21 +62,30 @@ public final class FetchTicket: Sendable {
     }
 }
 
-/// Waiters in three levels (0 first), first come first served within a level; a waiter can be
-/// raised to a better level (it then queues behind those already there). Waiters are keyed by
-/// their ticket number; a queue's entry whose waiter left or moved is skipped when it comes up,
-/// and the queues' storage shrinks as they drain. Not locked: its owner holds it under a lock.
+/// Waiters in three levels (0 first). Within a level the owners take turns (round robin), each
+/// owner's waiters in arrival order: an owner with a thousand waiters queued goes once, then every
+/// other owner waiting at that level goes once, and so on, so an owner asking within its share is
+/// served however many another has queued. A waiter can be raised to a better level (it then
+/// queues behind its owner's waiters already there). Waiters are keyed by their ticket number; a
+/// queue's entry whose waiter left or moved is skipped when it comes up, and the queues' storage
+/// shrinks as they drain. Not locked: its owner holds it under a lock.
 struct PriorityWaiters<Waiter> {
+    /// Whose waiters they are (`nil`: the agent's own, or an unknown peer: one owner together).
+    typealias Owner = UInt32?
+
     private struct Entry {
         var waiter: Waiter
         var level: Int
+        var owner: Owner
     }
 
+    /// Ticket numbers in arrival order, consumed from `head`.
     private struct Queue {
         var order: [UInt64] = []
         var head = 0
 
         var storage: Int { order.count - head }
+        var isDrained: Bool { head == order.count }
 
         mutating func compact() {
             if head == order.count {
@@ -85,19 +98,51 @@ struct PriorityWaiters<Waiter> {
         }
     }
 
+    /// One level: each owner's queue, and the owners with a queue in the order of their turns.
+    private struct Level {
+        var queues: [Owner: Queue] = [:]
+        var turns: [Owner] = []
+        var turnHead = 0
+
+        var storage: Int { queues.values.reduce(0) { $0 + $1.storage } }
+
+        mutating func append(_ number: UInt64, owner: Owner) {
+            if queues[owner] == nil {
+                queues[owner] = Queue()
+                turns.append(owner)
+            }
+            queues[owner]!.order.append(number)
+        }
+
+        /// The next owner whose turn it is, taken off the turns; `nil` when none waits.
+        mutating func nextOwner() -> Owner? {
+            guard turnHead < turns.count else { return nil }
+            let owner = turns[turnHead]
+            turnHead += 1
+            if turnHead == turns.count {
+                turns.removeAll(keepingCapacity: turns.count <= 1024)
+                turnHead = 0
+            } else if turnHead >= 1024, turnHead * 2 >= turns.count {
+                turns.removeFirst(turnHead)
+                turnHead = 0
+            }
+            return .some(owner)
+        }
+    }
+
     private var entries: [UInt64: Entry] = [:]
-    private var queues = [Queue(), Queue(), Queue()]
+    private var levels = [Level(), Level(), Level()]
 
     /// Waiters now.
     var count: Int { entries.count }
     var isEmpty: Bool { entries.isEmpty }
     /// Entries kept in the queues, stale ones included.
-    var storage: Int { queues.reduce(0) { $0 + $1.storage } }
+    var storage: Int { levels.reduce(0) { $0 + $1.storage } }
 
-    /// Adds `waiter` at the end of `level`.
-    mutating func add(_ number: UInt64, _ waiter: Waiter, level: Int) {
-        entries[number] = Entry(waiter: waiter, level: level)
-        queues[level].order.append(number)
+    /// Adds `waiter` of `owner` at the end of its owner's queue at `level`.
+    mutating func add(_ number: UInt64, _ waiter: Waiter, level: Int, owner: Owner = nil) {
+        entries[number] = Entry(waiter: waiter, level: level, owner: owner)
+        levels[level].append(number, owner: owner)
     }
 
     /// Removes the waiter of `number`, wherever it waits.
@@ -105,11 +150,12 @@ struct PriorityWaiters<Waiter> {
         entries.removeValue(forKey: number)?.waiter
     }
 
-    /// Moves the waiter of `number` to the end of `level` if that is better than its own.
+    /// Moves the waiter of `number` to the end of its owner's queue at `level` if that is better
+    /// than its own.
     mutating func raise(_ number: UInt64, to level: Int) {
         guard let entry = entries[number], level < entry.level else { return }
         entries[number]!.level = level
-        queues[level].order.append(number)
+        levels[level].append(number, owner: entry.owner)
     }
 
     /// Every waiter (for a sweep: deadlines).
@@ -118,17 +164,29 @@ struct PriorityWaiters<Waiter> {
     /// The waiters of `level` and better.
     func count(atOrAbove level: Int) -> Int { entries.values.reduce(0) { $0 + ($1.level <= level ? 1 : 0) } }
 
-    /// The first waiter of the best level, removed.
+    /// The first waiter of the owner whose turn it is at the best level, removed; that owner's
+    /// turn comes again after every other owner waiting there.
     mutating func next() -> (number: UInt64, waiter: Waiter)? {
-        for level in queues.indices {
-            defer { queues[level].compact() }
-            while queues[level].head < queues[level].order.count {
-                let number = queues[level].order[queues[level].head]
-                queues[level].head += 1
-                // Gone, or moved to a better level since it was queued here.
-                guard let entry = entries[number], entry.level == level else { continue }
-                entries[number] = nil
-                return (number, entry.waiter)
+        for level in levels.indices {
+            while case .some(let owner) = levels[level].nextOwner() {
+                guard var queue = levels[level].queues[owner] else { continue }
+                var found: (number: UInt64, waiter: Waiter)?
+                while found == nil, !queue.isDrained {
+                    let number = queue.order[queue.head]
+                    queue.head += 1
+                    // Gone, or moved to a better level since it was queued here.
+                    guard let entry = entries[number], entry.level == level else { continue }
+                    entries[number] = nil
+                    found = (number, entry.waiter)
+                }
+                if queue.isDrained {
+                    levels[level].queues[owner] = nil
+                } else {
+                    queue.compact()
+                    levels[level].queues[owner] = queue
+                    levels[level].turns.append(owner)
+                }
+                if let found { return found }
             }
         }
         return nil

@@ -11,12 +11,12 @@ import TokenWire
 /// minute at once and the rest spread evenly over the time after it. The cap makes it exact where
 /// it counts, at the API: a permit is granted only while fewer than `perMinute` signatures were
 /// sent in the last 61 s or are granted and not yet sent (``sent(_:)``, called as the request
-/// leaves), so no 60-second window at the API holds more than `perMinute`, however the bucket, the
+/// leaves: ``SignaturePermit/spend()``), so no 60-second window at the API holds more than `perMinute`, however the bucket, the
 /// arrivals and the lane's waits fall, with a second to spare for the network. Sustained demand is
 /// served at `perMinute` per 61 s (98% of the rate).
 ///
-/// Past the budget, waiters are served by ``FetchPriority`` (GET, then refresh, then WARM),
-/// first come first served within one; a ticket promoted while it waits moves to the end of the
+/// Past the budget, waiters are served by ``FetchPriority`` (GET, then refresh, then WARM), the
+/// owners taking turns within one (``PriorityWaiters``); a ticket promoted while it waits moves to the end of the
 /// GET queue. A waiter whose deadline passes leaves with ``DeadlinePassed``; one whose task is
 /// cancelled leaves at once with `CancellationError`. A permit is spent when granted, whatever
 /// the fetch then does.
@@ -84,15 +84,30 @@ public final class SignatureBudget: Sendable {
     private let wakesItself: Bool
     private let state: Mutex<State>
 
-    /// A budget of `perMinute` signatures a minute (clamped to 1…1,000,000), full at first.
-    public init(perMinute: Int, clock: any AgentClock = SystemAgentClock(), wakesItself: Bool = true) {
+    /// A budget of `perMinute` signatures a minute (clamped to 1…1,000,000), full at first; or,
+    /// carrying `previous` (a reload that changed the kind's budget), holding what it sent in the
+    /// cap's window and granted but not sent yet, and no more permits in its bucket than it had,
+    /// so a reload never starts a fresh minute.
+    public init(
+        perMinute: Int,
+        clock: any AgentClock = SystemAgentClock(),
+        wakesItself: Bool = true,
+        carrying previous: SignatureBudget? = nil
+    ) {
         let perMinute = min(max(perMinute, 1), 1_000_000)
         self.perMinute = perMinute
         self.burst = max(1, perMinute / 6)
         self.clock = clock
         self.wakesItself = wakesItself
         let now = Self.nanoseconds(clock)
-        state = Mutex(State(level: Int64(burst) * Self.unit, refilledAt: now))
+        var state = State(level: Int64(burst) * Self.unit, refilledAt: now)
+        if let previous {
+            previous.state.withLock { old in
+                state.level = min(state.level, old.level)
+                state.recent = Array(old.recent[old.recentHead...]) + Array(repeating: now, count: old.sending.count)
+            }
+        }
+        self.state = Mutex(state)
     }
 
     private static func nanoseconds(_ clock: any AgentClock) -> Int64 {
@@ -149,7 +164,7 @@ public final class SignatureBudget: Sendable {
                     let waiter = Waiter(continuation: continuation, deadline: deadlineNanoseconds)
                     // The level is read under the lock: a promotion before this is seen here, one
                     // after it finds the waiter.
-                    state.waiters.add(number, waiter, level: Self.level(ticket))
+                    state.waiters.add(number, waiter, level: Self.level(ticket), owner: ticket.owner)
                     if let deadlineNanoseconds { insertDeadline(&state, deadlineNanoseconds, number) }
                     return .wait
                 }

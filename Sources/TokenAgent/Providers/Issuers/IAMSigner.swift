@@ -94,12 +94,16 @@ public final class IAMSigner: TokenProvider {
             throw ProviderError.failed("the claims could not be encoded")
         }
         var access = try await accessToken()
-        var reply = try await sign(payload, with: access)
+        let permit = SignaturePermit.current
+        var reply = try await sign(payload, with: access, permit: permit)
         if reply.status == 401 {
-            // The access token expired or was revoked early: one more try with a new one.
+            // The access token expired or was revoked early: one more try with a new one, which
+            // is one more request at the API, so it waits for a permit of its own.
             credentials.invalidate(access)
             access = try await accessToken()
-            reply = try await sign(payload, with: access)
+            let retry = try await permit?.another()
+            defer { retry?.spend() }
+            reply = try await sign(payload, with: access, permit: retry)
         }
         switch reply.status {
         case 200:
@@ -176,7 +180,9 @@ public final class IAMSigner: TokenProvider {
         var retryAfter: String?
     }
 
-    private func sign(_ payload: String, with access: AccessToken) async throws -> Reply {
+    /// Posts `payload` to signJwt; `permit` (the fetch's signature permit) is spent as the request
+    /// leaves, so the budget counts the signature from the moment IAM can see it.
+    private func sign(_ payload: String, with access: AccessToken, permit: SignaturePermit?) async throws -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers.add(name: "Authorization", value: "Bearer " + access.value)
@@ -191,6 +197,7 @@ public final class IAMSigner: TokenProvider {
         }
         request.body = .bytes(ByteBuffer(bytes: body))
         let response: OutboundReply
+        permit?.spend()
         do {
             response = try await client.exchange(request, timeout: timeout, maxBodyBytes: Self.maxBodyBytes)
         } catch {
