@@ -217,6 +217,8 @@ let package = Package(
             dependencies: [
                 "TokenWire",
                 "TokenSegment",
+                "TokenAgent",
+                "TokenAgentServer",
                 "CSharedMemory",
                 "FleetTokenClient",
                 "FakeGoogle",

@@ -36,6 +36,24 @@ struct WallClockStepTests {
         #expect(throws: (any Error).self, "no token with under 10 s left by the wall clock") { try outcome.get() }
     }
 
+    /// The scheduler's move keeps a token's lifetime as issued (as if fetched that much earlier),
+    /// so a GET still needs the default minimum validity (300 s), not a quarter of what the step
+    /// left (200 s / 4), and shared memory's readers judge it the same way.
+    @Test func aMovedTokenKeepsItsLifetime() async throws {
+        let (engine, provider, clock) = makeEngine()
+        _ = engine.maintain()
+        _ = try await engine.get(kind: "vehicle", id: "v-1").get()
+        provider.hold()  // the refresh the move makes due waits, so the moved entry is what INFO sees
+        clock.stepWall(3_600 - 200)
+        _ = engine.maintain()
+        let info = try #require(try engine.info(kind: "vehicle", id: "v-1").get())
+        let fetched = try #require(info.fetchedAt)
+        let expires = try #require(info.expiresAt)
+        #expect(expires - fetched == 3_600, "the lifetime as issued")
+        #expect(expires.seconds - clock.wallSeconds == 200)
+        provider.release()
+    }
+
     /// A step back never makes a token last longer than its monotonic deadline.
     @Test func aStepBackDoesNotExtendAToken() async throws {
         let (engine, _, clock) = makeEngine()

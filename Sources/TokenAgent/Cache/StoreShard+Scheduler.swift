@@ -67,10 +67,11 @@ extension StoreShard {
     }
 
     /// After a step of the wall clock: each held token whose `exp`, by the wall clock `wall`,
-    /// comes before its monotonic deadline gets that sooner deadline, its refresh as much sooner,
-    /// its shared-memory slot the new deadline (readers judge by it), and a look now (which starts
-    /// its refresh, or takes it out of shared memory, when due). A step back moves nothing: a
-    /// deadline never moves later. Returns how many moved.
+    /// comes before its monotonic deadline has its whole timeline moved that much sooner (fetched,
+    /// refresh, deadline: as if fetched that much earlier, so its lifetime, and with it the
+    /// validity a GET needs, stays as issued), its shared-memory slot the new deadline (readers
+    /// judge by it), and a look now (which starts its refresh, or takes it out of shared memory,
+    /// when due). A step back moves nothing: a deadline never moves later. Returns how many moved.
     mutating func wallClockStepped(now: MonotonicInstant, wall: UnixTime) -> Int {
         var moved = 0
         for slot in table.slotsNewestFirst {
@@ -80,6 +81,7 @@ extension StoreShard {
             let sooner = entry.expiry - byWall
             var updated = entry
             updated.expiry = byWall
+            updated.fetchedAt = updated.fetchedAt - sooner
             updated.refreshAt = updated.refreshAt - sooner
             if updated.token == .mirrored, let mirror, let token = tokenText(entry, key: key) {
                 let held = mirror.tokenStored(
