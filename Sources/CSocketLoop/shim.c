@@ -78,26 +78,35 @@ int fsl_listener_pidfd(const char *path, int32_t *pid) {
         return -1;
     }
     strcpy(address.sun_path, path);
-    int socket_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int socket_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (socket_ < 0) return -1;
-    int pidfd = -1;
-    if (connect(socket_, (struct sockaddr *)&address, sizeof(address)) == 0) {
-        struct ucred credentials;
-        socklen_t length = sizeof(credentials);
-        if (getsockopt(socket_, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 && credentials.pid > 0) {
-            socklen_t pidfdLength = sizeof(pidfd);
-            if (getsockopt(socket_, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pidfdLength) != 0 || pidfd < 0) {
-                pidfd = (int)syscall(SYS_pidfd_open, credentials.pid, 0);
-            }
-            if (pidfd >= 0) *pid = credentials.pid;
-        } else if (errno == 0) {
-            errno = ESRCH;
+    int result = -1;
+    int saved = 0;
+    struct ucred credentials;
+    socklen_t length = sizeof(credentials);
+    if (connect(socket_, (struct sockaddr *)&address, sizeof(address)) != 0) {
+        saved = errno;
+    } else if (getsockopt(socket_, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
+        saved = errno;
+    } else if (credentials.pid <= 0) {
+        result = -2;
+    } else {
+        int pidfd = -1;
+        socklen_t pidfdLength = sizeof(pidfd);
+        if (getsockopt(socket_, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pidfdLength) == 0 && pidfd >= 0) {
+            result = pidfd;
+        } else if (errno == ENOPROTOOPT || errno == EINVAL) {
+            // A kernel without SO_PEERPIDFD: the pid as it is now.
+            result = (int)syscall(SYS_pidfd_open, credentials.pid, 0);
+            saved = errno;
+        } else {
+            saved = errno;  // the listener has exited (ESRCH): nothing to name
         }
+        if (result >= 0) *pid = credentials.pid;
     }
-    int saved = errno;
     close(socket_);
     errno = saved;
-    return pidfd;
+    return result;
 }
 
 int fsl_pidfd_send_signal(int pidfd, int signal) {

@@ -37,9 +37,12 @@ extension RequestHandler {
             slot.verb = .shm
             append(slot)
         case .touch(let kind, let ids):
+            spend(ids.count * WorkCost.perID)
             touch(kind: kind, ids: ids)
             append(Slot(reply: .line(.ok("")), verb: verb))
         case .warm(let kind, let ids):
+            // One decision per id (up to 64), each perhaps a fetch: the line costs its ids.
+            spend(ids.count * WorkCost.perID)
             let reply: Reply
             switch engine.warm(kind: kind, ids: ids, requester: peer?.uid, allowance: warmAllowance) {
             case .success(let outcome): reply = .line(.ok("queued=\(outcome.queued) cached=\(outcome.cached)"))

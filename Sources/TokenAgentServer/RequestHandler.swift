@@ -203,9 +203,11 @@ final class RequestHandler {
         }
     }
 
-    /// Asks for a later turn when this one is spent and lines wait.
+    /// Asks for a later turn when this one is spent and lines, or ready replies, wait.
     private func continueIfSpent() {
-        guard !continuationPending, !closed, !deferred.isEmpty, turnSpent else { return }
+        guard !continuationPending, !closed, !deferred.isEmpty || slots.first?.isReady == true, turnSpent else {
+            return
+        }
         continuationPending = true
         transport.continueLater { [self] in
             continuationPending = false
@@ -348,7 +350,9 @@ final class RequestHandler {
 
     private func writeReadyRepliesOnce() {
         guard !closed, !descriptors.sending else { return }
-        while var head = slots.first, head.isReady {
+        // Replies that render much (a backlog of STATS or METRICS that a slow fetch at the head
+        // held) go out a turn's worth at a time too; the rest wait for the connection's next turn.
+        while !turnSpent, var head = slots.first, head.isReady {
             // The output is bounded: while the peer leaves what it was sent unread, the rest waits.
             if !transport.isWritable { break }
             if let offer = head.offer {

@@ -1,4 +1,4 @@
-/// What a reply costs a connection's turn (``RequestHandler/workPerTurn``), in request lines
+/// What a request costs a connection's turn (``RequestHandler/workPerTurn``), in request lines
 /// beside the one its line already cost: replies that walk the cache or render many counters
 /// cost what they take, as measured against a cached GET, so a peer that pipelines them gets as
 /// little of a turn's time as one that pipelines GETs.
@@ -9,4 +9,6 @@ enum WorkCost {
     static let stats = 3
     /// `METRICS`: the whole exposition (a walk of the cache and every series): one per turn.
     static let metrics = RequestHandler.workPerTurn
+    /// `WARM` and `TOUCH`: each id they name is a cache decision, as a GET is.
+    static let perID = 1
 }

@@ -5,10 +5,10 @@ import Foundation
 import TokenWire
 
 /// `fleet-tokend reload --pid PID`: asks a running agent to reload (SIGHUP) and waits for the
-/// outcome. Only the agent listening on the socket is signalled, when the kernel names it as
-/// process `PID` to a client that connects, through a pidfd: any other process is refused
-/// (`cannot signal process PID`), and so is a pid reused since. so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration is
-/// applied, and fails when the agent refused it. Needs no `kill` binary.
+/// outcome, so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration
+/// is applied, and fails when the agent refused it. Needs no `kill` binary. Only the agent
+/// listening on the socket is signalled, when the kernel names it as process `PID` to a client
+/// that connects, through a pidfd: any other process is refused (`cannot signal process PID`).
 struct ReloadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "reload",
@@ -40,13 +40,15 @@ struct ReloadCommand: AsyncParsableCommand {
         // a pid reused since is ever signalled.
         var listener: Int32 = 0
         let process = fsl_listener_pidfd(path, &listener)
+        if process == -2 {
+            fail("cannot signal process \(pid): the agent on \(path) is a process outside this PID namespace")
+        }
         guard process >= 0 else {
-            fail("cannot signal process \(pid): no agent listens on \(path) (\(String(cString: strerror(errno))))")
+            fail("cannot signal process \(pid): no agent answers on \(path) (\(String(cString: strerror(errno))))")
         }
         defer { close(process) }
         guard listener == pid else {
-            let other = listener > 0 ? "process \(listener)" : "a process outside this PID namespace"
-            fail("cannot signal process \(pid): the agent on \(path) is \(other)")
+            fail("cannot signal process \(pid): the agent on \(path) is process \(listener)")
         }
         let before = try? await client.stats()
         guard fsl_pidfd_exited(process) == 0, fsl_pidfd_send_signal(process, SIGHUP) == 0 else {

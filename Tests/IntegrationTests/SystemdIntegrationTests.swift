@@ -186,7 +186,7 @@ struct SystemdIntegrationTests {
             ["reload", "--pid", "\(agent.pid)", "--socket", agent.directory.path + "/none.sock"]
         )
         #expect(blind.status == 1, "\(blind.stderr)")
-        #expect(blind.stderr.contains("cannot signal process \(agent.pid): no agent listens on"), "\(blind.stderr)")
+        #expect(blind.stderr.contains("cannot signal process \(agent.pid): no agent answers on"), "\(blind.stderr)")
 
         // Another process's pid is refused, whatever it runs: only the agent on the socket is
         // signalled, and only when it names that pid as its own.

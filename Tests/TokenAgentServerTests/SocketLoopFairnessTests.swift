@@ -49,11 +49,13 @@ private final class SharedLoop: Sendable {
 
     /// Serves `socket` (non-blocking) on the loop from now on; called on the loop's thread.
     func serveNow(_ socket: Int32) {
-        // The descriptor send's deadline is far off: a loaded run's test may take its time to read.
+        // The stall and descriptor-send deadlines are far off: a loaded run's test may take its
+        // time to read what a flooder was sent.
         let handler = RequestHandler(
             engine: engine,
             status: status,
             logger: Logger(label: "test"),
+            stallTimeout: .seconds(3600),
             descriptorSendTimeout: .seconds(3600)
         )
         SocketConnection(socket: socket, loop: loop, handler: handler) {}.open()
@@ -199,6 +201,36 @@ struct SocketLoopFairnessTests {
         let replies = await onThread { readLines(statsLines, from: flooder) }
         #expect(replies.count == statsLines, "every STATS answered")
         #expect(replies.allSatisfy { $0.hasPrefix("OK entries=") })
+        await shared.loop.stop()
+    }
+
+    /// A WARM line names up to 64 ids, each a cache decision: it costs its ids, so a peer
+    /// pipelining full WARMs gets one of them a turn, not 64 (64 x 64 decisions).
+    @Test func aWarmFloodIsBoundedByItsIDs() async throws {
+        let shared = try SharedLoop()
+        let flooder = try shared.connect()
+        let other = try shared.connect()
+        defer {
+            close(flooder)
+            close(other)
+        }
+        let warm = "WARM vehicle " + (0..<64).map { "w-\($0)" }.joined(separator: " ") + "\n"
+        let lines = 200
+        let held = LoopHold(shared.loop)
+        let reply = await onThread {
+            held.waitUntilHeld()
+            send(String(repeating: warm, count: lines), on: flooder)
+            send("METRICS\n", on: other)
+            held.release()
+            return readLines(100_000, until: "# EOF", from: other)
+        }
+        let counted = reply.first { $0.hasPrefix("fleet_tokend_requests_total{verb=\"WARM\",code=\"ok\"}") }
+        let answeredFirst = counted.flatMap { $0.split(separator: " ").last.flatMap { Int($0) } } ?? 0
+        #expect(reply.last == "# EOF", "METRICS answered")
+        #expect(answeredFirst <= 1, "one WARM of 64 ids fills a turn: \(answeredFirst) answered first")
+        let replies = await onThread { readLines(lines, from: flooder) }
+        #expect(replies.count == lines, "every WARM answered")
+        #expect(replies.allSatisfy { $0.hasPrefix("OK queued=") })
         await shared.loop.stop()
     }
 

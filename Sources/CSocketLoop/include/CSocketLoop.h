@@ -35,10 +35,12 @@ int fsl_peer_credentials(int socket, int32_t *pid, uint32_t *uid, uint32_t *gid)
 int fsl_peer_in_own_pid_namespace(int socket);
 
 /// The process listening on the Unix socket at `path`, as the kernel reports it to a client that
-/// connects (the credentials of the process that last called listen(), SO_PEERCRED, with its pid
-/// in the caller's PID namespace: 0 when it is not visible there): its pid in `*pid`, and a pidfd
-/// naming it (SO_PEERPIDFD, Linux 6.5; else pidfd_open on that pid). The pidfd, or -1 with errno
-/// set (and `*pid` 0) when no process listens there or it cannot be named.
+/// connects without waiting (the credentials of the process that last called listen(),
+/// SO_PEERCRED, with its pid in the caller's PID namespace): its pid in `*pid`, and a pidfd naming
+/// it, which the kernel took at connect (SO_PEERPIDFD, Linux 6.5; on an older kernel only,
+/// pidfd_open on that pid, which a pid reused in between could fool). The pidfd; -2 when the
+/// listener is outside the caller's PID namespace (its pid there is 0); -1 with errno set when
+/// nothing answers there (a full backlog is EAGAIN) or the listener has exited.
 int fsl_listener_pidfd(const char *path, int32_t *pid);
 
 /// Sends `signal` to the process `pidfd` names (pidfd_send_signal): never to another process

@@ -18,8 +18,9 @@ import TokenWire
 /// Past the budget, waiters are served by ``FetchPriority`` (GET, then refresh, then WARM), the
 /// owners taking turns within one (``PriorityWaiters``); a ticket promoted while it waits moves to the end of the
 /// GET queue. A waiter whose deadline passes leaves with ``DeadlinePassed``; one whose task is
-/// cancelled leaves at once with `CancellationError`. A permit is spent when granted, whatever
-/// the fetch then does.
+/// cancelled leaves at once with `CancellationError`. A permit is spent when granted (the bucket
+/// never gets it back, whatever the fetch then does); it counts in the cap's window from when
+/// its request leaves.
 ///
 /// Time is read from an ``AgentClock``. The budget wakes itself (a timer task) when the next
 /// permit is due or a deadline passes; with `wakesItself: false` (tests, with a clock they move

@@ -14,10 +14,12 @@ public struct SignaturePermit: Sendable {
     public func spend() { budget.sent(ticket) }
 
     /// A permit for one more request of the same fetch (a retry with a fresh access token),
-    /// waited for at the same priority, for the same owner, as the first.
-    public func another() async throws -> SignaturePermit {
+    /// waited for at the same priority, for the same owner, as the first, until `deadline` (on the
+    /// budget's clock) at most: then it throws ``SignatureBudget/DeadlinePassed``, and the fetch
+    /// gives its lane place back rather than hold it for as long as the budget's queue takes.
+    public func another(deadline: MonotonicInstant) async throws -> SignaturePermit {
         let ticket = FetchTicket(priority: ticket.priority, owner: ticket.owner)
-        try await budget.permit(for: ticket)
+        try await budget.permit(for: ticket, deadline: deadline)
         return SignaturePermit(budget: budget, ticket: ticket)
     }
 }

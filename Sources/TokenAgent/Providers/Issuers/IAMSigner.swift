@@ -101,7 +101,12 @@ public final class IAMSigner: TokenProvider {
             // is one more request at the API, so it waits for a permit of its own.
             credentials.invalidate(access)
             access = try await accessToken()
-            let retry = try await permit?.another()
+            let retry: SignaturePermit?
+            do {
+                retry = try await permit?.another(deadline: clock.now + Double(timeout.nanoseconds) / 1e9)
+            } catch is SignatureBudget.DeadlinePassed {
+                throw ProviderError.failed("IAM signJwt HTTP 401; no signature permit for the retry in time")
+            }
             defer { retry?.spend() }
             reply = try await sign(payload, with: access, permit: retry)
         }
