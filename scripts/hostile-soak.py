@@ -6,14 +6,26 @@ Phases: a quiet baseline (one normal client, pipelining nothing: one GET at a ti
 keys), then the same client while 1,000 hostile connections run: a third send METRICS until the
 socket is full, half-close and never read; a third pipeline GETs and never read; a third connect
 and sit idle. Hostile connections the agent closes are opened again at once. Beside them,
---stats-floods peers (default 16), each a process of its own, pipeline STATS as fast as the
-agent answers and read every reply (the peer that would hold the socket loop if a connection's
-work were not bounded per turn). Prints one JSON report; exit status 0 when the agent's peak RSS
-stayed under --max-rss-mib and the normal client's p99 under load stayed within --max-p99-ratio of
-the baseline's.
+each in processes of their own:
+
+- --stats-floods peers (default 16) pipeline STATS as fast as the agent answers and read every
+  reply (the peer that would hold the socket loop if a connection's work were not bounded per
+  turn);
+- --drip-peers (default 8) ask, one GET at a time, for new ids of the kind `drip`, whose
+  provider (a local server) sends its head and then one body byte every 2 s: each fetch ends at
+  the kind's 2 s time-out;
+- --tricklers (default 16) connect to the metrics listener and send their request a byte every
+  5 s, while one scraper scrapes once a second.
+
+The agent's `vehicle` tokens come from a local provider that answers at once (the normal client's
+keys are cached before the baseline, so its speed does not matter). Prints one JSON report; exit
+status 0 when the agent's peak RSS stayed under --max-rss-mib, the normal client's p99 under load
+stayed within --max-p99-ratio of the baseline's, every drip GET ended in time, and at least 90% of
+the scrapes got through.
 """
 
 import argparse
+import http.server
 import json
 import multiprocessing
 import os
@@ -24,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from soak import proc_status, raise_fd_limit  # noqa: E402  (the soak's helpers, one copy)
@@ -119,6 +132,103 @@ class Hostile:
         self.open()
 
 
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # noqa: D401  (the soak prints one report only)
+        pass
+
+
+class FastProvider(QuietHandler):
+    """An opaque token for any id, valid for an hour."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"token": "opaque-" + self.path.strip("/").replace("/", "-"), "expires_in": 3600}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class DripProvider(QuietHandler):
+    """Sends its head at once, then one body byte every 2 s, until the client hangs up."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "4096")
+        self.end_headers()
+        try:
+            for _ in range(4096):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(2)
+        except OSError:
+            pass
+
+
+def serve(handler) -> int:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
+
+
+def drip_peer(path: str, stop, ended, late, index: int) -> None:
+    """One GET at a time for new ids of `drip`; counts replies, and those later than 10 s."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    reader = sock.makefile("rb")
+    number = 0
+    while not stop.is_set():
+        started = time.monotonic()
+        sock.sendall(f"GET drip d-{index}-{number}\n".encode())
+        line = reader.readline()
+        if not line:
+            return
+        with ended.get_lock():
+            ended.value += 1
+        if time.monotonic() - started > 10:
+            with late.get_lock():
+                late.value += 1
+        number += 1
+
+
+def trickler(port: int, stop) -> None:
+    """Connects to the metrics listener and sends a request a byte every 5 s; reconnects when closed."""
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    while not stop.is_set():
+        try:
+            sock = socket.create_connection(("127.0.0.1", port))
+            for byte in request:
+                if stop.wait(5):
+                    return
+                sock.send(bytes([byte]))
+        except OSError:
+            time.sleep(0.1)
+
+
+def scraper(port: int, stop, scrapes, answered) -> None:
+    """Scrapes once a second; counts the scrapes and those answered with the exposition."""
+    while not stop.wait(1):
+        with scrapes.get_lock():
+            scrapes.value += 1
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+                if b"fleet_tokend_healthy" in reply.read():
+                    with answered.get_lock():
+                        answered.value += 1
+        except OSError:
+            pass
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def stats_flood(path: str, stop, replies) -> None:
     """Pipelines STATS 4,096 at a time and reads every reply, until `stop` (a process of its own, so
     the normal client's timing does not share an interpreter with it)."""
@@ -174,14 +284,32 @@ def main() -> int:
     parser.add_argument("--max-rss-mib", type=float, default=256)
     parser.add_argument("--max-p99-ratio", type=float, default=2.0)
     parser.add_argument("--stats-floods", type=int, default=16)
+    parser.add_argument("--drip-peers", type=int, default=8)
+    parser.add_argument("--tricklers", type=int, default=16)
     args = parser.parse_args()
 
     raise_fd_limit(8192)
     directory = tempfile.mkdtemp(prefix="ftd-hostile-")
     path = os.path.join(directory, "agent.sock")
     log = open(os.path.join(directory, "agent.log"), "wb")
+    fast_port, drip_port, metrics_port = serve(FastProvider), serve(DripProvider), free_port()
+    config = os.path.join(directory, "config.json")
+    with open(config, "w") as file:
+        json.dump(
+            {
+                "providers": {
+                    "vehicle": {"url": f"http://127.0.0.1:{fast_port}/{{id}}", "timeout": 10},
+                    "drip": {"url": f"http://127.0.0.1:{drip_port}/{{id}}", "timeout": 2},
+                },
+                "metrics_listen": f"127.0.0.1:{metrics_port}",
+            },
+            file,
+        )
     agent = subprocess.Popen(
-        [args.binary, "serve", "--socket", path, "--max-connections", str(args.connections + 64)],
+        [
+            args.binary, "serve", "--socket", path, "--config", config,
+            "--max-connections", str(args.connections + args.stats_floods + args.drip_peers + 64),
+        ],
         stdout=log, stderr=log,
     )
     try:
@@ -215,10 +343,23 @@ def main() -> int:
         driver.start()
         flood_stop = multiprocessing.Event()
         flood_replies = multiprocessing.Value("q", 0)
+        drip_ended, drip_late = multiprocessing.Value("q", 0), multiprocessing.Value("q", 0)
+        scrapes, scrapes_answered = multiprocessing.Value("q", 0), multiprocessing.Value("q", 0)
         floods = [
             multiprocessing.Process(target=stats_flood, args=(path, flood_stop, flood_replies), daemon=True)
             for _ in range(args.stats_floods)
         ]
+        floods += [
+            multiprocessing.Process(target=drip_peer, args=(path, flood_stop, drip_ended, drip_late, index), daemon=True)
+            for index in range(args.drip_peers)
+        ]
+        floods += [
+            multiprocessing.Process(target=trickler, args=(metrics_port, flood_stop), daemon=True)
+            for _ in range(args.tricklers)
+        ]
+        floods.append(
+            multiprocessing.Process(target=scraper, args=(metrics_port, flood_stop, scrapes, scrapes_answered), daemon=True)
+        )
         for flood in floods:
             flood.start()
         time.sleep(2)  # every hostile connection at its bound
@@ -254,6 +395,8 @@ def main() -> int:
             if group.usage_path
             else None,
             "stats_flood_replies": flood_replies.value,
+            "drip_gets": {"answered": drip_ended.value, "later_than_10_s": drip_late.value},
+            "scrapes": {"tried": scrapes.value, "answered": scrapes_answered.value},
             "reopened_by_style": {
                 style: sum(h.reopened for h in hostiles if h.style == style) for style in styles
             },
@@ -269,7 +412,14 @@ def main() -> int:
         }
         ratio = percentile(loaded, 0.99) / percentile(baseline, 0.99)
         report["p99_ratio"] = round(ratio, 2)
-        report["pass"] = alive and peak[0] / 2**20 <= args.max_rss_mib and ratio <= args.max_p99_ratio
+        report["pass"] = (
+            alive
+            and peak[0] / 2**20 <= args.max_rss_mib
+            and ratio <= args.max_p99_ratio
+            and drip_late.value == 0
+            and (args.drip_peers == 0 or drip_ended.value > 0)
+            and scrapes_answered.value >= 0.9 * scrapes.value
+        )
         print(json.dumps(report, indent=2))
         return 0 if report["pass"] else 1
     finally:

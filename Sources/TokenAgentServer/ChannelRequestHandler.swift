@@ -33,7 +33,7 @@ final class ChannelRequestHandler: ChannelDuplexHandler, ConnectionTransport {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        turn &+= 1
+        handler.startTurn()
         handler.received(unwrapInboundIn(data))
     }
 
@@ -115,13 +115,7 @@ final class ChannelRequestHandler: ChannelDuplexHandler, ConnectionTransport {
         context.eventLoop.assumeIsolated().execute(body)
     }
 
-    /// A turn for each read, and for each continuation.
-    private(set) var turn: UInt64 = 0
-
     func continueLater(_ body: @escaping () -> Void) {
-        context.eventLoop.assumeIsolated().execute { [self] in
-            turn &+= 1
-            body()
-        }
+        context.eventLoop.assumeIsolated().execute(body)
     }
 }

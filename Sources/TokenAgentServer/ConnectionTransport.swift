@@ -41,9 +41,6 @@ protocol ConnectionTransport: AnyObject {
     /// Runs `body` once the socket can take more output than it could (or the connection
     /// closed): for a send the socket refused for want of room.
     func whenSocketWritable(_ body: @escaping () -> Void)
-    /// The turn the connection's loop is in: a number that changes whenever the loop goes on to
-    /// another event, job, timer or continuation. A connection's work is bounded per turn.
-    var turn: UInt64 { get }
     /// Runs `body` in a later turn, once the loop has served what else is ready: for a
     /// connection that used up its turn with work left.
     func continueLater(_ body: @escaping () -> Void)

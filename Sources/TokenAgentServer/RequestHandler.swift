@@ -91,8 +91,7 @@ final class RequestHandler {
     var kindNamesVersion = -1
     /// The kinds the peer was allowed under the rules version last seen.
     var allowedKinds = AllowedKinds()
-    /// The transport's turn ``workDone`` was counted in, and the work done in it.
-    private var workTurn: UInt64 = .max
+    /// The work done in the current turn (``startTurn()``).
     private var workDone = 0
     /// A continuation is asked for (``continueLater(_:)``) and has not run yet.
     private var continuationPending = false
@@ -183,35 +182,30 @@ final class RequestHandler {
         return slots.count < Self.maxPending && transport.isWritable && !turnSpent
     }
 
-    /// Counts `units` of work in the transport's current turn.
-    func spend(_ units: Int) {
-        startTurnIfNew()
-        workDone += units
-    }
+    /// A new turn of the connection's loop begins: the transport calls it as it delivers the
+    /// connection's events (a continuation is a turn of its own too). Work in the loop's other
+    /// callbacks (a fetch that ended, a timer) counts against the turn the connection last had,
+    /// and past it waits for a continuation.
+    func startTurn() { workDone = 0 }
+
+    /// Counts `units` of work in the current turn.
+    func spend(_ units: Int) { workDone &+= units }
 
     /// Whether this turn's work is done: what is left waits for a later turn.
-    private var turnSpent: Bool {
-        startTurnIfNew()
-        return workDone >= Self.workPerTurn
-    }
-
-    private func startTurnIfNew() {
-        let turn = transport.turn
-        if turn != workTurn {
-            workTurn = turn
-            workDone = 0
-        }
-    }
+    private var turnSpent: Bool { workDone >= Self.workPerTurn }
 
     /// Asks for a later turn when this one is spent and lines, or ready replies, wait.
+    @inline(__always)
     private func continueIfSpent() {
-        guard !continuationPending, !closed, !deferred.isEmpty || slots.first?.isReady == true, turnSpent else {
+        // The turn first: the one check a connection within its share pays.
+        guard turnSpent, !continuationPending, !closed, !deferred.isEmpty || slots.first?.isReady == true else {
             return
         }
         continuationPending = true
         transport.continueLater { [self] in
             continuationPending = false
             guard !closed else { return }
+            startTurn()
             writeReadyReplies()
         }
     }

@@ -90,6 +90,7 @@ final class SocketConnection: ConnectionTransport {
 
     private func readBurst() {
         guard let handler else { return }
+        handler.startTurn()
         var reads = 0
         while reads < Self.readsPerBurst, readingWanted, !closed {
             reads += 1
@@ -268,8 +269,6 @@ final class SocketConnection: ConnectionTransport {
         writableWaiters.append(body)
         updateInterest()
     }
-
-    var turn: UInt64 { loop.turn }
 
     func continueLater(_ body: @escaping () -> Void) { loop.continueLater(body) }
 }

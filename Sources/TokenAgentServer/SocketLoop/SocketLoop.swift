@@ -17,10 +17,9 @@ import Synchronization
 /// one thread answers 1.34x what Redis does, where SwiftNIO's path per read and flush alone costs
 /// about 11,500 instructions a GET (docs/BENCHMARKS.md, "Where the socket's floor is").
 ///
-/// Fairness: the loop serves in turns. Each event handled, job run, timer fired or continuation
-/// run is one turn (``turn`` counts them), and a connection does a bounded amount of work in one
-/// (``RequestHandler/workPerTurn``); a connection with work left asks to go on with
-/// ``continueLater(_:)``, which runs after the loop has looked at every other descriptor once
+/// Fairness: the loop serves in turns. A connection does a bounded amount of work each time its
+/// events are handled (``RequestHandler/workPerTurn``); a connection with work left asks to go on
+/// with ``continueLater(_:)``, which runs after the loop has looked at every other descriptor once
 /// more. So one peer that pipelines costly requests delays the others by one turn of its, not by
 /// everything it sent.
 ///
@@ -50,8 +49,6 @@ final class SocketLoop: @unchecked Sendable {
     private var soon: [() -> Void] = []
     /// Work to run after the loop has looked at every descriptor once more (``continueLater(_:)``).
     private var later: [() -> Void] = []
-    /// The turns taken so far: one for each event handled, job run, timer fired or continuation.
-    private(set) var turn: UInt64 = 0
     /// The generation the next connection gets (24 bits, wrapping).
     private var nextGeneration: UInt32 = 0
     private var listeners: [Int32: (Int32) -> Void] = [:]
@@ -315,7 +312,6 @@ final class SocketLoop: @unchecked Sendable {
                 return
             }
             for index in 0..<max(0, Int(ready)) {
-                turn &+= 1
                 let data = fsl_event_data(events + index)
                 let socket = Int32(bitPattern: UInt32(truncatingIfNeeded: data))
                 switch Tag(rawValue: (data >> 32) & 0xFF) {
@@ -339,12 +335,10 @@ final class SocketLoop: @unchecked Sendable {
             }
             let due = timers.takeDue(now: NIODeadline.now().uptimeNanoseconds)
             for timer in due {
-                turn &+= 1
                 timer.fire()
                 runSoonWork()
             }
             for body in continuations {
-                turn &+= 1
                 body()
                 runSoonWork()
             }
@@ -370,7 +364,6 @@ final class SocketLoop: @unchecked Sendable {
             return taken
         }
         for job in jobs {
-            turn &+= 1
             job.body()
             runSoonWork()
         }
