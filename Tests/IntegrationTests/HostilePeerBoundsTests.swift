@@ -222,8 +222,8 @@ struct HostilePeerBoundsTests {
             #expect(absolute.body.contains("fleet_tokend_healthy"))
             let elsewhere = try await httpGet(port: port, path: "http://127.0.0.1:\(port)/other")
             #expect(elsewhere.status.hasSuffix("404 Not Found"))
-            let head = try await Self.rawExchange(port: port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            let get = try await Self.rawExchange(port: port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            let head = try await rawHTTPExchange(port: port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            let get = try await rawHTTPExchange(port: port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(head.status.hasSuffix("200 OK"))
             #expect(head.body.isEmpty, "no body after HEAD's head")
             let headLength = Int(head.headers["content-length"] ?? "") ?? 0
@@ -233,39 +233,6 @@ struct HostilePeerBoundsTests {
             // are those of one exposition, within a few bytes.
             #expect(headLength > 1000 && abs(headLength - getLength) < 256, "HEAD \(headLength), GET \(getLength)")
             #expect(head.headers["content-type"] == get.headers["content-type"])
-        }
-    }
-
-    /// Sends `request` whole on a new connection and reads until the agent closes it.
-    private static func rawExchange(port: Int, _ request: String) async throws -> (
-        status: String, headers: [String: String], body: String
-    ) {
-        try await offPool {
-            let fd = connectLoopback(port: port)
-            guard fd >= 0 else { throw AgentError("connect to 127.0.0.1:\(port) failed") }
-            defer { close(fd) }
-            var timeout = timeval(tv_sec: 10, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            let bytes = Array(request.utf8)
-            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            var received: [UInt8] = []
-            var chunk = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                if count <= 0 { break }
-                received += chunk[..<count]
-            }
-            let text = String(decoding: received, as: UTF8.self)
-            guard let split = text.range(of: "\r\n\r\n") else { throw AgentError("no HTTP reply: \(text)") }
-            let lines = text[..<split.lowerBound].components(separatedBy: "\r\n")
-            var headers: [String: String] = [:]
-            for line in lines.dropFirst() {
-                guard let colon = line.firstIndex(of: ":") else { continue }
-                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
-                    in: .whitespaces
-                )
-            }
-            return (lines.first ?? "", headers, String(text[split.upperBound...]))
         }
     }
 }

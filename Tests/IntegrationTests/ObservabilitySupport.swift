@@ -109,14 +109,23 @@ func connectLoopback(port: Int) -> Int32 {
 
 /// `GET path` over HTTP/1.0 on 127.0.0.1:`port`: the status line and the body.
 func httpGet(port: Int, path: String) async throws -> (status: String, body: String) {
+    let reply = try await rawHTTPExchange(port: port, "GET \(path) HTTP/1.0\r\nHost: localhost\r\n\r\n")
+    return (reply.status, reply.body)
+}
+
+/// Sends `request` whole on a new connection to 127.0.0.1:`port` and reads until the server
+/// closes it: the status line, the headers (names lowercased) and the body.
+func rawHTTPExchange(port: Int, _ request: String) async throws -> (
+    status: String, headers: [String: String], body: String
+) {
     try await offPool {
         let fd = connectLoopback(port: port)
         guard fd >= 0 else { throw AgentError("connect to 127.0.0.1:\(port) failed") }
         defer { close(fd) }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let request = Array("GET \(path) HTTP/1.0\r\nHost: localhost\r\n\r\n".utf8)
-        _ = request.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let bytes = Array(request.utf8)
+        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         var received: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -126,7 +135,14 @@ func httpGet(port: Int, path: String) async throws -> (status: String, body: Str
         }
         let text = String(decoding: received, as: UTF8.self)
         guard let split = text.range(of: "\r\n\r\n") else { throw AgentError("no HTTP reply: \(text)") }
-        let status = text[..<split.lowerBound].components(separatedBy: "\r\n").first ?? ""
-        return (status, String(text[split.upperBound...]))
+        let lines = text[..<split.lowerBound].components(separatedBy: "\r\n")
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                in: .whitespaces
+            )
+        }
+        return (lines.first ?? "", headers, String(text[split.upperBound...]))
     }
 }

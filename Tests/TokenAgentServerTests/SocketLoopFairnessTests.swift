@@ -170,68 +170,58 @@ struct SocketLoopFairnessTests {
         await shared.loop.stop()
     }
 
-    /// A peer pipelining STATS gets a turn's worth of them, each counted at its cost, before
-    /// another peer's request is answered: the other's METRICS, rendered in its own turn, counts
-    /// the STATS answered before it. The loop answers the watchdog's probe between turns.
-    @Test func aStatsFloodIsBoundedByCostNotOnlyByLines() async throws {
-        let shared = try SharedLoop()
-        let flooder = try shared.connect()
-        let other = try shared.connect()
+    /// A flooder sends `line` `count` times while the loop is held, another peer sends METRICS
+    /// right after; then the loop goes on. What the other's METRICS (rendered in its own turn)
+    /// counts of `verb`'s replies is what the flooder got before the other was served. Returns
+    /// that count and every reply the flooder got.
+    private func flood(_ line: String, count: Int, countedAs verb: String) async -> (
+        answeredFirst: Int?, floodReplies: [String]
+    ) {
+        guard let shared = try? SharedLoop(), let flooder = try? shared.connect(), let other = try? shared.connect()
+        else { return (nil, []) }
         defer {
             close(flooder)
             close(other)
         }
-        let statsLines = 2_000
         let held = LoopHold(shared.loop)
-        let reply = await onThread {
+        let metrics = await onThread {
             held.waitUntilHeld()
-            send(String(repeating: "STATS\n", count: statsLines), on: flooder)
+            send(String(repeating: line, count: count), on: flooder)
             send("METRICS\n", on: other)
             held.release()
             return readLines(100_000, until: "# EOF", from: other)
         }
-        let counted = reply.first { $0.hasPrefix("fleet_tokend_requests_total{verb=\"STATS\",code=\"ok\"}") }
-        let answeredFirst = counted.flatMap { $0.split(separator: " ").last.flatMap { Int($0) } } ?? 0
-        #expect(reply.last == "# EOF", "METRICS answered")
-        #expect(
-            answeredFirst <= RequestHandler.workPerTurn / (1 + WorkCost.stats),
-            "one turn of STATS, at their cost, went out before the other's reply: \(answeredFirst)"
-        )
-        #expect(await shared.loop.answers(within: 10))
-        let replies = await onThread { readLines(statsLines, from: flooder) }
-        #expect(replies.count == statsLines, "every STATS answered")
-        #expect(replies.allSatisfy { $0.hasPrefix("OK entries=") })
+        let counted = metrics.first { $0.hasPrefix("fleet_tokend_requests_total{verb=\"\(verb)\",code=\"ok\"}") }
+        let answeredFirst =
+            metrics.last == "# EOF" ? counted.flatMap { $0.split(separator: " ").last.flatMap { Int($0) } } ?? 0 : nil
+        #expect(await shared.loop.answers(within: 10), "the loop answers the watchdog's probe between turns")
+        let replies = await onThread { readLines(count, from: flooder) }
         await shared.loop.stop()
+        return (answeredFirst, replies)
+    }
+
+    /// A peer pipelining STATS gets a turn's worth of them, each counted at its cost, before
+    /// another peer's request is answered.
+    @Test func aStatsFloodIsBoundedByCostNotOnlyByLines() async throws {
+        let (answeredFirst, replies) = await flood("STATS\n", count: 2_000, countedAs: "STATS")
+        let first = try #require(answeredFirst, "METRICS answered")
+        #expect(
+            first <= RequestHandler.workPerTurn / (1 + WorkCost.stats),
+            "one turn of STATS, at their cost, went out before the other's reply: \(first)"
+        )
+        #expect(replies.count == 2_000, "every STATS answered")
+        #expect(replies.allSatisfy { $0.hasPrefix("OK entries=") })
     }
 
     /// A WARM line names up to 64 ids, each a cache decision: it costs its ids, so a peer
     /// pipelining full WARMs gets one of them a turn, not 64 (64 x 64 decisions).
     @Test func aWarmFloodIsBoundedByItsIDs() async throws {
-        let shared = try SharedLoop()
-        let flooder = try shared.connect()
-        let other = try shared.connect()
-        defer {
-            close(flooder)
-            close(other)
-        }
         let warm = "WARM vehicle " + (0..<64).map { "w-\($0)" }.joined(separator: " ") + "\n"
-        let lines = 200
-        let held = LoopHold(shared.loop)
-        let reply = await onThread {
-            held.waitUntilHeld()
-            send(String(repeating: warm, count: lines), on: flooder)
-            send("METRICS\n", on: other)
-            held.release()
-            return readLines(100_000, until: "# EOF", from: other)
-        }
-        let counted = reply.first { $0.hasPrefix("fleet_tokend_requests_total{verb=\"WARM\",code=\"ok\"}") }
-        let answeredFirst = counted.flatMap { $0.split(separator: " ").last.flatMap { Int($0) } } ?? 0
-        #expect(reply.last == "# EOF", "METRICS answered")
-        #expect(answeredFirst <= 1, "one WARM of 64 ids fills a turn: \(answeredFirst) answered first")
-        let replies = await onThread { readLines(lines, from: flooder) }
-        #expect(replies.count == lines, "every WARM answered")
+        let (answeredFirst, replies) = await flood(warm, count: 200, countedAs: "WARM")
+        let first = try #require(answeredFirst, "METRICS answered")
+        #expect(first <= 1, "one WARM of 64 ids fills a turn: \(first) answered first")
+        #expect(replies.count == 200, "every WARM answered")
         #expect(replies.allSatisfy { $0.hasPrefix("OK queued=") })
-        await shared.loop.stop()
     }
 
     /// An event epoll reported for a connection that an earlier event of the same batch closed

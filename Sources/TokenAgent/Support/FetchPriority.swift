@@ -79,13 +79,23 @@ struct PriorityWaiters<Waiter> {
         var owner: Owner
     }
 
-    /// Ticket numbers in arrival order, consumed from `head`.
-    private struct Queue {
-        var order: [UInt64] = []
+    /// Elements in arrival order, consumed from `head`; the storage shrinks as it drains.
+    private struct Drain<Element> {
+        var order: [Element] = []
         var head = 0
 
         var storage: Int { order.count - head }
         var isDrained: Bool { head == order.count }
+
+        /// The first element, taken off.
+        mutating func popFirst() -> Element? {
+            guard head < order.count else { return nil }
+            defer {
+                head += 1
+                compact()
+            }
+            return order[head]
+        }
 
         mutating func compact() {
             if head == order.count {
@@ -98,35 +108,20 @@ struct PriorityWaiters<Waiter> {
         }
     }
 
-    /// One level: each owner's queue, and the owners with a queue in the order of their turns.
+    /// One level: each owner's ticket numbers, and the owners with numbers queued in the order of
+    /// their turns.
     private struct Level {
-        var queues: [Owner: Queue] = [:]
-        var turns: [Owner] = []
-        var turnHead = 0
+        var queues: [Owner: Drain<UInt64>] = [:]
+        var turns = Drain<Owner>()
 
         var storage: Int { queues.values.reduce(0) { $0 + $1.storage } }
 
         mutating func append(_ number: UInt64, owner: Owner) {
             if queues[owner] == nil {
-                queues[owner] = Queue()
-                turns.append(owner)
+                queues[owner] = Drain()
+                turns.order.append(owner)
             }
             queues[owner]!.order.append(number)
-        }
-
-        /// The next owner whose turn it is, taken off the turns; `nil` when none waits.
-        mutating func nextOwner() -> Owner? {
-            guard turnHead < turns.count else { return nil }
-            let owner = turns[turnHead]
-            turnHead += 1
-            if turnHead == turns.count {
-                turns.removeAll(keepingCapacity: turns.count <= 1024)
-                turnHead = 0
-            } else if turnHead >= 1024, turnHead * 2 >= turns.count {
-                turns.removeFirst(turnHead)
-                turnHead = 0
-            }
-            return .some(owner)
         }
     }
 
@@ -168,12 +163,10 @@ struct PriorityWaiters<Waiter> {
     /// turn comes again after every other owner waiting there.
     mutating func next() -> (number: UInt64, waiter: Waiter)? {
         for level in levels.indices {
-            while case .some(let owner) = levels[level].nextOwner() {
+            while case .some(let owner) = levels[level].turns.popFirst() {
                 guard var queue = levels[level].queues[owner] else { continue }
                 var found: (number: UInt64, waiter: Waiter)?
-                while found == nil, !queue.isDrained {
-                    let number = queue.order[queue.head]
-                    queue.head += 1
+                while found == nil, let number = queue.popFirst() {
                     // Gone, or moved to a better level since it was queued here.
                     guard let entry = entries[number], entry.level == level else { continue }
                     entries[number] = nil
@@ -182,9 +175,8 @@ struct PriorityWaiters<Waiter> {
                 if queue.isDrained {
                     levels[level].queues[owner] = nil
                 } else {
-                    queue.compact()
                     levels[level].queues[owner] = queue
-                    levels[level].turns.append(owner)
+                    levels[level].turns.order.append(owner)
                 }
                 if let found { return found }
             }
