@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -118,3 +119,5 @@ int fsl_pidfd_exited(int pidfd) {
     int ready = poll(&exited, 1, 0);
     return ready < 0 ? -1 : ready > 0;
 }
+
+int fsl_name_thread(const char *name) { return pthread_setname_np(pthread_self(), name); }

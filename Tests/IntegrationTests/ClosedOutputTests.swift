@@ -5,8 +5,22 @@ import Testing
     import Glibc
 #endif
 
-@Suite("An agent whose output goes nowhere")
+@Suite("The agent's process: its output and its threads")
 struct ClosedOutputTests {
+    /// The thread that serves the socket is named for `top -H`, perf and crash reports (Linux
+    /// keeps 15 bytes of a name; a longer one is refused and the thread keeps a runtime name).
+    @Test func theSocketLoopsThreadIsNamed() async throws {
+        let agent = try await AgentProcess([])
+        defer { Task { await agent.stop() } }
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(agent.pid)/task")
+        let names = tasks.compactMap {
+            try? String(contentsOfFile: "/proc/\(agent.pid)/task/\($0)/comm", encoding: .utf8)
+        }
+        .map { $0.trimmingCharacters(in: .newlines) }
+        #expect(names.filter { $0 == "tokend-socket" }.count == 1, "\(names)")
+        #expect(await agent.stop() == 0)
+    }
+
     /// Standard output and error are a pipe nobody reads any more (a log collector that was
     /// restarted): every log line fails with EPIPE, and the agent serves on through start-up, a
     /// reload and its requests, then stops cleanly.

@@ -50,6 +50,10 @@ int fsl_pidfd_send_signal(int pidfd, int signal);
 /// Whether the process `pidfd` names has exited: 1 yes, 0 no, -1 with errno set.
 int fsl_pidfd_exited(int pidfd);
 
+/// Names the calling thread (pthread_setname_np): what `top -H`, perf and crash reports show.
+/// 0, or an error number (ERANGE for a name over 15 bytes).
+int fsl_name_thread(const char *name);
+
 /// Writes `length` bytes without blocking and without SIGPIPE (send with MSG_NOSIGNAL). The
 /// bytes written, or -1 with errno set.
 ssize_t fsl_send(int socket, const void *bytes, size_t length);

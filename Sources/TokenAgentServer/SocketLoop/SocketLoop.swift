@@ -101,6 +101,9 @@ final class SocketLoop: @unchecked Sendable {
     /// takes at most 15 bytes of it.
     func start(name: String) {
         let thread = Thread { [self] in
+            // Named from inside: Foundation on Linux does not pass a name set before the start on
+            // to the kernel. (A name over 15 bytes is refused: the thread keeps a runtime name.)
+            _ = fsl_name_thread(name)
             run()
             closeEverything()
             // Work sent from now on runs on its sender's thread (nothing else runs the loop's
