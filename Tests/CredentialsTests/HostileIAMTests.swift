@@ -55,6 +55,24 @@ final class CapturedLog: Sendable {
 /// server and the token endpoint send is never trusted beyond what was asked for.
 @Suite("Hostile IAM and credentials")
 struct HostileIAMTests {
+    /// A signer for ``account`` at `fake`'s IAM, on a wall clock fixed at `now` (and a quarter second),
+    /// with the host's access tokens from `fake`'s metadata server.
+    private static func signer(
+        of fake: FakeGoogle,
+        at now: Int,
+        tuning: HostAccessTokenSource.Tuning
+    ) throws -> (IAMSigner, any AccessTokenSource) {
+        let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost), tuning: tuning)
+        let signer = IAMSigner(
+            account: account,
+            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
+            lifetime: 1800,
+            credentials: source,
+            clock: SteppedWallClock(fixedWall: Double(now) + 0.25)
+        )
+        return (signer, source)
+    }
+
     static let account = FakeGoogle.defaultSigningAccount
 
     /// `bytes` as unpadded base64url.
@@ -77,16 +95,8 @@ struct HostileIAMTests {
 
     @Test func aSignedJwtWithARepeatedOrExtraClaimIsNeverServed() async throws {
         let now = 1_800_000_000
-        let clock = SteppedWallClock(fixedWall: Double(now) + 0.25)
         let fake = try await FakeGoogle.start()
-        let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost))
-        let signer = IAMSigner(
-            account: Self.account,
-            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
-            lifetime: 1800,
-            credentials: source,
-            clock: clock
-        )
+        let (signer, source) = try Self.signer(of: fake, at: now, tuning: HostAccessTokenSource.Tuning())
         let account = Self.account
         let fleetEngine = "https://fleetengine.googleapis.com/"
         let rest =
@@ -138,16 +148,8 @@ struct HostileIAMTests {
     /// Every reply here is refused as IAM's fault, naming what is wrong; the control is served.
     @Test func aSignedJwtWhoseHeaderKeyIdOrSignatureIsNotGooglesIsNeverServed() async throws {
         let now = 1_800_000_000
-        let clock = SteppedWallClock(fixedWall: Double(now) + 0.25)
         let fake = try await FakeGoogle.start()
-        let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost), tuning: fastTuning)
-        let signer = IAMSigner(
-            account: Self.account,
-            endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
-            lifetime: 1800,
-            credentials: source,
-            clock: clock
-        )
+        let (signer, source) = try Self.signer(of: fake, at: now, tuning: fastTuning)
         let account = Self.account
         let payload =
             #"{"aud":"https://fleetengine.googleapis.com/","exp":\#(now + 1800),"iat":\#(now),"#
