@@ -119,35 +119,24 @@ private final class ScrapeConnections: Sendable {
     private struct Open {
         var number: UInt64
         var channel: any Channel
-        var openedAt: NIODeadline
         /// Its request's head came: it is being answered, and is never closed to make room.
         var answering = false
     }
 
-    /// A connection this young is never closed to make room: a scraper sends its head within
-    /// milliseconds of connecting, so a burst of connections cannot push out one that just came.
-    static let minimumAge = TimeAmount.milliseconds(250)
-
     private let state = Mutex<(next: UInt64, open: [Open])>((0, []))
 
     /// Admits `channel` under `limit`, with the connection it displaces (to be closed by the
-    /// caller): the oldest still waiting for its request's head, if it has waited at least
-    /// ``minimumAge``. `nil` when none has (every open connection is being answered, or has only
-    /// just connected): then `channel` is refused.
+    /// caller): the oldest still waiting for its request's head. `nil` when every open connection
+    /// is being answered: then `channel` is refused.
     func admit(_ channel: any Channel, limit: Int) -> (number: UInt64, evicted: (any Channel)?)? {
-        let now = NIODeadline.now()
-        return state.withLock { state in
+        state.withLock { state in
             var evicted: (any Channel)?
             if state.open.count >= limit {
-                guard
-                    let oldest = state.open.firstIndex(where: {
-                        !$0.answering && now - $0.openedAt >= Self.minimumAge
-                    })
-                else { return nil }
+                guard let oldest = state.open.firstIndex(where: { !$0.answering }) else { return nil }
                 evicted = state.open.remove(at: oldest).channel
             }
             state.next += 1
-            state.open.append(Open(number: state.next, channel: channel, openedAt: now))
+            state.open.append(Open(number: state.next, channel: channel))
             return (state.next, evicted)
         }
     }
