@@ -190,6 +190,13 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // The client library's own unit tests: reply parsing, the memo, flights and segment reads,
+        // without an agent (and so without NIO).
+        .testTarget(
+            name: "FleetTokenClientTests",
+            dependencies: ["FleetTokenClient", "TokenWire", "TokenSegment", "CSharedMemory"],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "TokenSegmentTests",
             dependencies: ["TokenSegment", "CSharedMemory"],
