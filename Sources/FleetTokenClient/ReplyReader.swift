@@ -154,8 +154,8 @@ struct ReplyReader {
         {
             return reply
         }
-        let text = String(decoding: UnsafeBufferPointer(rebasing: line[0..<count]), as: UTF8.self)
-        return WireReply.parse(Substring(text))
+        // The whole line: the parser drops the one CR before the LF itself (a second is the line's).
+        return WireReply.parse(Substring(String(decoding: line, as: UTF8.self)))
     }
 
     /// `<token> <expires-at>`: one space, a token without `=`, 1 to 18 decimal digits.

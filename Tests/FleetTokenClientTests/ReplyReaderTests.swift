@@ -200,6 +200,26 @@ struct ReplyReaderTests {
         pair.reader.closeDescriptors()
         #expect(pipe.readByte() == .endOfStream)
     }
+
+    /// The reader reads `OK <token> <expires-at>` without building a string of the line; every
+    /// line must get the answer ``WireReply/parse(_:)`` gives it.
+    @Test func theTokenFastPathAgreesWithTheParser() {
+        var lines = [
+            "OK tok 1", "OK tok 0123", "OK tok +12", "OK tok -5", "OK tok 999999999999999999",
+            "OK tok 9223372036854775807", "OK tok 9223372036854775808", "OK  12", "OK t=x 12", "OK tok 12 13",
+            "OK tok 12\r", "OK tok\r 12", "OK tok 1\r\r", "OK tok", "OK tok ", "OK \u{E9}t\u{E9} 42", "OK tok 1a",
+        ]
+        var generator = SplitMix64(seed: 0x5EED)
+        let pieces = ["OK", " ", "tok", "=", "0", "7", "9", "-", "+", "\r", "x", "\u{E9}", "PONG", "ERR", "busy"]
+        for _ in 0..<5000 {
+            let count = Int.random(in: 1...8, using: &generator)
+            lines.append((0..<count).map { _ in pieces.randomElement(using: &generator)! }.joined())
+        }
+        for line in lines {
+            let fast = Array(line.utf8).withUnsafeBufferPointer { ReplyReader.reply($0) }
+            #expect(fast == WireReply.parse(Substring(line)), "line \(Array(line.utf8))")
+        }
+    }
 }
 
 /// A connected pair of non-blocking stream sockets: the test writes as the agent on one end and a
@@ -299,4 +319,19 @@ final class TestPipe {
 struct TestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
+}
+
+/// A small seeded generator (SplitMix64), so random inputs are the same on every run.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
 }
