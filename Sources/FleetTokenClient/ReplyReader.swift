@@ -93,15 +93,18 @@ struct ReplyReader {
                 let line = UnsafeBufferPointer(rebasing: bytes[start..<end])
                 if Self.isTooLong(line.count, endsWithCR: line.last == 0x0D) { return Self.tooLong }
                 if metricsBody != nil || line.first == UInt8(ascii: "#") {
-                    if line.elementsEqual("# EOF".utf8) {
+                    // A CR before the LF is dropped, as on every line (docs/PROTOCOL.md): `# EOF\r` ends
+                    // the reply too.
+                    let text = line.last == 0x0D ? UnsafeBufferPointer(rebasing: line.dropLast()) : line
+                    if text.elementsEqual(MetricsText.endLine.utf8) {
                         replies.append(ReceivedReply(reply: .ok(String(decoding: metricsBody ?? [], as: UTF8.self))))
                         metricsBody = nil
                     } else {
                         if metricsBody == nil { metricsBody = [] }
-                        guard metricsBody!.count + line.count + 1 <= WireLimits.maxMetricsReplyBytes else {
+                        guard metricsBody!.count + text.count + 1 <= WireLimits.maxMetricsReplyBytes else {
                             return "METRICS reply over \(WireLimits.maxMetricsReplyBytes) bytes"
                         }
-                        metricsBody!.append(contentsOf: line)
+                        metricsBody!.append(contentsOf: text)
                         metricsBody!.append(0x0A)
                     }
                     start = end + 1

@@ -72,6 +72,16 @@ struct ReplyReaderTests {
         #expect(failure == nil)
     }
 
+    /// docs/PROTOCOL.md: a `METRICS` reply ends at the line `# EOF`, "a CR before its LF is
+    /// allowed, as everywhere"; the CR is no part of any line. The reply after it is its own.
+    @Test func aMetricsReplyOfCRLFLinesEndsAtItsEOFLine() throws {
+        let pair = try SocketPair()
+        pair.send("# TYPE requests counter\r\nrequests 7\r\n# EOF\r\nPONG\r\n")
+        let (replies, failure) = pair.read()
+        #expect(replies.map(\.reply) == [.ok("# TYPE requests counter\nrequests 7\n"), .pong])
+        #expect(failure == nil)
+    }
+
     /// Lines no agent sends: each breaks the protocol, after the replies read before it.
     @Test(arguments: [
         "HELLO", "ERR no-such-code text", "PONG extra", "ok tok 1", "", "OKtok 1", "\u{1}", "ERR",
