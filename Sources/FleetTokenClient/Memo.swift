@@ -22,28 +22,33 @@ final class MemoTable: Sendable {
         self.defaultMinimumValidity = defaultMinimumValidity
     }
 
-    /// The remembered token for `subject` if it has enough validity left.
-    func token(for subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
+    /// The remembered token for `subject` if it has enough validity left at `now` (the default
+    /// argument; tests pass a later instant instead of waiting).
+    func token(
+        for subject: TokenSubject,
+        minimumValidity: TimeInterval?,
+        at now: ContinuousClock.Instant = .now
+    ) -> Token? {
         entries.withLock { entries -> Token? in
             guard let entry = entries[subject] else { return nil }
             let needed = minimumValidity ?? max(10, min(defaultMinimumValidity, entry.lifetimeSeconds / 4))
-            let left = ContinuousClock.now.duration(to: entry.validUntil)
+            let left = now.duration(to: entry.validUntil)
             guard left > .milliseconds(Int64(saturating: needed * 1000)) else { return nil }
             return entry.token
         }
     }
 
-    /// Remembers `token` for `subject`.
-    func remember(_ token: Token, for subject: TokenSubject) {
+    /// Remembers `token` for `subject`, received at `now` (the default argument; tests pass
+    /// another instant).
+    func remember(_ token: Token, for subject: TokenSubject, at now: ContinuousClock.Instant = .now) {
         let left = token.expiresAt.timeIntervalSinceNow
         let entry = Entry(
             token: token,
-            validUntil: ContinuousClock.now.advanced(by: .milliseconds(Int64(saturating: left * 1000))),
+            validUntil: now.advanced(by: .milliseconds(Int64(saturating: left * 1000))),
             lifetimeSeconds: left
         )
         entries.withLock { entries in
             if entries.count >= capacity, entries[subject] == nil {
-                let now = ContinuousClock.now
                 entries = entries.filter { $0.value.validUntil > now }
                 if entries.count >= capacity, let victim = entries.keys.first {
                     entries.removeValue(forKey: victim)
