@@ -41,6 +41,8 @@ final class MemoTable: Sendable {
     /// Remembers `token` for `subject`, received at `now` (the default argument; tests pass
     /// another instant).
     func remember(_ token: Token, for subject: TokenSubject, at now: ContinuousClock.Instant = .now) {
+        // A memo of no capacity holds nothing (eviction below makes room for one token only).
+        guard capacity > 0 else { return }
         let left = token.expiresAt.timeIntervalSinceNow
         let entry = Entry(
             token: token,

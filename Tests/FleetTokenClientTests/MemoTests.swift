@@ -99,6 +99,12 @@ struct MemoTests {
         #expect(held.contains(subjects.last!), "the newest token is kept")
     }
 
+    @Test func aMemoOfNoCapacityHoldsNothing() {
+        let memo = MemoTable(capacity: 0, defaultMinimumValidity: 300)
+        memo.remember(token("t", expiresIn: 3600), for: vehicle, at: start)
+        #expect(memo.token(for: vehicle, minimumValidity: nil, at: start) == nil)
+    }
+
     @Test func expiredTokensMakeRoomBeforeAnyValidOneIsEvicted() {
         let memo = MemoTable(capacity: 8, defaultMinimumValidity: 300)
         let shortLived = (0..<4).map { TokenSubject.vehicle("short-\($0)") }
