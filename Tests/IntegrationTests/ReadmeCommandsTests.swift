@@ -4,7 +4,9 @@ import TokenWire
 
 /// The README's shell blocks (```sh, ```bash, ```console), read from README.md itself and run in
 /// order in one bash session, as a reader would in one shell, against a demo agent this test
-/// starts on the socket the README names (no provider: the embedded demo issuer).
+/// starts (no provider: the embedded demo issuer). The tour's socket and binary directory, the
+/// demo's, are replaced by the test agent's socket and the suite's build, so a demo agent started
+/// with `scripts/serve-demo` can run beside the suite.
 ///
 /// - A block right after `<!-- not run: <why> -->` is skipped and listed; every other block runs,
 ///   and a command that fails (`bash -e`, `pipefail`) fails the test.
@@ -140,8 +142,8 @@ struct ReadmeCommandsTests {
     }
 
     /// The socket the README's tour starts the demo agent on (`# socket: …` after
-    /// `scripts/serve-demo`), as bash expands it.
-    static func tourSocket(_ readme: String) async throws -> String {
+    /// `scripts/serve-demo`), as the README writes it; scripts/serve-demo must default to it.
+    static func tourSocketText(_ readme: String) throws -> String {
         let line = try #require(
             readme.components(separatedBy: "\n").first {
                 $0.contains("scripts/serve-demo") && $0.contains("# socket: ")
@@ -149,15 +151,28 @@ struct ReadmeCommandsTests {
             "README: no `bash scripts/serve-demo   # socket: …` line"
         )
         let text = try #require(line.components(separatedBy: "# socket: ").last?.trimmingCharacters(in: .whitespaces))
-        // scripts/serve-demo must default to the same socket.
         let script = try DocText.read("scripts/serve-demo")
         #expect(
             script.contains("${FLEET_TOKEND_SOCKET:-\(text)}"),
             "scripts/serve-demo's default socket is not \(text)"
         )
-        let expanded = try await run("/bin/bash", ["-c", "printf '%s' " + text])
-        try #require(expanded.status == 0)
-        return expanded.stdout
+        return text
+    }
+
+    /// The directory of the binary scripts/serve-demo runs, as the tour's `export PATH=` line
+    /// writes it (`$PWD/<dir>`); scripts/serve-demo must run the agent from there.
+    static func demoBinariesText(_ readme: String) throws -> String {
+        let line = try #require(
+            readme.components(separatedBy: "\n").first { $0.contains("export PATH=\"$PWD/") },
+            "README: no `export PATH=\"$PWD/…:$PATH\"` line in the tour"
+        )
+        let text = try #require(
+            line.components(separatedBy: "export PATH=\"").last?.components(separatedBy: ":").first
+        )
+        let directory = String(text.dropFirst("$PWD/".count))
+        let script = try DocText.read("scripts/serve-demo")
+        #expect(script.contains("exec \(directory)/fleet-tokend serve"), "scripts/serve-demo does not run \(directory)")
+        return text
     }
 
     @Test func theReadmeCommandsRunAgainstTheDemoAgent() async throws {
@@ -183,23 +198,27 @@ struct ReadmeCommandsTests {
                 return
             }
         }
-        let socket = try await Self.tourSocket(readme)
-
-        // One README agent per user at a time, across test runs and worktrees.
-        let lockPath = "/tmp/fleet-tokend-readme-test-\(getuid()).lock"
-        let lock = open(lockPath, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
-        try #require(lock >= 0, "cannot open \(lockPath)")
-        defer { close(lock) }
-        _ = try await offPool { flock(lock, LOCK_EX) }
-        if (try? await SocketClient.exchange(socket, "PING\n", lines: 1, timeout: .seconds(2))) != nil {
-            Issue.record("an agent already answers on the README's socket \(socket) (scripts/serve-demo?): stop it")
-            return
+        // The tour's socket and binaries are the demo's (scripts/serve-demo): the test runs the
+        // same commands against an agent and a build of its own, so a demo agent may run beside it.
+        let tourSocket = try Self.tourSocketText(readme)
+        let demoBinaries = try Self.demoBinariesText(readme)
+        let agent = try await AgentProcess([])
+        let binaries = URL(fileURLWithPath: AgentProcess.binary).deletingLastPathComponent().path
+        let substitutions = [(tourSocket, agent.socketPath), (demoBinaries, binaries)]
+        for (text, _) in substitutions {
+            #expect(steps.contains { $0.command.contains(text) }, "README: no command uses `\(text)`")
         }
-        let agent = try await AgentProcess([], socketPath: socket)
+        let ownSteps = steps.map { step in
+            var step = step
+            for (text, replacement) in substitutions {
+                step.command = step.command.replacingOccurrences(of: text, with: replacement)
+            }
+            return step
+        }
         let directory = try AgentProcess.makeTemporaryDirectory()
         let outcome: Result<(Int32, Int), any Error>
         do {
-            outcome = .success(try await Self.runSteps(steps, in: directory))
+            outcome = .success(try await Self.runSteps(ownSteps, in: directory))
         } catch {
             outcome = .failure(error)
         }
