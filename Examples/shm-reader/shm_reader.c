@@ -473,7 +473,8 @@ static int connect_agent(void) {
 
 // "FOLLOW <seconds> <id>": reads one id over and over for that long, as a long-lived worker
 // would, through agent restarts: a retired or stale segment makes it connect again and ask for the
-// new one. Prints the counts and the last answer.
+// new one. Prints "FOLLOWING <answer>" after its first read, and at the end the counts and the
+// last answer. It ends early once 100 reads after a reconnect have hit.
 static void follow(int *sock, const char *kind, const char *arguments, double min_validity) {
     double seconds = 0;
     char id[160] = {0};
@@ -507,6 +508,11 @@ static void follow(int *sock, const char *kind, const char *arguments, double mi
         } else {
             lost++;
         }
+        if (reads == 1) {
+            printf("FOLLOWING %s\n", result.answer == HIT ? "HIT" : result.answer == MISS ? "MISS" : "UNUSABLE");
+            fflush(stdout);
+        }
+        if (hits_after_reconnect >= 100) break;
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     }
     printf("FOLLOW reads=%llu hits=%llu misses=%llu reconnects=%llu lost=%llu hits_after_reconnect=%llu last=%s\n",

@@ -123,7 +123,8 @@ struct FailureTests {
                 let error = await fetchError(source)
                 #expect(error?.fault == .transient)
                 #expect(error?.message.contains("request failed") == true)
-                #expect(Date().timeIntervalSince(started) < 5)
+                // A hang detector: the message says the time-out ended it.
+                #expect(Date().timeIntervalSince(started) < 60)
             }
         }
     }

@@ -8,17 +8,24 @@ import TokenAgent
 /// The real monotonic clock with a wall clock the test can step, as NTP or an operator does.
 final class SteppedWallClock: AgentClock, Sendable {
     private let step = Mutex(0.0)
+    private let advanced = Mutex(0.0)
     private let fixedWall: Double?
     private let system = SystemAgentClock()
 
     /// A clock whose wall clock reads `fixedWall` (plus steps) when given, else the real one.
     init(fixedWall: Double? = nil) { self.fixedWall = fixedWall }
 
-    var monotonicSeconds: Double { system.monotonicSeconds }
+    var monotonicSeconds: Double { system.monotonicSeconds + advanced.withLock { $0 } }
     var wallSeconds: Double { (fixedWall ?? system.wallSeconds) + step.withLock { $0 } }
 
     /// Steps the wall clock by `seconds` (back when negative); the monotonic clock does not move.
     func stepWall(_ seconds: Double) { step.withLock { $0 += seconds } }
+
+    /// Lets `seconds` pass on both clocks at once, without waiting for them.
+    func advance(_ seconds: Double) {
+        advanced.withLock { $0 += seconds }
+        step.withLock { $0 += seconds }
+    }
 }
 
 /// Every log line a logger made, kept for the test to read.
@@ -274,7 +281,7 @@ struct HostileIAMTests {
         clock.stepWall(-7200)
         let stillLeft = try await held("v-3")
         #expect(stillLeft != nil && stillLeft! <= 2, "held for \(String(describing: stillLeft)) s")
-        try await Task.sleep(for: .seconds(2.2))
+        clock.advance(2.2)
         #expect(try await held("v-4") == nil, "still held after its 2 s")
         #expect(fake.signatureCount == 1)
         await signer.shutdown()
@@ -335,11 +342,13 @@ struct HostileIAMTests {
         let fake = try await FakeGoogle.start()
         let source = try HostCredentials.source(for: .metadataServer(host: fake.metadataHost), tuning: fastTuning)
         let log = CapturedLog()
+        let clock = SteppedWallClock()
         let signer = IAMSigner(
             account: Self.account,
             endpoint: try ServiceEndpoint(fake.iamEndpoint, key: "iam_endpoint"),
             credentials: source,
             faultHold: 0.5,
+            clock: clock,
             logger: log.logger()
         )
         func fetch(_ id: String) async -> ProviderError? {
@@ -353,10 +362,10 @@ struct HostileIAMTests {
         func logged() -> Int { log.lines.withLock { $0.count { $0.contains("key-less signing needs the operator") } } }
         fake.inject(.permissionDenied(.iamPermissionDenied), into: .iamCredentials, times: 2)
         #expect(await fetch("v-1") != nil)
-        try await Task.sleep(for: .seconds(0.7))
+        clock.advance(0.7)
         #expect(await fetch("v-2") != nil, "the same fault after its hold")
         #expect(logged() == 1, "a fault that lasts is logged once")
-        try await Task.sleep(for: .seconds(0.7))
+        clock.advance(0.7)
         #expect(await fetch("v-3") == nil, "fixed")
         // Revoked again later: a new fault, which the operator must hear of.
         fake.inject(.permissionDenied(.iamPermissionDenied), into: .iamCredentials)

@@ -21,6 +21,8 @@ struct FakeReply {
     var hang = false
     /// Send the head, then the body one byte at a time this many milliseconds apart.
     var dripMilliseconds: Int?
+    /// Held until ``FakeGoogle/releaseSignJwt()`` (after any delay).
+    var held = false
 
     static func json(_ status: Int, _ body: [UInt8], headers: [(String, String)] = []) -> FakeReply {
         FakeReply(status: status, headers: [("Content-Type", "application/json; charset=UTF-8")] + headers, body: body)
@@ -194,7 +196,7 @@ extension FakeGoogle {
         let authorization = request.headers.first(name: "Authorization")
         let bearer = authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
         var reply = signJwtReply(request, account: account, payload: payload, bearer: bearer)
-        let latency = state.withLock { state in
+        let latency: (Int, Bool) = state.withLock { state in
             state.signJwtCalls.append(
                 SignJwtCall(
                     account: account,
@@ -205,9 +207,10 @@ extension FakeGoogle {
                     status: reply.status
                 )
             )
-            return state.iamLatencyMilliseconds
+            return (state.iamLatencyMilliseconds, state.signJwtHeld)
         }
-        reply.delayMilliseconds = latency
+        reply.delayMilliseconds = latency.0
+        reply.held = latency.1
         return reply
     }
 

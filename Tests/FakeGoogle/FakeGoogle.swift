@@ -37,6 +37,8 @@ public final class FakeGoogle: Sendable {
         var issuedOrder: [String] = []
         var accessTokenLifetime = 3600
         var iamLatencyMilliseconds = 0
+        var signJwtHeld = false
+        var heldReplies: [@Sendable () -> Void] = []
         var faults: [FaultRule] = []
         var signJwtCalls: [SignJwtCall] = []
         var tokenRequests: [TokenEndpointRequest] = []
@@ -192,6 +194,30 @@ public final class FakeGoogle: Sendable {
 
     /// Removes every injected fault.
     public func clearFaults() { state.withLock { $0.faults = [] } }
+
+    /// Holds every `signJwt` answer from now on (the call is recorded at once) until
+    /// ``releaseSignJwt()``: a test that needs calls in flight together waits for them as events.
+    public func holdSignJwt() { state.withLock { $0.signJwtHeld = true } }
+
+    /// Sends the held `signJwt` answers and holds no more.
+    public func releaseSignJwt() {
+        let held = state.withLock { state in
+            state.signJwtHeld = false
+            defer { state.heldReplies = [] }
+            return state.heldReplies
+        }
+        for send in held { send() }
+    }
+
+    /// Keeps `send` until ``releaseSignJwt()``; runs it now when nothing is held any more.
+    func park(_ send: @escaping @Sendable () -> Void) {
+        let parked = state.withLock { state in
+            guard state.signJwtHeld else { return false }
+            state.heldReplies.append(send)
+            return true
+        }
+        if !parked { send() }
+    }
 
     /// A delay before every `signJwt` answer (IAM's latency).
     public func setIAMLatency(milliseconds: Int) { state.withLock { $0.iamLatencyMilliseconds = milliseconds } }

@@ -55,6 +55,17 @@ final class FakeGoogleHandler: ChannelInboundHandler {
                 drip(reply, every: interval, context: context)
                 return
             }
+            if reply.held {
+                let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+                let eventLoop = context.eventLoop
+                fake().park {
+                    eventLoop.execute {
+                        let (handler, context) = bound.value
+                        handler.send(reply, keepAlive: keepAlive, context: context)
+                    }
+                }
+                return
+            }
             if reply.delayMilliseconds <= 0 {
                 send(reply, keepAlive: keepAlive, context: context)
                 return

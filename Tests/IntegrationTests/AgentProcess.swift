@@ -20,7 +20,7 @@ final class AgentProcess: @unchecked Sendable {
     let directory: URL
     let socketPath: String
     let logPath: String
-    private let process = Process()
+    private let process = ChildProcess()
 
     /// Starts `fleet-tokend serve` with `arguments` plus `--socket` (a new temporary path unless
     /// `socketPath` is given) and waits until it answers.
@@ -29,7 +29,7 @@ final class AgentProcess: @unchecked Sendable {
         socketPath: String? = nil,
         environment: [String: String] = [:],
         launcher: [String]? = nil,
-        readyTimeout: Double = 20,
+        readyTimeout: Double = 120,
         output: FileHandle? = nil
     ) async throws {
         directory = try Self.makeTemporaryDirectory()
@@ -193,6 +193,17 @@ func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async thro
     }
 }
 
+/// Whether `condition` holds within `seconds`, looked at every 50 ms. The time is a hang
+/// detector, not a latency bound: a test waits for an event, however slow the machine.
+func eventually(within seconds: Double, _ condition: () async throws -> Bool) async throws -> Bool {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    return try await condition()
+}
+
 /// Runs a command and returns its exit status, standard output and standard error.
 @discardableResult
 func run(_ executable: String, _ arguments: [String], stdin: String? = nil, environment: [String: String]? = nil)
@@ -204,7 +215,7 @@ func run(_ executable: String, _ arguments: [String], stdin: String? = nil, envi
 private func runBlocking(_ executable: String, _ arguments: [String], stdin: String?, environment: [String: String]?)
     throws -> (status: Int32, stdout: String, stderr: String)
 {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
     if let environment { process.environment = environment }

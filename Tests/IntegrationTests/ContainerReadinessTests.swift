@@ -66,16 +66,6 @@ struct ContainerReadinessTests {
         return try await AgentProcess(arguments, socketPath: directory + "/tokens.sock", launcher: prefix + setpriv)
     }
 
-    /// Polls `condition` every 50 ms until it holds or `seconds` pass.
-    private func eventually(within seconds: Double, _ condition: () async throws -> Bool) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try await condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return try await condition()
-    }
-
     @Test(
         .enabled(
             if: getuid() == 0 && which("setpriv") != nil,
@@ -91,12 +81,12 @@ struct ContainerReadinessTests {
 
         // A half-written generation (broken JSON) is refused and the old rules stay.
         try directory.swap(to: #"{"trust_root": false, "allow": {"vehicle": "#)
-        #expect(try await eventually(within: 10) { agent.log.contains("reload refused") }, "\(agent.log)")
+        #expect(try await eventually(within: 60) { agent.log.contains("reload refused") }, "\(agent.log)")
         #expect(try await agent.send("GET vehicle k-1") == ["ERR denied not allowed to ask for kind vehicle"])
 
         // The next swap names uid 0: reloaded without a signal, by the watcher.
         try directory.swap(to: Self.rules(vehicleUsers: [0]))
-        let allowed = try await eventually(within: 10) {
+        let allowed = try await eventually(within: 60) {
             try await agent.send("GET vehicle k-1").first?.hasPrefix("OK ") == true
         }
         #expect(allowed, "\(agent.log)")
@@ -109,7 +99,7 @@ struct ContainerReadinessTests {
 
         // Watching turned off by a reload: a later swap is not applied.
         try directory.swap(to: Self.rules(vehicleUsers: [0], watch: false))
-        #expect(try await eventually(within: 10) { (try await agent.stats())["reloads"] == 2 })
+        #expect(try await eventually(within: 60) { (try await agent.stats())["reloads"] == 2 })
         try directory.swap(to: Self.rules(vehicleUsers: [4_000_123], watch: false))
         try await Task.sleep(for: .milliseconds(600))
         #expect((try await agent.stats())["reloads"] == 2)
@@ -127,9 +117,9 @@ struct ContainerReadinessTests {
             to:
                 #"{"watch_config": true, "watch_interval": 0.1, "providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "headers_file": "\#(headers)"}}}"#
         )
-        #expect(try await eventually(within: 10) { (try await agent.stats())["reload_failures"] == 1 }, "\(agent.log)")
+        #expect(try await eventually(within: 60) { (try await agent.stats())["reload_failures"] == 1 }, "\(agent.log)")
         try "X-Api-Key: k1\n".write(toFile: headers, atomically: true, encoding: .utf8)
-        #expect(try await eventually(within: 15) { (try await agent.stats())["reloads"] == 1 }, "\(agent.log)")
+        #expect(try await eventually(within: 60) { (try await agent.stats())["reloads"] == 1 }, "\(agent.log)")
         #expect(agent.log.contains("reason=watch-retry"))
         #expect(try await agent.send("GET trip r-1").first?.hasPrefix("ERR bad-kind") == true, "only vehicle now")
     }
@@ -256,7 +246,9 @@ struct ContainerReadinessTests {
         let stuck = try await run(AgentProcess.binary, ["ping", "--socket", agent.socketPath, "--timeout", "0.5"])
         kill(agent.pid, SIGCONT)
         #expect(stuck.status == 69)
-        #expect(Date().timeIntervalSince(started) < 10)
+        #expect(stuck.stderr.contains("agent unreachable"), "\(stuck.stderr)")
+        // A hang detector (the probe's 0.5 s time-out is what ended it), not a latency bound.
+        #expect(Date().timeIntervalSince(started) < 60)
     }
 
     @Test func pingFailsWithOneWhenTheRefresherStalledAndPassesWhenBusy() async throws {

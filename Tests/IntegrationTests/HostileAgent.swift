@@ -218,7 +218,7 @@ struct BoundedRun: Sendable {
 /// seconds. Blocking work on a thread of its own.
 func runBounded(_ executable: String, _ arguments: [String], killAfter: Double) async throws -> BoundedRun {
     try await offPool {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         let out = Pipe()

@@ -71,8 +71,6 @@ struct HostileCommandTests {
         #expect(!run.killed, "still reading \(timeout + 30) s after a \(timeout) s time-out")
         #expect(run.status == 69)
         #expect(run.stderr.contains("no complete reply within 2.0 s"), "\(run.stderr)")
-        // The time-out, and the start-up of a process on a loaded machine.
-        #expect(run.elapsed < timeout + 10, "\(run.elapsed) s")
     }
 
     @Test func statusRefusesAReplyLineWithNoEnd() async throws {

@@ -162,47 +162,50 @@ struct IsolationTests {
         defer { Task { await provider.stop() } }
         let path = "/tmp/ftd-flood-\(UUID().uuidString.prefix(8)).json"
         try write(
-            #"{"providers": {"custom": {"url": "\#(provider.url(kind: "custom"))"}, "vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}},"#
+            #"{"providers": {"custom": {"url": "\#(provider.url(kind: "custom"))", "timeout": 300}, "vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}},"#
                 + #" "max_concurrent_fetches": 2, "max_queued_fetches": 500, "max_queued_fetches_per_uid": 300}"#,
             to: path
         )
         let agent = try await AgentProcess(["--config", path, "--socket-mode", "0666"])
         defer { Task { await agent.stop() } }
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
-        // One uid floods `custom`, whose provider answers in 2 s: 400 new ids pipelined on four
-        // connections it keeps open.
-        let flooders = try (0..<4).map { _ in try InteractiveSocat(user: TestUsers.other, socket: agent.socketPath) }
+        // One uid floods `custom`, whose provider answers in 10 minutes (its time-out is 5): no
+        // fetch ends while the test runs, so 303 new ids pipelined on three connections it keeps
+        // open fill its uid's bound of 300 first fetches and keep it full.
+        let flooders = try (0..<3).map { _ in try InteractiveSocat(user: TestUsers.other, socket: agent.socketPath) }
         defer { for flooder in flooders { flooder.stop() } }
         for (index, flooder) in flooders.enumerated() {
-            try await flooder.send((0..<100).map { "GET custom delay2000-\(index * 100 + $0)" })
+            try await flooder.send((0..<101).map { "GET custom delay600000-\(index * 101 + $0)" })
         }
-        var inflight = 0
-        for _ in 0..<400 {
-            inflight = (try? await agent.stats())?["inflight"] ?? 0
-            if inflight >= 300 { break }
-            try await Task.sleep(for: .milliseconds(10))
+        let queued = try await eventually(within: 120) { ((try? await agent.stats())?["inflight"] ?? 0) >= 300 }
+        #expect(queued, "the flood is queued, up to its uid's bound")
+        // A fourth connection asks for 100 more: each is refused at once (its replies owe nothing
+        // to the queued fetches), and none is queued.
+        let late = try InteractiveSocat(user: TestUsers.other, socket: agent.socketPath)
+        defer { late.stop() }
+        try await late.send((303..<403).map { "GET custom delay600000-\($0)" })
+        var busy = 0
+        for _ in 0..<100 {
+            guard let reply = try await late.readReply() else { break }
+            if reply.hasPrefix("ERR busy") { busy += 1 }
         }
-        #expect(inflight >= 300, "the flood is queued, up to its uid's bound: \(inflight)")
-        try await Task.sleep(for: .milliseconds(200))
-        inflight = (try? await agent.stats())?["inflight"] ?? 0
+        #expect(busy == 100, "past its uid's bound every first fetch is refused: \(busy)")
+        let inflight = (try? await agent.stats())?["inflight"] ?? 0
         #expect(inflight <= 302, "one uid queues at most 300 first fetches: \(inflight)")
-        // Another uid's vehicle fetch has a lane of its own: answered at once.
-        let started = ContinuousClock.now
+        // Another uid's vehicle fetch has a lane of its own: answered while the flood still waits.
         let vehicle = try await TestUsers.socat(as: TestUsers.allowed, socket: agent.socketPath, "GET vehicle fresh-A")
         #expect(tokenOf(vehicle.first) != nil, "\(vehicle)")
-        #expect(ContinuousClock.now - started < .seconds(5), "not behind the flood")
+        let behind = (try? await agent.stats())?["inflight"] ?? 0
+        #expect(behind >= 300, "answered while the flood waits: \(behind) fetches")
         #expect(provider.requests(for: "fresh-A") == 1)
-        // The flooder leaves: its queued fetches are dropped, not drained for minutes.
+        // The flooder leaves: its queued fetches are dropped (none could have run: the two at the
+        // provider hold the kind's lane), and only those two are left.
         for flooder in flooders { flooder.stop() }
-        var left = Int.max
-        for _ in 0..<300 {
-            left = (try? await agent.stats())?["inflight"] ?? Int.max
-            if left <= 2 { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        #expect(left <= 2, "only the fetches at the provider are left: \(left)")
-        let reached = (0..<400).reduce(0) { $0 + provider.requests(for: "delay2000-\($1)") }
-        #expect(reached <= 10, "\(reached) of the flood's fetches reached the provider")
+        late.stop()
+        let drained = try await eventually(within: 120) { ((try? await agent.stats())?["inflight"] ?? .max) <= 2 }
+        #expect(drained, "only the fetches at the provider are left")
+        let reached = (0..<403).reduce(0) { $0 + provider.requests(for: "delay600000-\($1)") }
+        #expect(reached <= 2, "\(reached) of the flood's fetches reached the provider")
         await agent.stop()
     }
 
@@ -219,10 +222,7 @@ struct IsolationTests {
         defer { flood.stop() }
         flood.discardReplies()
         try await flood.send((0..<1000).map { "GET trip t-\($0)" })
-        for _ in 0..<3000 {
-            if let stats = try? await agent.stats(), (stats["fetches"] ?? 0) >= 1001 { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        _ = try await eventually(within: 300) { ((try? await agent.stats())?["fetches"] ?? 0) >= 1001 }
         let stats = try await agent.stats()
         #expect((stats["fetches"] ?? 0) >= 1001, "the flood was fetched: \(stats)")
         #expect((stats["entries"] ?? 0) <= 200)

@@ -185,24 +185,19 @@ struct KeylessIssuerTests {
 
     @Test func aKindRunsAsManySignaturesAtOnceAsItsLaneAllowsNotEight() async throws {
         let fake = try await FakeGoogle.start()
-        // Every signJwt is answered 3 s after it arrives (arrivals are recorded at once).
-        fake.setIAMLatency(milliseconds: 3000)
+        // Every signJwt is held until the test releases it (arrivals are recorded at once).
+        fake.holdSignJwt()
         let directory = try AgentProcess.makeTemporaryDirectory()
         let agent = try await AgentProcess(
             ["--config", try await Self.config(fake, directory: directory), "--max-concurrent-fetches", "16"],
             environment: Self.environment(metadataHost: fake.metadataHost, directory: directory)
         )
-        let started = Date()
         let gets = (0..<16).map { index in Task { try await agent.send("GET vehicle c-\(index)") } }
-        // All 16 reach IAM before the first could have been answered: the HTTP client's pool is
-        // not the bound (AsyncHTTPClient's default of 8 connections a host was).
-        var arrived = 0
-        while Date().timeIntervalSince(started) < 2.8 {
-            arrived = fake.signJwtCalls.count
-            if arrived >= 16 { break }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        #expect(arrived == 16, "\(arrived) signJwt calls in flight at once")
+        // All 16 reach IAM while none is answered: the HTTP client's pool is not the bound
+        // (AsyncHTTPClient's default of 8 connections a host would hold the other 8 back).
+        let arrived = try await eventually(within: 60) { fake.signJwtCalls.count >= 16 }
+        #expect(arrived, "\(fake.signJwtCalls.count) signJwt calls in flight at once")
+        fake.releaseSignJwt()
         for get in gets { #expect(tokenOf(try await get.value.first) != nil) }
         await agent.stop()
         await fake.stop()

@@ -282,7 +282,8 @@ struct ObservabilityTests {
                     || reply == "ERR unavailable request failed: Deadline exceeded",
                 "\(reply)"
             )
-            #expect(Date().timeIntervalSince(started) < 30, "ended by the time-out, not by the drip")
+            // The drip would take minutes; the reply names the time-out.
+            #expect(Date().timeIntervalSince(started) < 60, "ended by the time-out, not by the drip")
             let degraded = try await status(agent)
             #expect(degraded.status == 1, "\(degraded.stdout)")
             #expect(degraded.stdout.contains("vehicle: provider failing"), "\(degraded.stdout)")

@@ -197,7 +197,7 @@ struct PeerRulesTests {
 /// `socat` run as another user with its standard input and output kept open: one connection
 /// that outlives a reload.
 final class InteractiveSocat: @unchecked Sendable {
-    private let process = Process()
+    private let process = ChildProcess()
     private let input = Pipe()
     private let output = Pipe()
 
@@ -209,14 +209,20 @@ final class InteractiveSocat: @unchecked Sendable {
         try process.run()
     }
 
-    /// Writes `line` and reads one reply line (within 5 s).
+    /// Writes `line` and reads one reply line (within 30 s: a hang detector, not a latency bound).
     func exchange(_ line: String) async throws -> String? {
         let input = input.fileHandleForWriting
         let descriptor = output.fileHandleForReading.fileDescriptor
         return try await offPool {
             try input.write(contentsOf: Data((line + "\n").utf8))
-            return readLineBlocking(from: descriptor, timeoutMilliseconds: 5000)
+            return readLineBlocking(from: descriptor, timeoutMilliseconds: 30_000)
         }
+    }
+
+    /// Reads one reply line (within 30 s), to a request sent earlier.
+    func readReply() async throws -> String? {
+        let descriptor = output.fileHandleForReading.fileDescriptor
+        return try await offPool { readLineBlocking(from: descriptor, timeoutMilliseconds: 30_000) }
     }
 
     /// Writes `lines`, each with its LF, without reading any reply.

@@ -60,9 +60,9 @@ struct ProviderFaultTests {
                 let started = Date()
                 let reply = try await agent.send(request).first ?? ""
                 #expect(reply.hasPrefix(expected), "\(request): \(reply)")
-                // The faults that wait for a time-out wait 5 s at most (blackhole); the margin is
-                // for a loaded machine, far below a hang.
-                #expect(Date().timeIntervalSince(started) < 20, "\(request) is bounded by its time-outs")
+                // The faults that wait for a time-out wait 5 s at most (blackhole), and the reply
+                // names the fault: this only catches a hang.
+                #expect(Date().timeIntervalSince(started) < 60, "\(request) is bounded by its time-outs")
                 #expect(agent.log.contains(log), "\(request): the log names the fault")
             }
             #expect(agent.log.components(separatedBy: "token fetch failed").count - 1 >= cases.count)

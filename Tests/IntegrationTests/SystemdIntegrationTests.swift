@@ -13,7 +13,7 @@ struct SystemdIntegrationTests {
         let unusedPath = directory.appendingPathComponent("never-bound.sock").path
         let log = directory.appendingPathComponent("agent.log")
         _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: activate)
         process.arguments = [
             "-l", socketPath, "--fdname=tokens", AgentProcess.binary, "serve", "--socket", unusedPath,
@@ -190,7 +190,7 @@ struct SystemdIntegrationTests {
 
         // Another process's pid is refused, whatever it runs: only the agent on the socket is
         // signalled, and only when it names that pid as its own.
-        let sleeper = Process()
+        let sleeper = ChildProcess()
         sleeper.executableURL = URL(fileURLWithPath: which("sleep")!)
         sleeper.arguments = ["30"]
         try sleeper.run()

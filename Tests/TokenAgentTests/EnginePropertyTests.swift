@@ -366,7 +366,8 @@ final class Schedule: @unchecked Sendable {
 
     /// Waits until every request is answered or waits on a fetch that the test has not resolved.
     private func settle() async {
-        for _ in 0..<2000 {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
             let waitingKeys = Set(everyProvider.flatMap { $0.unresolved.values })
             let blocked = outstanding.withLock { $0.values.allSatisfy(waitingKeys.contains) }
             if blocked { return }

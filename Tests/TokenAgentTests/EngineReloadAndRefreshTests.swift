@@ -57,11 +57,10 @@ struct EngineReloadAndRefreshTests {
             changedKinds: ["vehicle"]
         )
         #expect(engine.retiringProviders == 1)
-        try? await Task.sleep(for: .milliseconds(50))
-        #expect(old.shutdowns == 0, "not while its fetch runs")
         old.release()
         _ = await waiter.value
         #expect(await eventually { old.shutdowns == 1 && engine.retiringProviders == 0 })
+        #expect(old.runningAtShutdowns == [0], "shut down once its fetch had ended, not while it ran")
         #expect(kept.shutdowns == 0 && new.shutdowns == 0)
     }
 

@@ -31,7 +31,8 @@ struct FetchLaneTests {
         guard case .pending(let wait) = engine.lookup(kind: kind, id: id, minValidity: nil, requester: uid) else {
             return nil
         }
-        return Task { await wait() }
+        // Started at once: by the time this returns the request waits inside the engine.
+        return Task.immediate { await wait() }
     }
 
     @Test func aFloodedKindIsBusyForItselfOnlyAndAnotherKindFetchesAtOnce() async {
@@ -102,8 +103,9 @@ struct FetchLaneTests {
         #expect(await eventually { slow.heldCount == 1 })
         let first = pending(engine, "custom", "shared-1")!
         let second = pending(engine, "custom", "shared-1")!
+        // Both requests started at once (`Task.immediate`) and wait inside the engine, so a
+        // cancellation reaches the engine before `cancel()` returns.
         first.cancel()
-        try? await Task.sleep(for: .milliseconds(20))
         #expect(engine.statistics().inFlight == 2, "the other request still waits for it")
         second.cancel()
         let dropped = await eventually(seconds: 5) { engine.statistics().inFlight == 1 }

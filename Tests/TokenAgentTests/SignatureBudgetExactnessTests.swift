@@ -30,11 +30,6 @@ private final class LateSpendingProvider: TokenProvider, Sendable {
 /// across reloads, and serves owners in turn.
 @Suite("Signature budget: exact at the API")
 struct SignatureBudgetExactnessTests {
-    private func eventually(_ condition: () -> Bool) async -> Bool {
-        for _ in 0..<1000 where !condition() { try? await Task.sleep(for: .milliseconds(5)) }
-        return condition()
-    }
-
     /// A permit granted at t = 0 whose request leaves at t = 30 (the access token was slow) is in
     /// the cap's window until t = 91: at t = 62 a budget of one a minute grants nothing (it did,
     /// when the permit counted from the fetch's place in its lane), at t = 92 it grants.

@@ -42,6 +42,10 @@ final class ScriptedProvider: TokenProvider, Sendable {
         var held: [CheckedContinuation<Void, Never>] = []
         var holding = false
         var shutdowns = 0
+        /// Fetches entered and not yet returned.
+        var running = 0
+        /// `running` at each shutdown.
+        var runningAtShutdowns: [Int] = []
     }
 
     private let state = Mutex(State())
@@ -58,7 +62,15 @@ final class ScriptedProvider: TokenProvider, Sendable {
     var fetches: Int { state.withLock { $0.fetches } }
     var shutdowns: Int { state.withLock { $0.shutdowns } }
 
-    func shutdown() async { state.withLock { $0.shutdowns += 1 } }
+    /// How many fetches were still running at each shutdown.
+    var runningAtShutdowns: [Int] { state.withLock { $0.runningAtShutdowns } }
+
+    func shutdown() async {
+        state.withLock { state in
+            state.shutdowns += 1
+            state.runningAtShutdowns.append(state.running)
+        }
+    }
     var heldCount: Int { state.withLock { $0.held.count } }
 
     func setMode(_ mode: Mode) { state.withLock { $0.mode = mode } }
@@ -76,8 +88,10 @@ final class ScriptedProvider: TokenProvider, Sendable {
     func fetchToken(for key: TokenKey) async throws -> FetchedToken {
         let (mode, count, holding) = state.withLock { state in
             state.fetches += 1
+            state.running += 1
             return (state.mode, state.fetches, state.holding)
         }
+        defer { state.withLock { $0.running -= 1 } }
         if holding {
             await withCheckedContinuation { continuation in
                 let resumeNow = state.withLock { state -> Bool in
@@ -116,8 +130,9 @@ func makeRawJWT(payload: String, header: String = #"{"alg":"RS256"}"#, signature
         + signature
 }
 
-/// Waits until `condition` holds, yielding to other tasks, for at most `seconds` of real time.
-func eventually(seconds: Double = 30, _ condition: () -> Bool) async -> Bool {
+/// Waits until `condition` holds, yielding to other tasks, for at most `seconds` of real time (a
+/// hang detector: the wait ends as soon as the condition holds, however slow the machine).
+func eventually(seconds: Double = 60, _ condition: () -> Bool) async -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
     while ContinuousClock.now < deadline {
         if condition() { return true }
