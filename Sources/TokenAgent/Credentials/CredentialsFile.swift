@@ -49,11 +49,16 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
 
     /// Reads credentials JSON from `data`; `path` names the file in errors.
     static func parse(_ data: Data, path: String) throws(ConfigurationError) -> CredentialsFile {
-        guard data.count <= BoundedFile.credentialsLimit, let json = StrictJSON(bytes: data), let members = json.members
-        else {
+        let object: StrictJSON.Object?
+        do {
+            object = data.count <= BoundedFile.credentialsLimit ? try StrictJSON.object(bytes: data) : nil
+        } catch {
+            throw ConfigurationError(key: "credentials", "credentials file \(path): \(error)")
+        }
+        guard let object else {
             throw ConfigurationError(key: "credentials", "credentials file \(path) is not a JSON object")
         }
-        let fields = Fields(members: members, path: path)
+        let fields = Fields(object: object, path: path)
         let type = try fields.string("type")
         switch type {
         case "service_account":
@@ -81,19 +86,15 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
         "Instead, use a service-account key file (issuers.<kind>.key_file, where keys are allowed), "
         + "or an HTTP token provider."
 
-    /// The string fields of a credentials file, read strictly.
+    /// The string fields of a credentials file, read strictly (no name twice).
     struct Fields {
-        let members: [StrictJSON.Member]
+        let object: StrictJSON.Object
         let path: String
 
-        /// The field's value; `nil` when absent; an error when repeated or not a string.
+        /// The field's value; `nil` when absent; an error when not a string.
         func string(_ name: String) throws(ConfigurationError) -> String? {
-            let matches = members.filter { $0.name == name }
-            guard let first = matches.first else { return nil }
-            guard matches.count == 1 else {
-                throw ConfigurationError(key: "credentials", "credentials file \(path): \(name) appears twice")
-            }
-            guard case .string(let value) = first.value else {
+            guard let value = object[name] else { return nil }
+            guard case .string(let value) = value else {
                 throw ConfigurationError(key: "credentials", "credentials file \(path): \(name) is not a string")
             }
             return value
