@@ -51,4 +51,89 @@ struct StrictInputTests {
             #expect(throws: ProviderError.failed("reply gives field token twice")) { try read(body) }
         }
     }
+
+    // MARK: The config file and key files
+
+    @Test func aConfigFileThatGivesAKeyTwiceIsRefusedNamingIt() {
+        let cases: [(json: String, key: String)] = [
+            (#"{"refresh_margin": 60, "refresh_margin": 600}"#, "refresh_margin"),
+            (#"{"providers": {"vehicle": {"url": "http://p/{id}", "url": "http://q/{id}"}}}"#, "providers.vehicle.url"),
+            (
+                #"{"providers": {"vehicle": {"url": "http://p/{id}"}, "vehicle": {"url": "http://q/{id}"}}}"#,
+                "providers.vehicle"
+            ),
+            (#"{"issuers": {"trip": {"key_file": "/a.json", "key_file": "/b.json"}}}"#, "issuers.trip.key_file"),
+            (#"{"allow": {"vehicle": {"users": ["a"], "users": ["b"]}}}"#, "allow.vehicle.users"),
+            // Even where an unknown key would be refused too: the repeated key is named first.
+            (#"{"refresh_margn": 1, "socket": "/a", "socket": "/b"}"#, "socket"),
+        ]
+        for (json, key) in cases {
+            #expect(throws: ConfigurationError(key: key, "appears twice"), "\(json)") {
+                try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())
+            }
+        }
+        #expect(
+            ConfigurationError(key: "socket", "appears twice").description
+                == "configuration key socket: appears twice"
+        )
+    }
+
+    /// The config is decoded from the one strict read: errors name the same keys as before.
+    @Test func theConfigFileIsDecodedFromItsStrictReadWithTheSameErrors() throws {
+        func problem(_ json: String) -> ConfigurationError? {
+            do {
+                _ = try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())
+                return nil
+            } catch {
+                return error as? ConfigurationError
+            }
+        }
+        #expect(
+            problem(#"{"max_entries": "many"}"#) == ConfigurationError(key: "max_entries", "must be of type number")
+        )
+        #expect(problem(#"{"socket": null}"#) == nil, "null is no value, as before")
+        #expect(
+            problem(#"{"shared_memory": 1}"#) == ConfigurationError(key: "shared_memory", "must be of type boolean")
+        )
+        #expect(
+            problem(#"{"providers": {"trip": "x"}}"#)
+                == ConfigurationError(key: "providers.trip", "must be of type object")
+        )
+        #expect(
+            problem(#"{"providers": {"trip": {"timeout": 3}}}"#)
+                == ConfigurationError(key: "providers.trip.url", "is required")
+        )
+        #expect(
+            problem(#"{"providers": {"trip": {"url": "http://x/{id}", "expiry_mode": "sideways"}}}"#)
+                == ConfigurationError(
+                    key: "providers.trip.expiry_mode",
+                    "Cannot initialize ExpiryMode from invalid String value sideways"
+                )
+        )
+        #expect(
+            problem(#"{"allow": {"vehicle": {"users": ["worker", " "]}}}"#)
+                == ConfigurationError(key: "allow.vehicle.users.1", "must be a user or group name, or a number")
+        )
+        #expect(problem(#"{"refresh_margin": 1e400}"#)?.key == "refresh_margin", "not a finite number")
+        #expect(problem("1")?.key == "config")
+        #expect(problem(#"{"a": 1,}"#) == ConfigurationError(key: "config", "not valid JSON"))
+        let configuration = try ConfigurationFile.parse(
+            Data(#"{"socket_group": 1234, "allow": {"vehicle": {"users": ["worker", 1001], "groups": []}}}"#.utf8),
+            over: AgentConfiguration()
+        )
+        #expect(configuration.socketGroup == "1234")
+        #expect(configuration.access.allow["vehicle"]?.users == [.name("worker"), .number(1001)])
+    }
+
+    @Test func anIssuerKeyFileThatGivesANameTwiceIsRefusedNamingIt() {
+        let json =
+            #"{"private_key":"x","private_key_id":"k-1","client_email":"a@p.iam.gserviceaccount.com","#
+            + #""client_email":"b@p.iam.gserviceaccount.com"}"#
+        do {
+            _ = try LocalIssuer(serviceAccountJSON: Data(json.utf8))
+            Issue.record("a key file giving client_email twice was read")
+        } catch {
+            #expect("\(error)" == "not a service-account key: client_email appears twice")
+        }
+    }
 }
