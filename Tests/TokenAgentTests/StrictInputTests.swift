@@ -136,4 +136,98 @@ struct StrictInputTests {
             #expect("\(error)" == "not a service-account key: client_email appears twice")
         }
     }
+
+    // MARK: base64url
+
+    /// `json(filler)` as unpadded base64url, with as many `filler` characters as it takes for the
+    /// encoding to hold `wanted`.
+    private func encoded(_ json: (String) -> String, filler: Character, holding wanted: Character) throws -> String {
+        for count in 0..<12 {
+            let text = JWTClaims.base64URLEncode(Array(json(String(repeating: filler, count: count)).utf8))
+            if text.contains(wanted) { return text }
+        }
+        throw CancellationError()
+    }
+
+    /// The same bytes as `text`, spelled in base64 (`+`, `/`) or padded: what a lenient reader
+    /// decodes as `text`.
+    private func respelled(_ text: String) -> [(what: String, text: String)] {
+        var spellings: [(String, String)] = []
+        if text.contains("-") { spellings.append(("+ for -", text.replacingOccurrences(of: "-", with: "+"))) }
+        if text.contains("_") { spellings.append(("/ for _", text.replacingOccurrences(of: "_", with: "/"))) }
+        if text.count % 4 != 0 {
+            spellings.append(("padding", text + String(repeating: "=", count: 4 - text.count % 4)))
+        }
+        return spellings
+    }
+
+    @Test func aJWTHeaderOrPayloadInBase64OrPaddedIsRefused() throws {
+        let header = { (pad: String) in #"{"alg":"RS256","typ":"JWT","x":"\#(pad)"}"# }
+        let payload = { (pad: String) in #"{"exp":1800000600,"authorization":{"vehicleid":"v-1"},"x":"\#(pad)"}"# }
+        let plainHeader = JWTClaims.base64URLEncode(Array(header("").utf8))
+        let plainPayload = JWTClaims.base64URLEncode(Array(payload("").utf8))
+        // Strict spellings are read as before.
+        for (filler, wanted) in [("?", "_"), (">", "-")] as [(Character, Character)] {
+            let strictHeader = try encoded(header, filler: filler, holding: wanted)
+            let strictPayload = try encoded(payload, filler: filler, holding: wanted)
+            for token in [strictHeader + "." + plainPayload + ".c2ln", plainHeader + "." + strictPayload + ".c2ln"] {
+                #expect(JWTClaims(token: token) != nil)
+                #expect(throws: Never.self) {
+                    try TokenAcceptance().accept(token: token, expiresAt: nil, for: key, now: now)
+                }
+            }
+            // The same bytes, spelled as only a lenient reader reads them: the header fails the
+            // fetch, naming why; a payload makes the token a refusal, never an opaque token.
+            for (what, header) in respelled(strictHeader) {
+                let token = header + "." + plainPayload + ".c2ln"
+                #expect(JWTClaims(token: token) == nil, "header \(what)")
+                #expect(
+                    throws: ProviderError.failed(
+                        "token's header is not strict base64url (unpadded, without +, / or =) (token \(TokenFingerprint.of(token)))"
+                    ),
+                    "header \(what)"
+                ) { try TokenAcceptance().accept(token: token, expiresAt: nil, for: key, now: now) }
+            }
+            for (what, payload) in respelled(strictPayload) {
+                let token = plainHeader + "." + payload + ".c2ln"
+                #expect(JWTClaims(token: token) == nil, "payload \(what)")
+                #expect(JWTClaims.looksLikeJWT(token), "payload \(what)")
+                #expect(
+                    throws: ProviderError.rejected(
+                        "token's claims cannot be read strictly (token \(TokenFingerprint.of(token)))"
+                    ),
+                    "payload \(what)"
+                ) { try TokenAcceptance().accept(token: token, expiresAt: nil, for: key, now: now) }
+            }
+        }
+        // Padding was tried for both parts above (neither encodes to a multiple of 4).
+        #expect(plainHeader.count % 4 != 0 || plainPayload.count % 4 != 0)
+    }
+
+    @Test func aProviderReplyWhoseJWTIsInBase64IsNotServed() throws {
+        let payload = { (pad: String) in #"{"exp":1800000600,"authorization":{"vehicleid":"v-1"},"x":"\#(pad)"}"# }
+        let header = JWTClaims.base64URLEncode(Array(#"{"alg":"RS256","typ":"JWT"}"#.utf8))
+        let strict = try encoded(payload, filler: "?", holding: "_")
+        let lenient = header + "." + strict.replacingOccurrences(of: "_", with: "/") + ".c2ln"
+        for body in [#"{"token":"\#(lenient)","expires_in":60}"#, lenient] {
+            do {
+                let (token, expiresAt) = try read(body)
+                _ = try TokenAcceptance().accept(token: token, expiresAt: expiresAt, for: key, now: now)
+                Issue.record("served a JWT whose payload is base64, not base64url: \(body.prefix(40))")
+            } catch is ProviderError {
+                continue
+            }
+        }
+    }
+
+    @Test func strictBase64URLTakesOneSpellingOfEachByteString() {
+        #expect(StrictBase64URL.decode("") == [])
+        #expect(StrictBase64URL.decode("YQ") == Array("a".utf8))
+        #expect(StrictBase64URL.decode("YWI") == Array("ab".utf8))
+        #expect(StrictBase64URL.decode("YWJj") == Array("abc".utf8))
+        #expect(StrictBase64URL.decode("-_8") == [0xFB, 0xFF])
+        for text in ["+/8", "-/8", "+_8", "YQ==", "YQ=", "YWI=", "Y=Q", "YQ=A", "=YQ", "YR", "Y", "YW Jj", "YWJj\n"] {
+            #expect(StrictBase64URL.decode(text) == nil, "\(text.debugDescription)")
+        }
+    }
 }
