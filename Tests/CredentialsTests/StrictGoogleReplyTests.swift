@@ -83,3 +83,60 @@ struct StrictGoogleReplyTests {
         }
     }
 }
+
+/// One RS256 signer (``RS256Signer``) for every token the agent signs itself.
+@Suite("One RS256 signer")
+struct RS256SignerTests {
+    /// `token`'s parts: its header and claims read strictly, and whether `key` verifies its signature.
+    private func read(
+        _ token: String,
+        key: _RSA.Signing.PublicKey
+    ) throws -> (header: [String], claims: StrictJSON.Object, verifies: Bool) {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        try #require(parts.count == 3)
+        let headerBytes = try #require(StrictBase64URL.decode(parts[0]))
+        let claimsBytes = try #require(StrictBase64URL.decode(parts[1]))
+        let header = try #require(try StrictJSON.object(bytes: headerBytes))
+        let claims = try #require(try StrictJSON.object(bytes: claimsBytes))
+        let signature = try #require(StrictBase64URL.decode(parts[2]))
+        #expect(signature.count == 256, "RSA-2048")
+        let verifies = key.isValidSignature(
+            _RSA.Signing.RSASignature(rawRepresentation: signature),
+            for: Array("\(parts[0]).\(parts[1])".utf8),
+            padding: .insecurePKCS1v1_5
+        )
+        #expect(
+            parts[0] == JWTClaims.base64URLEncode(Array(#"{"alg":"RS256","kid":"kid-1","typ":"JWT"}"#.utf8)),
+            "one header, written one way"
+        )
+        return (header.names, claims, verifies)
+    }
+
+    @Test func theLocalIssuerAndAServiceAccountsAssertionsSignThroughIt() throws {
+        let key = TestKeys.rsa
+        let now = 1_800_000_000.0
+        // The local issuer's Fleet Engine token, from a key file.
+        let issuer = try LocalIssuer(serviceAccountJSON: TestKeys.serviceAccount(), lifetime: 1800)
+        let minted = try read(try issuer.mint(claim: "vehicleid", id: "v-1", now: now).token, key: key.publicKey)
+        #expect(minted.verifies)
+        #expect(minted.header == ["alg", "kid", "typ"])
+        #expect(minted.claims["aud"] == .string(LocalIssuer.audience))
+        #expect(minted.claims["authorization"] == .object([.init(name: "vehicleid", value: .string("v-1"))]))
+        // A service-account credentials file's JWT-bearer assertion, from the same key.
+        guard case .serviceAccount(let account) = try CredentialsFile.parse(TestKeys.serviceAccount(), path: "/k.json")
+        else {
+            Issue.record("not read as a service account")
+            return
+        }
+        let assertion = try read(try account.assertion(now: now), key: key.publicKey)
+        #expect(assertion.verifies)
+        #expect(assertion.claims["aud"] == .string("https://oauth2.googleapis.com/token"))
+        #expect(assertion.claims["scope"] == .string(ServiceAccountCredentials.scope))
+        #expect(assertion.claims["exp"] == .number(now + 3600))
+        // Another key does not verify either.
+        let other = try _RSA.Signing.PrivateKey(keySize: .bits2048).publicKey
+        let token = try RS256Signer(key: key, keyID: "kid-1").token(claims: ["iss": "x"])
+        #expect(try read(token, key: key.publicKey).verifies)
+        #expect(try read(token, key: other).verifies == false)
+    }
+}

@@ -136,13 +136,15 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
 /// endpoint.
 struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
     let email: String
-    let keyID: String
     /// The token endpoint as written: the assertion's `aud`.
     let tokenURI: String
     /// The token endpoint's parts, which requests are sent to.
     let tokenEndpoint: ServiceEndpoint
     let path: String
-    private let key: _RSA.Signing.PrivateKey
+    /// The key (`private_key`) and its id (`private_key_id`), which sign the assertions.
+    private let signer: RS256Signer
+    /// The key's id (`private_key_id`).
+    var keyID: String { signer.keyID }
 
     /// The account, its key's id and the file: never the key.
     var description: String { "service_account \(email) key \(keyID) (\(path))" }
@@ -155,13 +157,14 @@ struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
 
     init(fields: CredentialsFile.Fields) throws(ConfigurationError) {
         email = try fields.withoutControls(try fields.required("client_email"), "client_email")
-        keyID = try fields.withoutControls(try fields.required("private_key_id"), "private_key_id")
+        let keyID = try fields.withoutControls(try fields.required("private_key_id"), "private_key_id")
         let token = try fields.tokenURI()
         tokenURI = token.text
         tokenEndpoint = token.endpoint
         path = fields.path
         do {
-            key = try _RSA.Signing.PrivateKey(pemRepresentation: try fields.required("private_key"))
+            let key = try _RSA.Signing.PrivateKey(pemRepresentation: try fields.required("private_key"))
+            signer = RS256Signer(key: key, keyID: keyID)
         } catch let error as ConfigurationError {
             throw error
         } catch {
@@ -172,11 +175,10 @@ struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
         }
     }
 
-    /// The signed assertion (header kid = `private_key_id`; claims iss, scope, aud = token URI,
-    /// iat = `now`, exp = iat + one hour).
+    /// The signed assertion (``RS256Signer``: header kid = `private_key_id`; claims iss, scope,
+    /// aud = token URI, iat = `now`, exp = iat + one hour).
     func assertion(now: Double) throws -> String {
         let issuedAt = Int64(now.rounded(.down))
-        let header: [String: String] = ["alg": "RS256", "typ": "JWT", "kid": keyID]
         let claims = AssertionClaims(
             iss: email,
             scope: Self.scope,
@@ -184,13 +186,7 @@ struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
             iat: issuedAt,
             exp: issuedAt + Self.assertionLifetime
         )
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let signingInput =
-            JWTClaims.base64URLEncode(try encoder.encode(header)) + "."
-            + JWTClaims.base64URLEncode(try encoder.encode(claims))
-        let signature = try key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
-        return signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
+        return try signer.token(claims: claims)
     }
 
     private struct AssertionClaims: Encodable {

@@ -141,16 +141,8 @@ public struct LocalIssuer: TokenProvider {
         now: Double,
         key: _RSA.Signing.PrivateKey
     ) throws -> FetchedToken {
-        let keyID = signingKey.keyID
         let claims = IssuedClaims(email: email, now: now, lifetime: lifetime, authorization: authorization)
-        let header: [String: String] = ["alg": "RS256", "typ": "JWT", "kid": keyID]
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let signingInput =
-            JWTClaims.base64URLEncode(try encoder.encode(header)) + "."
-            + JWTClaims.base64URLEncode(try claims.json())
-        let signature = try key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
-        let token = signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
+        let token = try RS256Signer(key: key, keyID: signingKey.keyID).token(claims: claims)
         return FetchedToken(token: token, expiresAtUnixSeconds: Double(claims.exp))
     }
 }
