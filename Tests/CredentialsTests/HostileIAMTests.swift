@@ -231,6 +231,29 @@ struct HostileIAMTests {
         await fake.stop()
     }
 
+    /// A 403 whose error body gives its reason twice: read leniently, the last one would choose
+    /// the operator's fix; read strictly, the fault says the body is ambiguous and gives the
+    /// general advice.
+    @Test func aSignJwtFaultWhoseBodyGivesANameTwiceSaysSoAndPicksNoFix() async throws {
+        let fake = try await FakeGoogle.start()
+        let (signer, source) = try Self.signer(of: fake, at: 1_800_000_000, tuning: fastTuning)
+        let body =
+            #"{"error":{"code":403,"status":"PERMISSION_DENIED","details":[{"reason":"SERVICE_DISABLED","#
+            + #""reason":"IAM_PERMISSION_DENIED"}]}}"#
+        fake.inject(.raw(status: 403, body: Array(body.utf8)), into: .iamCredentials)
+        do {
+            _ = try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1"))
+            Issue.record("signed")
+        } catch ProviderError.misconfigured(let text, _) {
+            #expect(text.contains("HTTP 403 (its error body gives error.details.0.reason twice, so it is not read)"))
+            #expect(text.contains("Service Account Token Creator"), "\(text)")
+            #expect(!text.contains("roles/iam.serviceAccountTokenCreator") && !text.contains("enable"), "\(text)")
+        }
+        await signer.shutdown()
+        await source.shutdown()
+        await fake.stop()
+    }
+
     @Test func aHugeExpiresInIsCachedWithoutTrappingEvenWhenDebugLogging() async throws {
         let fake = try await FakeGoogle.start()
         let log = CapturedLog()

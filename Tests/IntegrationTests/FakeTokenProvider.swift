@@ -28,6 +28,7 @@ import Synchronization
 /// | `redirect-` | `302` to ``redirectTarget`` |
 /// | `truncated-` | `200` whose body ends before its `Content-Length`, then the connection closes |
 /// | `nonjson-` | `200` `application/json` that is not JSON |
+/// | `twice-` | `200` JSON giving `token` twice: a JWT for another id, then one for this id |
 /// | `futureiat-` | a JWT issued 300 s in the future |
 ///
 /// ``script(_:status:headers:body:)`` gives one id an exact reply (status, headers, body), for
@@ -231,6 +232,12 @@ final class FakeTokenProvider: Sendable {
         }
         if id.hasPrefix("truncated-") { return (.ok, Self.truncated, Array(#"{"token": "eyJhbGciOi"#.utf8), delay) }
         if id.hasPrefix("nonjson-") { return (.ok, "application/json", Array("{not json at all".utf8), delay) }
+        if id.hasPrefix("twice-") {
+            // A reader that keeps the last `token` (Foundation's) would serve the second.
+            let other = jwt(id: "someone-else", exp: now + lifetime)
+            let body = #"{"token": "\#(other)", "token": "\#(jwt(id: id, exp: now + lifetime))", "expires_in": 600}"#
+            return (.ok, "application/json", Array(body.utf8), delay)
+        }
         if id.hasPrefix("futureiat-") {
             let token = Self.jwt(["exp": now + lifetime + 300, "iat": now + 300, "authorization": [claim: id]])
             state.withLock { $0.issued.append(token) }

@@ -52,6 +52,7 @@ struct ProviderFaultTests {
                 ("GET vehicle redirect-1", "ERR unavailable HTTP 302 redirect, not followed", "redirect, not followed"),
                 ("GET vehicle truncated-1", "ERR unavailable reading the reply failed", "reading the reply failed"),
                 ("GET vehicle nonjson-1", "ERR unavailable reply is not valid JSON", "not valid JSON"),
+                ("GET vehicle twice-1", "ERR unavailable reply gives field token twice", "gives field token twice"),
                 ("GET vehicle huge-1", "ERR unavailable reply body over 64 KiB", "over 64 KiB"),
                 ("GET vehicle expired-1", "ERR unavailable token is already expired", "already expired"),
                 ("GET vehicle wrongid-1", "ERR rejected token's vehicleid claim names another id", "names another id"),

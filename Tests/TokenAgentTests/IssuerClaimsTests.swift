@@ -50,13 +50,13 @@ struct IssuerClaimsTests {
 
     private func claims(_ token: String) throws -> [String: Any] {
         let part = try #require(token.split(separator: ".").dropFirst().first)
-        let data = try #require(JWTClaims.base64URLDecode(part))
-        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        let data = try #require(StrictBase64URL.decode(part))
+        return try #require(try JSONSerialization.jsonObject(with: Data(data)) as? [String: Any])
     }
 
     private func verifies(_ token: String, with key: _RSA.Signing.PrivateKey) throws -> Bool {
         let parts = token.split(separator: ".")
-        let signature = _RSA.Signing.RSASignature(rawRepresentation: try #require(JWTClaims.base64URLDecode(parts[2])))
+        let signature = _RSA.Signing.RSASignature(rawRepresentation: try #require(StrictBase64URL.decode(parts[2])))
         return key.publicKey.isValidSignature(
             signature,
             for: Array("\(parts[0]).\(parts[1])".utf8),

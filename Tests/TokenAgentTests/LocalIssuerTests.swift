@@ -7,8 +7,8 @@ import _CryptoExtras
 @Suite("Local issuer")
 struct LocalIssuerTests {
     private func decode(_ part: Substring) throws -> [String: Any] {
-        let data = try #require(JWTClaims.base64URLDecode(part))
-        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        let data = try #require(StrictBase64URL.decode(part))
+        return try #require(try JSONSerialization.jsonObject(with: Data(data)) as? [String: Any])
     }
 
     @Test func mintsFleetEngineClaimsSignedRS256() throws {
@@ -36,7 +36,7 @@ struct LocalIssuerTests {
             "authorization": ["tripid": "t-1"],
         ]
         #expect(claims as NSDictionary == expected)
-        let signature = _RSA.Signing.RSASignature(rawRepresentation: try #require(JWTClaims.base64URLDecode(parts[2])))
+        let signature = _RSA.Signing.RSASignature(rawRepresentation: try #require(StrictBase64URL.decode(parts[2])))
         let signed = Array("\(parts[0]).\(parts[1])".utf8)
         #expect(key.publicKey.isValidSignature(signature, for: signed, padding: .insecurePKCS1v1_5))
         #expect(!key.publicKey.isValidSignature(signature, for: signed + [0], padding: .insecurePKCS1v1_5))

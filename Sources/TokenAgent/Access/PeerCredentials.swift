@@ -27,7 +27,4 @@ public struct PeerCredentials: Sendable, Hashable {
     /// of that namespace's children; `nil` for a peer outside them, whose pid the kernel reports
     /// as 0 (a worker in another container).
     public var visiblePID: Int32? { pid > 0 ? pid : nil }
-
-    /// Whether the peer is in `group`, as its primary or a supplementary group.
-    public func isMember(of group: UInt32) -> Bool { gid == group || groups.contains(group) }
 }

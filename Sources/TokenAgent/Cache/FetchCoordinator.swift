@@ -114,9 +114,6 @@ final class FetchCoordinator: Sendable {
     /// The runtime in force.
     var runtime: EngineRuntime { state.withLock { $0.runtime } }
 
-    /// The fetch of `key` in flight, started (for `owner`, the requesting uid) if there is none;
-    /// `busy` when too many of the kind's fetches, or of `owner`'s first fetches, already wait for
-    /// a place. The caller waits on it; a caller that leaves tells ``left(_:flight:)``.
     /// What ``flight(for:owner:unless:)`` did.
     enum FlightStart {
         /// Joined the flight in progress, or started one.
@@ -127,10 +124,12 @@ final class FetchCoordinator: Sendable {
         case refused(EngineFailure)
     }
 
-    /// Joins the fetch of `key` in flight, or starts one, unless no flight is left to join and
-    /// `recordedSince` says a fetch has recorded a token since the caller decided to fetch (it
-    /// is asked under the coordinator's lock, so a flight cannot end in between: a fetch records
-    /// its result before its flight ends).
+    /// Joins the fetch of `key` in flight, or starts one (for `owner`, the requesting uid), unless
+    /// no flight is left to join and `recordedSince` says a fetch has recorded a token since the
+    /// caller decided to fetch (it is asked under the coordinator's lock, so a flight cannot end
+    /// in between: a fetch records its result before its flight ends). Refused as `busy` when too
+    /// many of the kind's fetches, or of `owner`'s first fetches, already wait for a place. The
+    /// caller waits on the flight; a caller that leaves tells ``left(_:flight:)``.
     func flight(for key: TokenKey, owner: UInt32? = nil, unless recordedSince: () -> Bool) -> FlightStart {
         // The parser refuses these ids first; this keeps any other caller of the engine from
         // sending one to a provider or a signer.

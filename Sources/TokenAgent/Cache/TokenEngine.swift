@@ -9,7 +9,7 @@ import TokenWire
 /// about them, sharded, no waiting), the ``FetchCoordinator`` (fetches in flight, the concurrency
 /// limit, storing results, reloads) and the scheduler's queue inside each store shard (what falls
 /// due when). A request the cache can answer is answered synchronously under one shard's lock
-/// (``lookup(kind:id:minValidity:)``); only misses wait for a fetch.
+/// (``lookup(kind:id:minValidity:requester:)``); only misses wait for a fetch.
 ///
 /// Each kind has a generation, raised when a reload changes the kind's provider. A fetch belongs
 /// to the generation it started in: what it returns after its kind's generation moved on is never

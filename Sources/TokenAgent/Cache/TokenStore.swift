@@ -93,7 +93,7 @@ final class TokenStore: Sendable {
         }
     }
 
-    /// Forgets `key`; `false` when its kind is not configured.
+    /// Forgets `key`; `nil` when done, or the failure to answer when its kind is not configured.
     func drop(_ key: EntryKey) -> EngineFailure? {
         shard(key).state.withLock { shard in
             guard shard.runtime.providers[key.kind] != nil else { return shard.runtime.unknownKind(key.kind) }

@@ -137,47 +137,46 @@ public enum ConfigurationFile {
         return try parse(Data(bytes), over: base)
     }
 
-    /// Parses config file contents over `base`. Throws ``ConfigurationError``.
+    /// Parses config file contents over `base`, once and strictly (``StrictJSON``): RFC 8259 JSON
+    /// only, and no name twice in any object (refused naming its dotted key, as
+    /// `providers.vehicle.url`: which of two values counts would depend on the reader). Throws
+    /// ``ConfigurationError``.
     public static func parse(_ data: Data, over base: AgentConfiguration) throws -> AgentConfiguration {
-        let object: Any
-        do {
-            object = try JSONSerialization.jsonObject(with: data)
-        } catch {
+        guard let json = StrictJSON(bytes: data) else {
             throw ConfigurationError(key: "config", "not valid JSON")
         }
-        guard let top = object as? [String: Any] else {
+        guard case .object = json else {
             throw ConfigurationError(key: "config", "must be a JSON object")
         }
-        try refuseUnknownKeys(top, allowed: topLevelKeys, path: "")
+        if let path = json.firstRepeatedKey() {
+            throw ConfigurationError(key: StrictJSON.RepeatedKey(path: path).dotted, "appears twice")
+        }
+        // No name is given twice anywhere, so every object reads as one.
+        guard let top = try? json.object() else {
+            throw ConfigurationError(key: "config", "must be a JSON object")
+        }
+        try refuseUnknownKeys(top.names, allowed: topLevelKeys, path: "")
         for (path, value) in principalLists(top) {
-            guard let list = value as? [String: Any] else {
+            guard let list = try? value.object() else {
                 throw ConfigurationError(key: path, "must be an object with users and groups")
             }
-            try refuseUnknownKeys(
-                list,
-                allowed: principalListKeys,
-                path: path + "."
-            )
+            try refuseUnknownKeys(list.names, allowed: principalListKeys, path: path + ".")
         }
-        if let providers = top["providers"] as? [String: Any] {
-            for (kind, settings) in providers {
-                guard let settings = settings as? [String: Any] else { continue }
-                try refuseUnknownKeys(
-                    settings,
-                    allowed: providerKeys,
-                    path: "providers.\(kind)."
-                )
+        if let providers = try? top["providers"]?.object() {
+            for member in providers.members {
+                guard let settings = try? member.value.object() else { continue }
+                try refuseUnknownKeys(settings.names, allowed: providerKeys, path: "providers.\(member.name).")
             }
         }
-        if let issuers = top["issuers"] as? [String: Any] {
-            for (kind, settings) in issuers {
-                guard let settings = settings as? [String: Any] else { continue }
-                try refuseUnknownKeys(settings, allowed: issuerKeys, path: "issuers.\(kind).")
+        if let issuers = try? top["issuers"]?.object() {
+            for member in issuers.members {
+                guard let settings = try? member.value.object() else { continue }
+                try refuseUnknownKeys(settings.names, allowed: issuerKeys, path: "issuers.\(member.name).")
             }
         }
         let contents: Contents
         do {
-            contents = try JSONDecoder().decode(Contents.self, from: data)
+            contents = try StrictJSONDecoder.decode(Contents.self, from: json)
         } catch let DecodingError.typeMismatch(type, context) {
             throw ConfigurationError(key: dotted(context.codingPath), "must be of type \(describe(type))")
         } catch let DecodingError.keyNotFound(key, context) {
@@ -240,10 +239,12 @@ public enum ConfigurationFile {
     }
 
     /// The `allow.<kind>` and `admin` objects, by dotted key.
-    private static func principalLists(_ top: [String: Any]) -> [(String, Any)] {
-        var lists: [(String, Any)] = []
-        if let allow = top["allow"] as? [String: Any] {
-            for (kind, value) in allow.sorted(by: { $0.key < $1.key }) { lists.append(("allow.\(kind)", value)) }
+    private static func principalLists(_ top: StrictJSON.Object) -> [(String, StrictJSON)] {
+        var lists: [(String, StrictJSON)] = []
+        if let allow = try? top["allow"]?.object() {
+            for member in allow.members.sorted(by: { $0.name < $1.name }) {
+                lists.append(("allow.\(member.name)", member.value))
+            }
         }
         if let admin = top["admin"] { lists.append(("admin", admin)) }
         return lists
@@ -256,8 +257,8 @@ public enum ConfigurationFile {
         return Int(value)
     }
 
-    private static func refuseUnknownKeys(_ object: [String: Any], allowed: [String], path: String) throws {
-        for key in object.keys.sorted() where !allowed.contains(key) {
+    private static func refuseUnknownKeys(_ names: [String], allowed: [String], path: String) throws {
+        for key in names.sorted() where !allowed.contains(key) {
             throw ConfigurationError(key: path + key, "is not a known key")
         }
     }

@@ -176,27 +176,27 @@ final class AccessTokenExchange: Sendable {
         }
     }
 
-    /// Reads a 2xx reply: `access_token`, `expires_in` and, if present, `token_type` Bearer.
+    /// Reads a 2xx reply strictly (``StrictJSON/object(bytes:)``: no name twice):
+    /// `access_token`, `expires_in` and, if present, `token_type` Bearer.
     static func read(reply: [UInt8], endpoint: String) throws(CredentialsError) -> FetchedAccessToken {
-        guard let members = StrictJSON(bytes: reply)?.members else {
+        let object: StrictJSON.Object?
+        do {
+            object = try StrictJSON.object(bytes: reply)
+        } catch {
+            throw CredentialsError(.transient, "\(endpoint): bad reply: \(error)")
+        }
+        guard let object else {
             throw CredentialsError(.transient, "\(endpoint): bad reply: not a JSON object")
         }
-        func one(_ name: String) throws(CredentialsError) -> StrictJSON? {
-            let matches = members.filter { $0.name == name }
-            guard matches.count <= 1 else {
-                throw CredentialsError(.transient, "\(endpoint): bad reply: \(name) appears twice")
-            }
-            return matches.first?.value
-        }
-        guard case .string(let value)? = try one("access_token"), !value.isEmpty,
+        guard case .string(let value)? = object["access_token"], !value.isEmpty,
             value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else {
             throw CredentialsError(.transient, "\(endpoint): bad reply: no usable access_token")
         }
-        guard case .number(let lifetime)? = try one("expires_in"), lifetime.isFinite, lifetime > 0 else {
+        guard case .number(let lifetime)? = object["expires_in"], lifetime.isFinite, lifetime > 0 else {
             throw CredentialsError(.transient, "\(endpoint): bad reply: no positive expires_in")
         }
-        if let type = try one("token_type") {
+        if let type = object["token_type"] {
             guard case .string(let name) = type, name.lowercased() == "bearer" else {
                 throw CredentialsError(.transient, "\(endpoint): bad reply: token_type is not Bearer")
             }
@@ -206,11 +206,16 @@ final class AccessTokenExchange: Sendable {
 
     /// `, error "x" (description)` from an OAuth error body (`error`, `error_description`) or a
     /// Google API error body (`error.status`, `error.message`); empty when neither. Nothing else
-    /// of the body is ever repeated.
+    /// of the body is ever repeated. Read strictly (``StrictJSON/object(bytes:)``): a body that
+    /// gives a name twice is not read, and says so, naming it.
     static func errorField(_ body: [UInt8]) -> String {
-        guard let members = StrictJSON(bytes: body)?.members,
-            let error = members.first(where: { $0.name == "error" })?.value
-        else { return "" }
+        let object: StrictJSON.Object?
+        do {
+            object = try StrictJSON.object(bytes: body)
+        } catch {
+            return ", error body not read: it gives \(error.printable) twice"
+        }
+        guard let object, let error = object["error"] else { return "" }
         func text(_ value: StrictJSON?) -> String? {
             if case .string(let text)? = value, !text.isEmpty { return EndpointSecurity.printable(text) }
             return nil
@@ -220,10 +225,12 @@ final class AccessTokenExchange: Sendable {
         switch error {
         case .string:
             name = text(error)
-            detail = text(members.first(where: { $0.name == "error_description" })?.value)
-        case .object(let inner):
-            name = text(inner.first(where: { $0.name == "status" })?.value)
-            detail = text(inner.first(where: { $0.name == "message" })?.value)
+            detail = text(object["error_description"])
+        case .object:
+            // No name is given twice anywhere in the body.
+            let inner = try? error.object()
+            name = text(inner?["status"])
+            detail = text(inner?["message"])
         default:
             return ""
         }

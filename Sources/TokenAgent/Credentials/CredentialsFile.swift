@@ -49,11 +49,16 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
 
     /// Reads credentials JSON from `data`; `path` names the file in errors.
     static func parse(_ data: Data, path: String) throws(ConfigurationError) -> CredentialsFile {
-        guard data.count <= BoundedFile.credentialsLimit, let json = StrictJSON(bytes: data), let members = json.members
-        else {
+        let object: StrictJSON.Object?
+        do {
+            object = data.count <= BoundedFile.credentialsLimit ? try StrictJSON.object(bytes: data) : nil
+        } catch {
+            throw ConfigurationError(key: "credentials", "credentials file \(path): \(error)")
+        }
+        guard let object else {
             throw ConfigurationError(key: "credentials", "credentials file \(path) is not a JSON object")
         }
-        let fields = Fields(members: members, path: path)
+        let fields = Fields(object: object, path: path)
         let type = try fields.string("type")
         switch type {
         case "service_account":
@@ -81,19 +86,15 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
         "Instead, use a service-account key file (issuers.<kind>.key_file, where keys are allowed), "
         + "or an HTTP token provider."
 
-    /// The string fields of a credentials file, read strictly.
+    /// The string fields of a credentials file, read strictly (no name twice).
     struct Fields {
-        let members: [StrictJSON.Member]
+        let object: StrictJSON.Object
         let path: String
 
-        /// The field's value; `nil` when absent; an error when repeated or not a string.
+        /// The field's value; `nil` when absent; an error when not a string.
         func string(_ name: String) throws(ConfigurationError) -> String? {
-            let matches = members.filter { $0.name == name }
-            guard let first = matches.first else { return nil }
-            guard matches.count == 1 else {
-                throw ConfigurationError(key: "credentials", "credentials file \(path): \(name) appears twice")
-            }
-            guard case .string(let value) = first.value else {
+            guard let value = object[name] else { return nil }
+            guard case .string(let value) = value else {
                 throw ConfigurationError(key: "credentials", "credentials file \(path): \(name) is not a string")
             }
             return value
@@ -135,13 +136,15 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
 /// endpoint.
 struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
     let email: String
-    let keyID: String
     /// The token endpoint as written: the assertion's `aud`.
     let tokenURI: String
     /// The token endpoint's parts, which requests are sent to.
     let tokenEndpoint: ServiceEndpoint
     let path: String
-    private let key: _RSA.Signing.PrivateKey
+    /// The key (`private_key`) and its id (`private_key_id`), which sign the assertions.
+    private let signer: RS256Signer
+    /// The key's id (`private_key_id`).
+    var keyID: String { signer.keyID }
 
     /// The account, its key's id and the file: never the key.
     var description: String { "service_account \(email) key \(keyID) (\(path))" }
@@ -154,13 +157,14 @@ struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
 
     init(fields: CredentialsFile.Fields) throws(ConfigurationError) {
         email = try fields.withoutControls(try fields.required("client_email"), "client_email")
-        keyID = try fields.withoutControls(try fields.required("private_key_id"), "private_key_id")
+        let keyID = try fields.withoutControls(try fields.required("private_key_id"), "private_key_id")
         let token = try fields.tokenURI()
         tokenURI = token.text
         tokenEndpoint = token.endpoint
         path = fields.path
         do {
-            key = try _RSA.Signing.PrivateKey(pemRepresentation: try fields.required("private_key"))
+            let key = try _RSA.Signing.PrivateKey(pemRepresentation: try fields.required("private_key"))
+            signer = RS256Signer(key: key, keyID: keyID)
         } catch let error as ConfigurationError {
             throw error
         } catch {
@@ -171,11 +175,10 @@ struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
         }
     }
 
-    /// The signed assertion (header kid = `private_key_id`; claims iss, scope, aud = token URI,
-    /// iat = `now`, exp = iat + one hour).
+    /// The signed assertion (``RS256Signer``: header kid = `private_key_id`; claims iss, scope,
+    /// aud = token URI, iat = `now`, exp = iat + one hour).
     func assertion(now: Double) throws -> String {
         let issuedAt = Int64(now.rounded(.down))
-        let header: [String: String] = ["alg": "RS256", "typ": "JWT", "kid": keyID]
         let claims = AssertionClaims(
             iss: email,
             scope: Self.scope,
@@ -183,13 +186,7 @@ struct ServiceAccountCredentials: Sendable, CustomStringConvertible {
             iat: issuedAt,
             exp: issuedAt + Self.assertionLifetime
         )
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let signingInput =
-            JWTClaims.base64URLEncode(try encoder.encode(header)) + "."
-            + JWTClaims.base64URLEncode(try encoder.encode(claims))
-        let signature = try key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
-        return signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
+        return try signer.token(claims: claims)
     }
 
     private struct AssertionClaims: Encodable {

@@ -29,8 +29,9 @@ public struct JWTClaims: Sendable {
     /// `exp` that is not a finite number.
     public var problem: String?
 
-    /// Decodes the payload of a compact JWS; `nil` when `token` is not a JWT (three base64url
-    /// parts, a JSON object header with `alg`, a JSON object payload).
+    /// Decodes the payload of a compact JWS; `nil` when `token` is not a JWT (three parts, the
+    /// first two strict unpadded base64url (``StrictBase64URL``) of a JSON object header with
+    /// `alg` and of a JSON object payload).
     public init?(token: String) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
@@ -68,20 +69,27 @@ public struct JWTClaims: Sendable {
         self.problem = problem
     }
 
-    /// Whether `token` is shaped like a JWT, however its claims read: three dot-separated parts
-    /// whose first decodes (base64url) to text starting with `{`. A token of this shape that
-    /// ``init(token:)`` cannot read is not treated as an opaque token: another reader may well
-    /// read its claims, and see what this one could not check.
+    /// Whether `token` is shaped like a JWT to another reader, however its claims read: three
+    /// dot-separated parts whose first a lenient reader decodes to text starting with `{`
+    /// (``mayReadAsObject(_:)``). A token of this shape that ``init(token:)`` cannot read is not
+    /// treated as an opaque token: another reader may well read its claims, and see what this one
+    /// could not check.
     public static func looksLikeJWT(_ token: String) -> Bool {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty else { return false }
-        return startsAnObject(base64URLDecode(parts[0]))
+        return mayReadAsObject(parts[0])
     }
 
-    /// Whether `bytes` start, past whitespace and a byte-order mark, with `{`: text a lenient reader
-    /// may take for a JSON object.
-    static func startsAnObject(_ bytes: Data?) -> Bool {
-        bytes?.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
+    /// Whether a lenient reader may take `part` for base64 of a JSON object: decoded as many JWT
+    /// libraries do (`+` and `/` as well as `-` and `_`, padding or none), text starting, past
+    /// whitespace and a byte-order mark, with `{`. Only ever asked to fail closed (a token another
+    /// reader takes for a JWT is never served as opaque); claims are read through
+    /// ``StrictBase64URL`` alone.
+    static func mayReadAsObject(_ part: Substring) -> Bool {
+        var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64.append("=") }
+        let bytes = Data(base64Encoded: base64)
+        return bytes?.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
     }
 
     /// Whether any entry of the `authorization` claim is `*` (Fleet Engine's wildcard).
@@ -126,13 +134,6 @@ public struct JWTClaims: Sendable {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// Decodes unpadded base64url text.
-    public static func base64URLDecode(_ text: Substring) -> Data? {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64.append("=") }
-        return Data(base64Encoded: base64)
-    }
-
     /// Encodes bytes as unpadded base64url text.
     public static func base64URLEncode(_ data: some Sequence<UInt8>) -> String {
         Data(data).base64EncodedString()
@@ -141,8 +142,9 @@ public struct JWTClaims: Sendable {
             .replacingOccurrences(of: "=", with: "")
     }
 
+    /// The members of the JSON object `part` spells in strict base64url (``StrictBase64URL``).
     private static func decodeObject(_ part: Substring) -> [StrictJSON.Member]? {
-        guard let data = base64URLDecode(part) else { return nil }
-        return StrictJSON(bytes: data)?.members
+        guard let bytes = StrictBase64URL.decode(part) else { return nil }
+        return StrictJSON(bytes: bytes)?.members
     }
 }

@@ -100,9 +100,14 @@ public struct ProviderReply: Sendable, Hashable {
         let mediaType = contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
         let trimmed = String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.hasPrefix("{") {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
-                throw ProviderError.failed("reply is not valid JSON")
+            let object: StrictJSON.Object?
+            do {
+                object = try StrictJSON.object(bytes: body)
+            } catch {
+                // Which of two values counts depends on the reader: refused, named.
+                throw ProviderError.failed("reply gives field \(error.printable) twice")
             }
+            guard let object else { throw ProviderError.failed("reply is not valid JSON") }
             return try read(object: object, now: now)
         }
         if mediaType == "text/plain" || JWTClaims(token: trimmed) != nil {
@@ -114,17 +119,22 @@ public struct ProviderReply: Sendable, Hashable {
         throw ProviderError.failed("reply is neither a JSON object nor a plain-text token")
     }
 
-    private func read(object: [String: Any], now: Double) throws -> (token: String, expiresAt: Double?) {
+    private func read(object: StrictJSON.Object, now: Double) throws -> (token: String, expiresAt: Double?) {
         var token: String?
         for name in [tokenField].compactMap({ $0 }) + Self.tokenNames {
             if let value = object[name] {
-                guard let text = value as? String else { throw ProviderError.failed("field \(name) is not a string") }
+                guard case .string(let text) = value else {
+                    throw ProviderError.failed("field \(name) is not a string")
+                }
                 token = text
                 break
             }
         }
         if token == nil {
-            let jwts = object.values.compactMap { $0 as? String }.filter { JWTClaims(token: $0) != nil }
+            let jwts = object.members.compactMap { member -> String? in
+                guard case .string(let text) = member.value, JWTClaims(token: text) != nil else { return nil }
+                return text
+            }
             guard jwts.count == 1 else {
                 throw ProviderError.failed(
                     jwts.isEmpty ? "no token field and no JWT in the reply" : "several JWTs in the reply"
@@ -143,16 +153,19 @@ public struct ProviderReply: Sendable, Hashable {
         return (token!, expiresAt)
     }
 
-    private func expiry(_ value: Any, name: String, mode: ExpiryMode, now: Double) throws -> Double {
+    private func expiry(_ value: StrictJSON, name: String, mode: ExpiryMode, now: Double) throws -> Double {
         var number: Double?
-        if let value = value as? NSNumber, !(value is Bool) {
-            number = value.doubleValue
-        } else if let text = value as? String {
+        switch value {
+        case .number(let value):
+            number = value
+        case .string(let text):
             if let parsed = Double(text.trimmingCharacters(in: .whitespaces)) {
                 number = parsed
             } else if mode == .absolute, let date = Timestamps.rfc3339(text) {
                 return date
             }
+        default:
+            break
         }
         guard let number, number.isFinite else {
             throw ProviderError.failed("field \(name) is not a number or a date")

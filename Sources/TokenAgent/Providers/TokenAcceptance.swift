@@ -33,14 +33,16 @@ public struct TokenAcceptance: Sendable {
     /// Checks `candidate` for `key` at wall time `now` and returns the token with its final expiry:
     ///
     /// - The token is 1 to 16 KiB of printable ASCII without spaces.
-    /// - A token of three dot-separated parts whose header or payload decodes (base64url) to text
-    ///   starting with `{` is a signed JWT (JWS): its header must be a strict-JSON object
-    ///   (``StrictJSON``), no member twice, whose `alg` is a string other than `none` (in any
-    ///   case), else the reply fails. Other tokens with dots (`ya29.a0Af.x`) are opaque. The provider is the operator's own service and
-    ///   may sign as it likes, but an unsigned token, or one whose header readers may read
-    ///   differently, is never served.
-    /// - For a JWT, the payload is read strictly (``JWTClaims``): a claim given twice or an `exp`
-    ///   that is not a finite number fails the reply; an `authorization` claim that is not an
+    /// - A token of three dot-separated parts whose header or payload a lenient reader decodes to
+    ///   text starting with `{` (``JWTClaims/mayReadAsObject(_:)``) is a signed JWT (JWS): its
+    ///   header must be strict unpadded base64url (``StrictBase64URL``: no `+`, `/` or `=`) of a
+    ///   strict-JSON object (``StrictJSON``), no member twice, whose `alg` is a string other than
+    ///   `none` (in any case), else the reply fails. Other tokens with dots (`ya29.a0Af.x`) are
+    ///   opaque. The provider is the operator's own service and may sign as it likes, but an
+    ///   unsigned token, or one whose header readers may read differently, is never served.
+    /// - For a JWT, the payload is read strictly (``JWTClaims``, through ``StrictBase64URL``; a
+    ///   payload only a lenient reader decodes makes the token a refusal): a claim given twice or
+    ///   an `exp` that is not a finite number fails the reply; an `authorization` claim that is not an
     ///   object of distinct string entries, holds `*` in any entry, lacks the kind's entry (when
     ///   the kind has one) or names another id makes the token a refusal of this id
     ///   (``ProviderError/rejected(_:)``), unless the kind accepts wildcards.
@@ -87,11 +89,11 @@ public struct TokenAcceptance: Sendable {
     static func headerProblem(_ token: String) -> String? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3 else { return nil }
-        let bytes = JWTClaims.base64URLDecode(parts[0])
-        guard JWTClaims.startsAnObject(bytes) || JWTClaims.startsAnObject(JWTClaims.base64URLDecode(parts[1])) else {
-            return nil
+        guard JWTClaims.mayReadAsObject(parts[0]) || JWTClaims.mayReadAsObject(parts[1]) else { return nil }
+        guard let bytes = StrictBase64URL.decode(parts[0]) else {
+            return "is not strict base64url (unpadded, without +, / or =)"
         }
-        guard let bytes, let header = StrictJSON(bytes: bytes)?.members else {
+        guard let header = StrictJSON(bytes: bytes)?.members else {
             return "is not a strict-JSON object"
         }
         var names: Set<[UInt8]> = []

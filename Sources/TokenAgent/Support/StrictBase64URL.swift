@@ -3,6 +3,11 @@
 /// last character zero. So each byte string has exactly one accepted spelling, and what one reader
 /// decodes another cannot read differently (Foundation's base64 decoder also takes `+`, `/` and
 /// `=`, and ignores non-zero trailing bits).
+///
+/// The one decoder of base64url from outside the agent: a provider's JWT header and payload
+/// (``JWTClaims``, ``TokenAcceptance``) and every part of a `signJwt` reply (``SignJWTReply``).
+/// Trailing `=` is refused like any other `=`: RFC 7515 (§2, "Base64url Encoding") writes JWS
+/// parts with all padding omitted, so a padded part is another spelling of the same bytes.
 public enum StrictBase64URL {
     /// The bytes `text` spells, or `nil` when it is not strict unpadded base64url.
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {

@@ -20,10 +20,6 @@ struct IssuedClaims: Codable, Hashable {
         self.authorization = authorization
     }
 
-    /// The claims as compact JSON with sorted keys.
-    func json() throws -> Data {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return try encoder.encode(self)
-    }
+    /// The claims as compact JSON with sorted keys (``RS256Signer/compactJSON(_:)``).
+    func json() throws -> Data { try RS256Signer.compactJSON(self) }
 }

@@ -52,21 +52,16 @@ public struct LocalIssuer: TokenProvider {
         claims: IssuerClaims,
         clock: any AgentClock = SystemAgentClock()
     ) throws {
-        let account: ServiceAccountKey
-        do {
-            account = try JSONDecoder().decode(ServiceAccountKey.self, from: serviceAccountJSON)
-        } catch {
-            throw IssuerKeyError("not a service-account key: needs private_key, private_key_id and client_email")
-        }
+        let account = try ServiceAccountKey(json: serviceAccountJSON)
         let key: _RSA.Signing.PrivateKey
         do {
-            key = try _RSA.Signing.PrivateKey(pemRepresentation: account.private_key)
+            key = try _RSA.Signing.PrivateKey(pemRepresentation: account.privateKey)
         } catch {
             throw IssuerKeyError("private_key is not an RSA private key in PEM form")
         }
         self.init(
-            signingKey: SigningKey(key: key, keyID: account.private_key_id),
-            email: account.client_email,
+            signingKey: SigningKey(key: key, keyID: account.privateKeyID),
+            email: account.clientEmail,
             lifetime: lifetime,
             isDemo: false,
             claims: claims,
@@ -146,16 +141,8 @@ public struct LocalIssuer: TokenProvider {
         now: Double,
         key: _RSA.Signing.PrivateKey
     ) throws -> FetchedToken {
-        let keyID = signingKey.keyID
         let claims = IssuedClaims(email: email, now: now, lifetime: lifetime, authorization: authorization)
-        let header: [String: String] = ["alg": "RS256", "typ": "JWT", "kid": keyID]
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let signingInput =
-            JWTClaims.base64URLEncode(try encoder.encode(header)) + "."
-            + JWTClaims.base64URLEncode(try claims.json())
-        let signature = try key.signature(for: Array(signingInput.utf8), padding: .insecurePKCS1v1_5)
-        let token = signingInput + "." + JWTClaims.base64URLEncode(signature.rawRepresentation)
+        let token = try RS256Signer(key: key, keyID: signingKey.keyID).token(claims: claims)
         return FetchedToken(token: token, expiresAtUnixSeconds: Double(claims.exp))
     }
 }
@@ -228,11 +215,30 @@ private final class SigningKey: Sendable {
     }
 }
 
-/// The fields of a Google service-account JSON key that the issuer needs.
-private struct ServiceAccountKey: Decodable {
-    var private_key: String
-    var private_key_id: String
-    var client_email: String
+/// The fields of a Google service-account JSON key that the issuer needs, read strictly
+/// (``StrictJSON/object(bytes:)``): a key file that gives a name twice is refused, naming it.
+private struct ServiceAccountKey {
+    var privateKey: String
+    var privateKeyID: String
+    var clientEmail: String
+
+    init(json: Data) throws(IssuerKeyError) {
+        let object: StrictJSON.Object?
+        do {
+            object = try StrictJSON.object(bytes: json)
+        } catch {
+            throw IssuerKeyError("not a service-account key: \(error)")
+        }
+        guard let object, case .string(let privateKey)? = object["private_key"],
+            case .string(let privateKeyID)? = object["private_key_id"],
+            case .string(let clientEmail)? = object["client_email"]
+        else {
+            throw IssuerKeyError("not a service-account key: needs private_key, private_key_id and client_email")
+        }
+        self.privateKey = privateKey
+        self.privateKeyID = privateKeyID
+        self.clientEmail = clientEmail
+    }
 }
 
 /// A service-account key that cannot be used.

@@ -1,5 +1,3 @@
-import Foundation
-
 /// What a failed IAM Credentials `signJwt` call means, read from its HTTP status and Google's
 /// error body (`error.details[].reason`), with what the operator does about it.
 struct SignerFault: Sendable, Hashable {
@@ -9,16 +7,29 @@ struct SignerFault: Sendable, Hashable {
     var reason: String?
     /// Google's `error.status` (`PERMISSION_DENIED`, `NOT_FOUND`, ...), if any.
     var googleStatus: String?
+    /// Why the body was not read, when it gives a name twice (``StrictJSON/RepeatedKey``): which
+    /// of two reasons counts depends on the reader, so neither picks the operator's fix.
+    var ambiguity: String?
 
-    /// Reads the status and reason of a `signJwt` reply body (bounded by the caller).
+    /// Reads the status and reason of a `signJwt` reply body (bounded by the caller), strictly
+    /// (``StrictJSON/object(bytes:)``).
     init(status: Int, body: [UInt8]) {
         self.status = status
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-            let error = object["error"] as? [String: Any]
-        else { return }
-        googleStatus = (error["status"] as? String).map(Self.label)
-        let details = error["details"] as? [[String: Any]] ?? []
-        reason = details.lazy.compactMap { $0["reason"] as? String }.first.map(Self.label)
+        let object: StrictJSON.Object?
+        do {
+            object = try StrictJSON.object(bytes: body)
+        } catch {
+            ambiguity = "its error body gives \(error.printable) twice, so it is not read"
+            return
+        }
+        // No name is given twice anywhere in the body, so the objects inside read as such.
+        guard let error = try? object?["error"]?.object() else { return }
+        if case .string(let text)? = error["status"] { googleStatus = Self.label(text) }
+        guard case .array(let details)? = error["details"] else { return }
+        reason = details.lazy.compactMap { detail -> String? in
+            guard case .string(let text)? = (try? detail.object())?["reason"] else { return nil }
+            return text
+        }.first.map(Self.label)
     }
 
     /// A short label of letters, digits and `_` only, at most 64: never a line break or a secret
@@ -58,6 +69,7 @@ struct SignerFault: Sendable, Hashable {
     func text(account: String) -> String {
         var text = "IAM signJwt for \(account): HTTP \(status)"
         if let label = reason ?? googleStatus { text += " \(label)" }
+        if let ambiguity { text += " (\(ambiguity))" }
         if let fix = fix(account: account) { text += "; \(fix)" }
         return text
     }
