@@ -3,7 +3,7 @@ import PackageDescription
 
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
 /// The agent's request path (engine and server): release builds leave out the run-time
-/// exclusivity checks, which cost a fifth of a cached GET's instructions (docs/BENCHMARKS.md,
+/// exclusivity checks, which cost a fifth of a cached GET's instructions (docs/BENCHMARKS-METHOD.md,
 /// "instructions per socket GET"). Debug builds, and so every test, keep them. Not for the
 /// targets the client library links: SwiftPM refuses unsafe flags in a remote package's
 /// products, so `TokenAgent` and `TokenAgentServer` are for this package and path dependents

@@ -8,7 +8,7 @@ let rootIdentity = root.lastPathComponent.lowercased()
 
 // The benchmarks are their own package, so `swift test` at the root never builds them.
 // Run them with `bash Benchmarks/report.sh` (every headline figure) or `bash Benchmarks/run.sh`
-// (token-bench alone); see docs/BENCHMARKS.md.
+// (token-bench alone); see docs/BENCHMARKS.md and docs/BENCHMARKS-METHOD.md.
 let package = Package(
     name: "fleet-tokend-benchmarks",
     platforms: [.macOS(.v15)],
@@ -43,7 +43,7 @@ let package = Package(
             swiftSettings: [.treatAllWarnings(as: .error)]
         ),
         // A bare epoll server answering GETs from a fixed table: the floor a purpose-built loop
-        // could reach, beside Redis and the agent (docs/BENCHMARKS.md, "Where the socket's floor is").
+        // could reach, beside Redis and the agent (docs/BENCHMARKS-METHOD.md, "Where the socket's floor is").
         .executableTarget(
             name: "epoll-floor",
             dependencies: ["CEpoll"],
@@ -52,7 +52,7 @@ let package = Package(
         // The cached GET in-process: the agent's real connection pipeline on an EmbeddedChannel
         // and the real engine, measured by ordo-one/benchmark (malloc counts, wall clock). Lives
         // in Benchmarks/AgentHotPath, where the benchmark plugin looks for it. Run it with
-        // `swift package benchmark --target AgentHotPath` (see docs/BENCHMARKS.md).
+        // `swift package benchmark --target AgentHotPath` (see docs/BENCHMARKS-METHOD.md).
         .executableTarget(
             name: "AgentHotPath",
             dependencies: [

@@ -7,7 +7,7 @@
 #   AGENTS="before=/path/to/old/fleet-tokend after=.build-bench-release/release/fleet-tokend" \
 #       bash Benchmarks/agent-memory.sh                               # builds side by side
 #   MODES=on bash Benchmarks/agent-memory.sh                          # shared memory on only
-# Method and results: docs/BENCHMARKS.md ("Agent memory at 100,000 tokens").
+# Results: docs/BENCHMARKS.md; method: docs/BENCHMARKS-METHOD.md ("agent memory, 100,000 tokens").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh

@@ -17,7 +17,7 @@
 # callgrind, warms the keys (`load-gen --warm`), then per window: zeroes the counters
 # (`callgrind_control -z`), sends REQUESTS GETs on one connection at the given depth
 # (`load-gen --requests`), dumps (`callgrind_control -d`), and divides the window's instructions
-# (Ir, all threads) by its GETs. Method: docs/BENCHMARKS.md ("instructions per socket GET").
+# (Ir, all threads) by its GETs. Method: docs/BENCHMARKS-METHOD.md ("instructions per socket GET").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh

@@ -15,7 +15,7 @@
 # Builds the agent (release, .build-bench-release) and the Benchmarks package (release), installs
 # redis-server when missing (root), starts the agent on its demo issuer and redis-server on Unix
 # sockets, preloads the same keys into both, runs load-gen over the matrix, prints one markdown
-# table plus memory, and stops everything it started. Method and results: docs/BENCHMARKS.md.
+# table plus memory, and stops everything it started. Results: docs/BENCHMARKS.md; method: docs/BENCHMARKS-METHOD.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh

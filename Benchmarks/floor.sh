@@ -5,7 +5,7 @@
 #   bash Benchmarks/floor.sh
 # Environment (defaults in brackets): ROUNDS [3]  DURATION [10]  WARMUP [2]  LOADS ["64x1 1x32"]
 #   AGENT_BINARY (default: this tree's release build)  LOOPS [2] epoll-floor's threads
-# Method: docs/BENCHMARKS.md, "Where the socket's floor is".
+# Method: docs/BENCHMARKS-METHOD.md, "Where the socket's floor is".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh

@@ -12,7 +12,7 @@
 # Builds the agent (release, .build-bench-release) and load-gen, installs strace when missing
 # (root), starts `fleet-tokend serve` on its demo issuer, warms the keys, then per load: reads the
 # agent's utime + stime (/proc/PID/stat) around REQUESTS GETs, and attaches `strace -c -f` around
-# another REQUESTS / 4. Prints one markdown table. Method: docs/BENCHMARKS.md.
+# another REQUESTS / 4. Prints one markdown table. Method: docs/BENCHMARKS-METHOD.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh

@@ -17,7 +17,7 @@
 # runs the existing programs and scripts (token-bench, compare.sh with load-gen, callgrind.sh,
 # per-get.sh, the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh) against that
 # one agent.
-# Their own outputs are kept in Benchmarks/.report/. Rows and method: docs/BENCHMARKS.md.
+# Their own outputs are kept in Benchmarks/.report/. Rows: docs/BENCHMARKS.md; method: docs/BENCHMARKS-METHOD.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh

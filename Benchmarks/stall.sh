@@ -14,7 +14,7 @@
 #   GROWTH [1]     also the growth rows: a fresh agent per run, preloaded with 70,000 keys (no
 #                  growth: 90,000 stays under 98,304, three quarters of 131,072 slots) or 90,000
 #                  (across it), measured over those keys while INSERTS [20000] new keys are fetched
-# Prints one markdown table (each run's figures, then the medians). Method: docs/BENCHMARKS.md.
+# Prints one markdown table (each run's figures, then the medians). Method: docs/BENCHMARKS-METHOD.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh

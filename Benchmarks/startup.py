@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Start to READY of fleet-tokend, run by Benchmarks/startup.sh (method in docs/BENCHMARKS.md).
+"""Start to READY of fleet-tokend, run by Benchmarks/startup.sh (method in docs/BENCHMARKS-METHOD.md).
 
 Plays the part of systemd for the agent: a datagram socket as $NOTIFY_SOCKET that receives READY=1
 (and, at stop, the cache file handed to the fd store), and for the hand-over rows the cache file

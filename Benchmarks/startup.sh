@@ -12,7 +12,7 @@
 # start, and for the hand-over rows keeps the cache file a stopping agent hands to the fd store and
 # passes it to the next start (LISTEN_FDS=1, LISTEN_FDNAMES=cache); the hand-over rows mint and
 # start with a service-account key made by openssl (a snapshot's tokens are only taken by an agent
-# with the same provider). Method: docs/BENCHMARKS.md ("start to READY, empty cache; hand-over").
+# with the same provider). Method: docs/BENCHMARKS-METHOD.md ("start to READY, empty cache; hand-over").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh

@@ -18,7 +18,7 @@ enum RequestFrame {
 ///
 /// The request handler frames its own input with it, read by read, rather than through a
 /// `ByteToMessageHandler` in front of it: a line then costs no trip through the pipeline, no
-/// `NIOAny` and no generic decoding loop (docs/BENCHMARKS.md, "instructions per socket GET").
+/// `NIOAny` and no generic decoding loop (docs/BENCHMARKS-METHOD.md, "instructions per socket GET").
 /// A read's lines are slices of the read's own buffer; only the bytes of a line still waiting
 /// for its LF are kept between reads.
 struct RequestFramer {

@@ -43,6 +43,38 @@ enum DocText {
         try String(contentsOf: root().appendingPathComponent(path), encoding: .utf8)
     }
 
+    /// The files directly in `folder` (relative to the repository root) whose names end with
+    /// `suffix`, as paths from the root, sorted.
+    static func files(in folder: String, endingWith suffix: String) throws -> [String] {
+        let names = try FileManager.default.contentsOfDirectory(atPath: root().appendingPathComponent(folder).path)
+        return names.filter { $0.hasSuffix(suffix) }.sorted().map { folder + "/" + $0 }
+    }
+
+    /// The documents in docs/, as paths from the repository root.
+    static func docs() throws -> [String] {
+        try files(in: "docs", endingWith: ".md")
+    }
+
+    /// The articles of every module's DocC catalog (`Sources/<Module>/<Module>.docc/*.md`).
+    static func catalogArticles() throws -> [String] {
+        var articles: [String] = []
+        for module in try files(in: "Sources", endingWith: "") {
+            let catalog = module + "/" + (module.split(separator: "/").last.map(String.init) ?? module) + ".docc"
+            var isFolder: ObjCBool = false
+            let path = root().appendingPathComponent(catalog).path
+            if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue {
+                articles += try files(in: catalog, endingWith: ".md")
+            }
+        }
+        return articles
+    }
+
+    /// Lines as `wc -l` counts them, a last line without LF included.
+    static func lineCount(_ text: String) -> Int {
+        let breaks = text.utf8.reduce(0) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
+        return text.isEmpty || text.hasSuffix("\n") ? breaks : breaks + 1
+    }
+
     /// A Markdown section: a heading and the lines up to the next heading of any level.
     struct Section {
         var level: Int
@@ -80,6 +112,61 @@ enum DocText {
             sections[sections.count - 1].lines.append(line)
         }
         return sections
+    }
+
+    /// The fragments a Markdown link may name in a document (`#the-socket-loop`): each heading's
+    /// text lower-cased, with spaces as `-` and every character other than a letter, a digit, `-`
+    /// or `_` left out; a repeated heading gets `-1`, `-2`, ... as GitHub numbers them.
+    static func anchors(_ text: String) -> Set<String> {
+        var seen: [String: Int] = [:]
+        var anchors: Set<String> = []
+        for section in sections(text) where section.level > 0 {
+            let slug = String(
+                section.title.lowercased().compactMap { character -> Character? in
+                    if character == " " { return "-" }
+                    let kept = character.isLetter || character.isNumber || character == "-" || character == "_"
+                    return kept ? character : nil
+                }
+            )
+            if let count = seen[slug] {
+                seen[slug] = count + 1
+                anchors.insert("\(slug)-\(count + 1)")
+            } else {
+                seen[slug] = 0
+                anchors.insert(slug)
+            }
+        }
+        return anchors
+    }
+
+    /// A Markdown link's target, with the 1-based line it is on.
+    struct Link {
+        var target: String
+        var line: Int
+    }
+
+    /// The targets of the inline links (`[text](target)`) of a Markdown document, outside fenced
+    /// code blocks.
+    static func links(_ text: String) throws -> [Link] {
+        let pattern = try Regex(#"\]\(([^)\s]+)\)"#)
+        var links: [Link] = []
+        var fence: String?
+        for (index, line) in text.components(separatedBy: "\n").enumerated() {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if let open = fence {
+                if trimmed.hasPrefix(open), trimmed.allSatisfy({ $0 == "`" || $0 == "~" }) { fence = nil }
+                continue
+            }
+            if trimmed.hasPrefix("```") || trimmed.hasPrefix("~~~") {
+                fence = String(trimmed.prefix(while: { $0 == "`" || $0 == "~" }))
+                continue
+            }
+            for match in line.matches(of: pattern) {
+                let whole = line[match.range]
+                links.append(Link(target: String(whole.dropFirst(2).dropLast()), line: index + 1))
+            }
+        }
+        return links
     }
 
     /// The lines of the section titled `title` and of every section under it.

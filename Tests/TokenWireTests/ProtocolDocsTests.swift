@@ -11,12 +11,23 @@ struct ProtocolDocsTests {
     private let verbs = WireRequest.verbs
     private let codes = WireErrorCode.allCases.map(\.rawValue)
 
-    /// The documents that may show replies; `ERR <code>` in any of them must be a real code.
-    private static let documents = [
-        "README.md", "docs/PROTOCOL.md", "docs/CONFIG.md", "docs/SHM.md", "docs/RELIABILITY.md",
-        "packaging/man/fleet-tokend.8", "Sources/FleetTokenClient/FleetTokenClient.docc/FleetTokenClient.md",
-        "Sources/FleetTokenClient/FleetTokenClient.docc/ReplacingAnHTTPTokenFetcher.md",
-    ]
+    /// The documents that may show replies; `ERR <code>` in any of them must be a real code: the
+    /// README, the man page, every document in docs/ and every article of the DocC catalogs, so a
+    /// section that moves between documents stays checked.
+    private static func documents() throws -> [String] {
+        try ["README.md", "packaging/man/fleet-tokend.8"] + DocText.docs() + DocText.catalogArticles()
+    }
+
+    @Test func theDocumentsCheckedIncludeEveryOneThatShowsReplies() throws {
+        let documents = try Self.documents()
+        for document in [
+            "docs/PROTOCOL.md", "docs/CONFIG.md", "docs/SHM.md", "docs/RELIABILITY.md", "docs/DESIGN.md",
+            "docs/OPERATIONS.md", "Sources/FleetTokenClient/FleetTokenClient.docc/FleetTokenClient.md",
+            "Sources/FleetTokenClient/FleetTokenClient.docc/ReplacingAnHTTPTokenFetcher.md",
+        ] {
+            #expect(documents.contains(document), "\(document) is not checked")
+        }
+    }
 
     /// The verb a request cell starts with: `GET <kind> <id>` → `GET`.
     private func verb(ofRequest cell: String) -> String? {
@@ -123,7 +134,7 @@ struct ProtocolDocsTests {
     @Test func everyHelpReplyShownListsTheVerbs() throws {
         // `OK GET REFRESH …`: the HELP reply wherever a document shows it.
         let pattern = try Regex(#"OK((?: [A-Z]{2,})+)"#)
-        for document in Self.documents {
+        for document in try Self.documents() {
             let text = try DocText.read(document)
             var shown = 0
             for match in text.matches(of: pattern) {
@@ -142,7 +153,7 @@ struct ProtocolDocsTests {
 
     @Test func everyErrorReplyShownHasARealCode() throws {
         let pattern = try Regex(#"ERR ([a-z][a-z-]*)"#)
-        for document in Self.documents {
+        for document in try Self.documents() {
             let text = DocText.unroff(try DocText.read(document))
             for match in text.matches(of: pattern) {
                 let code = String(text[match.range].dropFirst(4))

@@ -6,7 +6,7 @@
 // byte back, so everything the agent does for a cached GET is measured: read, frame, parse, access
 // check, look up, encode, write, with the loop's wake-ups. The "harness" rows run the same loop
 // against a thread that answers with pre-built replies, allocating nothing: what they count is
-// the socket pair's and the thread hand-off's own cost, to subtract. See docs/BENCHMARKS.md
+// the socket pair's and the thread hand-off's own cost, to subtract. See docs/BENCHMARKS-METHOD.md
 // ("allocations per socket GET").
 import Benchmark
 import Foundation

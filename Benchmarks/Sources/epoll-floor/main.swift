@@ -2,7 +2,7 @@
 // token, as the agent would (`OK <token> <expires-at>`): no access check, no cache, no segment,
 // a reply table indexed by <n>. It measures the floor a purpose-built event loop in Swift could
 // reach on this machine, side by side with Redis and the agent under the same load-gen
-// (docs/BENCHMARKS.md, "Where the socket's floor is"). Not the agent; nothing else uses it.
+// (docs/BENCHMARKS-METHOD.md, "Where the socket's floor is"). Not the agent; nothing else uses it.
 //   epoll-floor --unix PATH [--loops N] [--keys K]
 import CEpoll
 import Glibc

@@ -1,6 +1,6 @@
 // load-gen: a closed-loop load generator for fleet-tokend's line protocol and Redis's inline GET
 // over Unix sockets. C connections each keep D pipelined requests outstanding; every reply's
-// latency (from the write of its request) goes into an HdrHistogram. See docs/BENCHMARKS.md.
+// latency (from the write of its request) goes into an HdrHistogram. See docs/BENCHMARKS-METHOD.md.
 import Histogram
 
 #if canImport(Glibc)

@@ -64,7 +64,7 @@ struct EntryKey: LRUTableKey, @unchecked Sendable {
     /// SipHash-2-4 of the id's bytes under a per-process random key, the kind's length mixed
     /// in: what the key hashes as. It leaves the kind's bytes out, so an id cached under two
     /// kinds hashes alike (`==` tells them apart), and costs a fifth of hashing both through
-    /// `Hasher` (docs/BENCHMARKS.md, "instructions per socket GET").
+    /// `Hasher` (docs/BENCHMARKS-METHOD.md, "instructions per socket GET").
     var idHash: UInt64 {
         let key = Self.idHashKey
         let length = UInt64(truncatingIfNeeded: kind.utf8.count)

@@ -15,7 +15,7 @@ import Synchronization
 ///
 /// Why not SwiftNIO's event loop: on the standard machine (2 cores) a bare epoll loop in Swift on
 /// one thread answers 1.34x what Redis does, where SwiftNIO's path per read and flush alone costs
-/// about 11,500 instructions a GET (docs/BENCHMARKS.md, "Where the socket's floor is").
+/// about 11,500 instructions a GET (docs/BENCHMARKS-METHOD.md, "Where the socket's floor is").
 ///
 /// Fairness: the loop serves in turns. A connection does a bounded amount of work each time its
 /// events are handled (``RequestHandler/workPerTurn``); a connection with work left asks to go on
