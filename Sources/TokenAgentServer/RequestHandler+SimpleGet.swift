@@ -32,7 +32,7 @@ extension RequestHandler {
             // copied into the reply's slot.
             let first = slots.isEmpty
             var queued: ServedToken?
-            let lookup = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity, requester: peer?.uid) {
+            let inPlace = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity, requester: peer?.uid) {
                 token in
                 if first {
                     prepareOutput()
@@ -41,7 +41,7 @@ extension RequestHandler {
                     queued = token.served
                 }
             }
-            if let lookup {
+            if case .answer(let lookup) = inPlace {
                 answer(
                     lookup,
                     verb: .get,

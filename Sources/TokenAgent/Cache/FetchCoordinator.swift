@@ -116,8 +116,8 @@ final class FetchCoordinator: Sendable {
 
     /// What ``flight(for:owner:unless:)`` did.
     enum FlightStart {
-        /// Joined the flight in progress, or started one.
-        case started(Flight)
+        /// A flight to wait for: the one in progress, joined, or one just started.
+        case waiting(Flight)
         /// Started none: a fetch of the key ended since the caller's decision (`unless` held).
         case recordedSince
         /// Started none: this failure answers the request.
@@ -137,7 +137,7 @@ final class FetchCoordinator: Sendable {
             return .refused(.rejected("\(problem); never fetched"))
         }
         return state.withLock { state in
-            if let flight = join(key, in: &state) { return .started(flight) }
+            if let flight = join(key, in: &state) { return .waiting(flight) }
             if recordedSince() { return .recordedSince }
             guard state.lanes[key.kind] != nil else { return .refused(state.runtime.unknownKind(key.kind)) }
             guard state.queuedByKind[key.kind, default: 0] < limits.queuedPerKind else {
@@ -149,7 +149,7 @@ final class FetchCoordinator: Sendable {
             guard let flight = start(key, owner: owner, priority: .get, in: &state) else {
                 return .refused(state.runtime.unknownKind(key.kind))
             }
-            return .started(flight)
+            return .waiting(flight)
         }
     }
 

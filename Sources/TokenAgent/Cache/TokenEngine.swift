@@ -26,6 +26,14 @@ public final class TokenEngine: Sendable {
         case pending(@Sendable () async -> Outcome)
     }
 
+    /// What a GET answered in place came to (``lookup(kind:idBytes:minValidity:requester:serve:)``).
+    public enum InPlaceLookup: Sendable {
+        /// The cached token was handed to `serve`.
+        case served
+        /// No cached token was served: what to answer, or to await.
+        case answer(Lookup)
+    }
+
     /// The most entries held.
     public let maxEntries: Int
     /// The bounds on fetches, per kind and per uid.
@@ -93,22 +101,25 @@ public final class TokenEngine: Sendable {
 
     /// Answers a GET whose id is given as its UTF-8 bytes (straight from a request buffer, valid
     /// for the call only). A cached token is handed to `serve` (under the store's lock, so it is
-    /// the token decided on, wherever it is kept) and `nil` is returned; otherwise what to answer
-    /// or await. A cache hit makes no copy of the id or the token and allocates nothing.
+    /// the token decided on, wherever it is kept) and the lookup is `.served`; otherwise it is the
+    /// answer, or what to await. A cache hit makes no copy of the id or the token and allocates
+    /// nothing.
     public func lookup(
         kind: String,
         idBytes: UnsafeRawBufferPointer,
         minValidity: Int?,
         requester: UInt32? = nil,
         serve: (TokenView) -> Void
-    ) -> Lookup? {
+    ) -> InPlaceLookup {
         let key = EntryKey(kind: kind, borrowing: idBytes)
         let request = EngineRequest.get(requested: minValidity.map(Double.init))
         switch decide(key, request, requester: requester, serve: serve) {
-        case .served: return nil
-        case .ready(let outcome): return .ready(outcome)
+        case .served: return .served
+        case .ready(let outcome): return .answer(.ready(outcome))
         case .wait(let flight, let tokenKey):
-            return .pending { [self] in await self.outcome(of: flight, for: tokenKey, request, requester: requester) }
+            return .answer(
+                .pending { [self] in await self.outcome(of: flight, for: tokenKey, request, requester: requester) }
+            )
         }
     }
 
@@ -227,7 +238,7 @@ public final class TokenEngine: Sendable {
                     owner: requester,
                     unless: { recheck && store.fetchedAt(key) != seen }
                 ) {
-                case .started(let flight): return .wait(flight, tokenKey)
+                case .waiting(let flight): return .wait(flight, tokenKey)
                 case .recordedSince: continue
                 case .refused(let failure):
                     // A report whose replacement could not start has not used up its window.
