@@ -71,11 +71,12 @@ final class SegmentReaderProcess: @unchecked Sendable {
         try await offPool { try writer.write(contentsOf: Data((line + "\n").utf8)) }
     }
 
-    /// Sends `line` (an id, or `SEALCHECK`) and reads the answer.
-    func ask(_ line: String) async throws -> String? {
+    /// Sends `line` (an id, or `SEALCHECK`) and reads the answer, waiting at most `seconds` (a
+    /// hang detector).
+    func ask(_ line: String, within seconds: Int32 = 30) async throws -> String? {
         let writer = input.fileHandleForWriting
         try await offPool { try writer.write(contentsOf: Data((line + "\n").utf8)) }
-        return try await readLine()
+        return try await readLine(within: seconds)
     }
 
     /// Reads one line the reader wrote (the answer to an earlier ``send(_:)``), waiting at most
@@ -385,7 +386,10 @@ struct SharedMemoryTests {
             defer { for reader in readers { reader.stop() } }
             let results = Task {
                 try await withThrowingTaskGroup(of: String?.self) { group in
-                    for reader in readers { group.addTask { try await reader.ask("STRESS 120 \(keys + added) pad-") } }
+                    // Answered at STOP, once the rewrites below are done, however long they take.
+                    for reader in readers {
+                        group.addTask { try await reader.ask("STRESS 600 \(keys + added) pad-", within: 600) }
+                    }
                     return try await group.reduce(into: [String?]()) { $0.append($1) }
                 }
             }
