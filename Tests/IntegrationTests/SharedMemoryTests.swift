@@ -274,12 +274,8 @@ struct SharedMemoryTests {
             let first = try #require(try await generation())
             // The heartbeat (every second) replaces a segment older than a second: a new
             // generation within a few beats (each `send` is a new connection).
-            var later = first
-            for _ in 0..<40 where later == first {
-                try await Task.sleep(for: .milliseconds(250))
-                later = try await generation() ?? first
-            }
-            #expect(later != first, "no new generation within 10 s with shared_memory_rotation 1")
+            let rotated = try await eventually(within: 60) { (try await generation() ?? first) != first }
+            #expect(rotated, "no new generation with shared_memory_rotation 1")
         }
     }
 
