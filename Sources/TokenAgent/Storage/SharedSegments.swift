@@ -1,7 +1,6 @@
 import CSharedMemory
 import Logging
 import Synchronization
-import TokenAgent
 import TokenSegment
 import TokenWire
 
@@ -130,14 +129,15 @@ public final class SharedSegments: TokenMirror, Sendable {
     private let descriptorCount = Atomic(0)
     private let oldReaderCount = Atomic(0)
     let notMirroredCount = Atomic(0)
-    /// What the heartbeat is woken for: its beat (``SegmentHeartbeat``'s ticker), or copying
-    /// and wiping a store started (a growth beside the segment, the wipe after a switch).
+    /// What the heartbeat is woken for: its beat (the ticker of `SegmentHeartbeat`, in
+    /// TokenAgentServer), or copying and wiping a store started (a growth beside the segment, the
+    /// wipe after a switch).
     public enum Upkeep: Sendable {
         case beat
         case copy
     }
 
-    /// The heartbeat's wake-ups, consumed by one ``SegmentHeartbeat``.
+    /// The heartbeat's wake-ups, consumed by one `SegmentHeartbeat` (TokenAgentServer).
     public let upkeep: AsyncStream<Upkeep>
     private let upkeepContinuation: AsyncStream<Upkeep>.Continuation
 
@@ -312,7 +312,7 @@ public final class SharedSegments: TokenMirror, Sendable {
 
     /// The heartbeat's stamps and the rotations it starts, without copying: the caller then calls
     /// ``advanceBuilding(batch:)`` until it returns `false`, pausing between calls so requests
-    /// waiting for a kind's lock go first (``SegmentHeartbeat``).
+    /// waiting for a kind's lock go first (`SegmentHeartbeat`, TokenAgentServer).
     public func startBeat() {
         let now = fsm_boottime_ns()
         shared.withLock { $0.mapped.collect() }

@@ -3,10 +3,10 @@ import Foundation
 import Logging
 import Synchronization
 import Testing
-import TokenAgent
+import TokenAgentServer
 import TokenSegment
 
-@testable import TokenAgentServer
+@testable import TokenAgent
 
 #if canImport(Glibc)
     import Glibc
