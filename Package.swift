@@ -74,12 +74,14 @@ let package = Package(
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
-        // The engine: cache, refresh policy, singleflight, providers, configuration model.
+        // The engine: cache, refresh policy, singleflight, providers, configuration model, and the
+        // token storage under the cache (Storage/: the shared-memory segments, the only copy).
         .target(
             name: "TokenAgent",
             dependencies: [
                 "TokenWire",
                 "TokenSegment",
+                "CSharedMemory",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -212,8 +214,12 @@ let package = Package(
             dependencies: [
                 "TokenAgent",
                 "TokenWire",
-                // For EngineFailure's wire mapping, which the engine's tests check through.
+                "TokenSegment",
+                "CSharedMemory",
+                // For EngineFailure's wire mapping, which the engine's tests check through, and
+                // the segments' heartbeat.
                 "TokenAgentServer",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],

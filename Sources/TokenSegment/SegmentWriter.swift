@@ -24,6 +24,9 @@ public struct SegmentError: Error, CustomStringConvertible {
 /// is marked removed before its slot is cleared. Slots are handed out densely from the start of
 /// the table, a freed one first, so only the pages of slots in use are touched. The writer keeps
 /// no copy of the ids: it finds a key by probing its own index, as a reader does.
+///
+/// The index and the slots' writes are in `SegmentWriter+Index.swift`; copying the tokens into
+/// the next generation in `SegmentWriter+Copying.swift`.
 public final class SegmentWriter {
     /// The kind whose tokens the segment holds.
     public let kind: String
@@ -39,14 +42,14 @@ public final class SegmentWriter {
     /// The index's entries: twice the slots.
     public let indexCount: Int
 
-    private let base: UnsafeMutableRawPointer
-    private let words: SharedWords
-    private let tableOffset: Int
+    let base: UnsafeMutableRawPointer
+    let words: SharedWords
+    let tableOffset: Int
     private let seed: (UInt64, UInt64)
     /// Slots freed by removals, reused first (last freed first: its pages are warm).
-    private var freeSlots: [Int32] = []
+    var freeSlots: [Int32] = []
     /// Slots below this have been used; the next new slot is this one when none is free.
-    private var usedSlots = 0
+    var usedSlots = 0
     private var live = 0
     /// Index entries marked removed.
     private var removedEntries = 0
@@ -329,60 +332,6 @@ public final class SegmentWriter {
         return Int(slot)
     }
 
-    /// Every token held, for copying into a new segment: the id's bytes and the token's bytes
-    /// (both valid only during the call), expiry, lifetime and Unix expiry. No `String` is made.
-    public func forEachToken(
-        _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer, UInt64, UInt64, Int64) -> Void
-    ) {
-        _ = forEachToken(inSlots: 0..<usedSlots) { id, token, expiry, lifetime, unixExpiry in
-            body(id, token, expiry, lifetime, unixExpiry)
-            return true
-        }
-    }
-
-    /// Copies every token held into `other` (a new generation, which its owner sized to take
-    /// them all).
-    public func copyTokens(into other: SegmentWriter) {
-        forEachToken { id, token, expiry, lifetime, unixExpiry in
-            other.put(idBytes: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry)
-        }
-    }
-
-    /// Copies the tokens of up to `count` slots from `first` on into `other`, for a new
-    /// generation built a batch at a time; the slot to go on from, or `nil` when every slot ever
-    /// used has been copied. `false` in `stored` when `other` refused one (full or too small).
-    public func copyTokens(into other: SegmentWriter, fromSlot first: Int, count: Int, stored: inout Bool) -> Int? {
-        let end = first + min(count, max(0, usedSlots - first))
-        stored = forEachToken(inSlots: first..<max(first, end)) { id, token, expiry, lifetime, unixExpiry in
-            other.put(idBytes: id, token: token, expiry: expiry, lifetime: lifetime, unixExpiry: unixExpiry) == .stored
-        }
-        return stored && end < usedSlots ? end : nil
-    }
-
-    /// Calls `body` with the token of every live slot in `slots` (as ``forEachToken(_:)``), until
-    /// it returns `false`; whether it never did.
-    private func forEachToken(
-        inSlots slots: Range<Int>,
-        _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer, UInt64, UInt64, Int64) -> Bool
-    ) -> Bool {
-        for slot in slots {
-            let slotWords = self.slotWords(slot)
-            let meta = slotWords.load(SegmentLayout.Slot.meta)
-            guard meta & 0xff == SegmentLayout.State.live else { continue }
-            let idLength = Int(meta >> 16 & 0xffff)
-            let dataStart = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
-            let going = body(
-                UnsafeRawBufferPointer(start: dataStart, count: idLength),
-                UnsafeRawBufferPointer(start: dataStart + SegmentLayout.padded(idLength), count: Int(meta >> 32)),
-                slotWords.load(SegmentLayout.Slot.expiry),
-                slotWords.load(SegmentLayout.Slot.lifetime),
-                Int64(bitPattern: slotWords.load(SegmentLayout.Slot.unixExpiry))
-            )
-            if !going { return false }
-        }
-        return true
-    }
-
     /// The size of a segment of `slotCount` slots of `slotSize` bytes, as ``init`` makes it.
     public static func size(slotCount: Int, slotSize: Int) -> Int {
         let slots = slots(requested: slotCount)
@@ -419,131 +368,5 @@ public final class SegmentWriter {
         }
         wiped = end
         return wiped < usedSlots
-    }
-
-    // MARK: The index
-
-    /// Where `idBytes` (whose hash is `hash`) is: its index entry and slot when held; otherwise the
-    /// entry a new key takes (the first removed or never-used one on its probe sequence) and the
-    /// probe length to it.
-    private func find(_ idBytes: UnsafeRawBufferPointer, hash: UInt64) -> (entry: Int, slot: Int?, probe: Int) {
-        var entry = SegmentLayout.home(of: hash, slotCount: indexCount)
-        var firstRemoved: (entry: Int, probe: Int)?
-        var probe = 1
-        while true {
-            let value = indexEntry(entry)
-            if value == SegmentLayout.Index.empty { break }
-            if value & 0xffff_ffff == SegmentLayout.Index.removed {
-                if firstRemoved == nil { firstRemoved = (entry, probe) }
-            } else if SegmentLayout.Index.matches(value, hash: hash) {
-                let slot = SegmentLayout.Index.slot(of: value)
-                if holds(slot: slot, idBytes, hash: hash) { return (entry, slot, probe) }
-            }
-            // Never more than every entry: the index always has a never-used one (it is kept
-            // under three quarters full), so this only bounds a damaged state.
-            if probe >= indexCount { break }
-            entry = SegmentLayout.next(entry, slotCount: indexCount)
-            probe += 1
-        }
-        if let firstRemoved { return (firstRemoved.entry, nil, firstRemoved.probe) }
-        return (entry, nil, probe)
-    }
-
-    /// Whether `slot` holds the id whose bytes are `idBytes` and hash is `hash`.
-    private func holds(slot: Int, _ idBytes: UnsafeRawBufferPointer, hash: UInt64) -> Bool {
-        slotWords(slot).load(SegmentLayout.Slot.hash) == hash && holds(slot: slot, idBytes)
-    }
-
-    /// Whether `slot` is live and holds the id whose bytes are `idBytes`. A live slot holding the
-    /// id is the id's one slot: a key is in at most one, and a freed slot is emptied.
-    private func holds(slot: Int, _ idBytes: UnsafeRawBufferPointer) -> Bool {
-        let meta = slotWords(slot).load(SegmentLayout.Slot.meta)
-        guard meta & 0xff == SegmentLayout.State.live, Int(meta >> 16 & 0xffff) == idBytes.count else { return false }
-        guard let idStart = idBytes.baseAddress else { return true }
-        return memcmp(slotAddress(slot) + SegmentLayout.slotHeaderSize, idStart, idBytes.count) == 0
-    }
-
-    private func indexEntry(_ entry: Int) -> UInt64 { words.load(SegmentLayout.headerSize / 8 + entry) }
-
-    private func storeIndexEntry(_ entry: Int, _ value: UInt64) {
-        words.storeReleasing(SegmentLayout.headerSize / 8 + entry, value)
-    }
-
-    // MARK: Slots
-
-    private func slotAddress(_ slot: Int) -> UnsafeMutableRawPointer { base + tableOffset + slot * slotSize }
-
-    private func slotWords(_ slot: Int) -> SharedWords { SharedWords(UnsafeRawPointer(slotAddress(slot))) }
-
-    /// A slot for a new key: the last freed one, else the first never used.
-    private func claimSlot() -> Int {
-        if let freed = freeSlots.popLast() { return Int(freed) }
-        usedSlots += 1
-        return usedSlots - 1
-    }
-
-    /// Zeroes `slot`'s words: it holds nothing.
-    private func clear(slot: Int) {
-        write(slot: slot) { slotWords in
-            let oldWords = Self.dataWords(meta: slotWords.load(SegmentLayout.Slot.meta))
-            slotWords.store(SegmentLayout.Slot.meta, SegmentLayout.State.empty)
-            for word in SegmentLayout.Slot.hash..<(SegmentLayout.Slot.data + oldWords) { slotWords.store(word, 0) }
-        }
-    }
-
-    /// The data words a slot's meta word says are in use.
-    private static func dataWords(meta: UInt64) -> Int {
-        (SegmentLayout.padded(Int(meta >> 16 & 0xffff)) + SegmentLayout.padded(Int(meta >> 32))) / 8
-    }
-
-    /// One seqlock write of `slot`: the counter odd, a release fence, `body`'s stores, the
-    /// counter even (release).
-    private func write(slot: Int, _ body: (SharedWords) -> Void) {
-        let slotWords = self.slotWords(slot)
-        let sequence = slotWords.load(SegmentLayout.Slot.sequence)
-        slotWords.store(SegmentLayout.Slot.sequence, sequence &+ 1)
-        atomicMemoryFence(ordering: .releasing)
-        body(slotWords)
-        slotWords.storeReleasing(SegmentLayout.Slot.sequence, sequence &+ 2)
-    }
-
-    private func storeBytes(_ bytes: [UInt8], atWord first: Int, words count: Int) {
-        bytes.withUnsafeBytes { storeBytes($0, into: words, atWord: first, words: count) }
-    }
-
-    /// Stores `bytes` as `count` little-endian words from word `first` of `target`, the last one
-    /// padded with zeros.
-    private func storeBytes(
-        _ bytes: UnsafeRawBufferPointer,
-        into target: SharedWords,
-        atWord first: Int,
-        words count: Int
-    ) {
-        for word in 0..<count {
-            let start = word * 8
-            var value: UInt64 = 0
-            if start + 8 <= bytes.count {
-                value = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: start, as: UInt64.self))
-            } else {
-                for byte in 0..<8 where start + byte < bytes.count {
-                    value |= UInt64(bytes[start + byte]) << (8 * UInt64(byte))
-                }
-            }
-            target.store(first + word, value)
-        }
-    }
-}
-
-/// The agent's serving rule, as the segment's header carries it.
-public struct SegmentPolicy: Sendable, Equatable {
-    public var minValidityNanoseconds: UInt64
-    public var servingFloorNanoseconds: UInt64
-    public var idleTimeoutNanoseconds: UInt64
-
-    /// A rule from seconds: the default minimum validity, the serving floor and the idle time-out.
-    public init(minValidity: Double, servingFloor: Double, idleTimeout: Double) {
-        minValidityNanoseconds = UInt64(max(0, minValidity) * 1e9)
-        servingFloorNanoseconds = UInt64(max(0, servingFloor) * 1e9)
-        idleTimeoutNanoseconds = UInt64(max(0, idleTimeout) * 1e9)
     }
 }

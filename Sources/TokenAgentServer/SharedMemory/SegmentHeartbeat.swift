@@ -1,6 +1,7 @@
 import Foundation
 import ServiceLifecycle
 import Synchronization
+import TokenAgent
 
 /// Beats the shared-memory segments once a second (readers ignore a segment whose beat is over
 /// 3 s old) and lets them rotate; on shutdown the agent retires them.

@@ -2,10 +2,9 @@ import CSharedMemory
 import Foundation
 import Logging
 import Testing
-import TokenAgent
 import TokenSegment
 
-@testable import TokenAgentServer
+@testable import TokenAgent
 
 #if canImport(Glibc)
     import Glibc

@@ -1,7 +1,6 @@
 import CSharedMemory
 import Logging
 import Synchronization
-import TokenAgent
 import TokenSegment
 import TokenWire
 
@@ -25,40 +24,9 @@ import TokenWire
 /// them again, so no token the store counts on is lost.
 ///
 /// The limits and the generations (opening, growth, replacement, reopening, the builds beside the
-/// current segment) are in `SharedSegments+Generations.swift`.
+/// current segment) are in `SharedSegments+Generations.swift`; the descriptors offered to readers
+/// in `SharedSegments+Descriptors.swift`; the counts in `SharedSegments+Statistics.swift`.
 public final class SharedSegments: TokenMirror, Sendable {
-    /// A read-only descriptor of a kind's current segment, for one peer.
-    public struct Offer: Sendable {
-        /// The descriptor (the receiver of the offer closes it).
-        public var descriptor: Int32
-        public var size: Int
-        public var generation: UInt64
-        public var kind: String
-    }
-
-    /// Counts for STATS and metrics.
-    public struct Statistics: Sendable, Equatable {
-        public var segments = 0
-        public var bytes = 0
-        public var slotsUsed = 0
-        public var generations = 0
-        public var descriptors = 0
-        /// Tokens left out of shared memory: a limit stopped a segment's growth, or the token is
-        /// larger than the largest slot.
-        public var notMirrored = 0
-        /// Tokens of kinds a limit left without a segment for now, kept privately until one can
-        /// take them.
-        public var heldOutside = 0
-        /// The bytes of every generation that may still be mapped: the current segments and the
-        /// retired ones a reader still holds.
-        public var mappedBytes = 0
-        /// Retired generations a reader still holds (a descriptor or a mapping).
-        public var retiredMapped = 0
-        /// `SHM` requests from readers that did not name the layout the agent writes: readers
-        /// built before it, which use the socket instead.
-        public var oldReaderRequests = 0
-    }
-
     /// One kind's segments, under their own lock.
     final class KindSegments: Sendable {
         let kind: String
@@ -127,17 +95,18 @@ public final class SharedSegments: TokenMirror, Sendable {
     let shared: Mutex<Shared>
     let limits: Limits
     let logger: Logger
-    private let descriptorCount = Atomic(0)
-    private let oldReaderCount = Atomic(0)
+    let descriptorCount = Atomic(0)
+    let oldReaderCount = Atomic(0)
     let notMirroredCount = Atomic(0)
-    /// What the heartbeat is woken for: its beat (``SegmentHeartbeat``'s ticker), or copying
-    /// and wiping a store started (a growth beside the segment, the wipe after a switch).
+    /// What the heartbeat is woken for: its beat (the ticker of `SegmentHeartbeat`, in
+    /// TokenAgentServer), or copying and wiping a store started (a growth beside the segment, the
+    /// wipe after a switch).
     public enum Upkeep: Sendable {
         case beat
         case copy
     }
 
-    /// The heartbeat's wake-ups, consumed by one ``SegmentHeartbeat``.
+    /// The heartbeat's wake-ups, consumed by one `SegmentHeartbeat` (TokenAgentServer).
     public let upkeep: AsyncStream<Upkeep>
     private let upkeepContinuation: AsyncStream<Upkeep>.Continuation
 
@@ -269,36 +238,6 @@ public final class SharedSegments: TokenMirror, Sendable {
         let writer: SegmentWriter
     }
 
-    // MARK: Descriptors
-
-    /// What ``offer(kind:unlessAlreadySent:)`` gave.
-    public enum OfferOutcome: Sendable {
-        case offered(Offer)
-        /// The kind has no segment now (none could be made, or a reload withholds it).
-        case none
-        /// The current generation is one the asker already has.
-        case alreadySent(generation: UInt64)
-    }
-
-    /// A read-only descriptor of `kind`'s current segment, unless `alreadySent` says the asker has
-    /// that generation: both decided under one lock, so the generation checked is the one offered.
-    public func offer(kind: String, unlessAlreadySent alreadySent: (UInt64) -> Bool) -> OfferOutcome {
-        guard let entry = entry(kind) else { return .none }
-        return entry.state.withLock { state -> OfferOutcome in
-            guard let writer = state.writer, !state.withheld else { return .none }
-            if alreadySent(writer.generation) { return .alreadySent(generation: writer.generation) }
-            let descriptor = fsm_reopen_read_only(writer.descriptor)
-            guard descriptor >= 0 else { return .none }
-            descriptorCount.add(1, ordering: .relaxed)
-            return .offered(Offer(descriptor: descriptor, size: writer.size, generation: writer.generation, kind: kind))
-        }
-    }
-
-    /// Counts an `SHM` request from a reader that did not name the layout the agent writes.
-    public func countOldReaderRequest() {
-        oldReaderCount.add(1, ordering: .relaxed)
-    }
-
     // MARK: Upkeep
 
     /// The heartbeat (every second): stamps every segment, and replaces those older than the
@@ -312,7 +251,7 @@ public final class SharedSegments: TokenMirror, Sendable {
 
     /// The heartbeat's stamps and the rotations it starts, without copying: the caller then calls
     /// ``advanceBuilding(batch:)`` until it returns `false`, pausing between calls so requests
-    /// waiting for a kind's lock go first (``SegmentHeartbeat``).
+    /// waiting for a kind's lock go first (`SegmentHeartbeat`, TokenAgentServer).
     public func startBeat() {
         let now = fsm_boottime_ns()
         shared.withLock { $0.mapped.collect() }
@@ -424,33 +363,6 @@ public final class SharedSegments: TokenMirror, Sendable {
         settle(&state)
         if let writer = state.writer { retire(writer) }
         state = KindState(configured: false, policy: policy)
-    }
-
-    /// The segments' counts.
-    public func statistics() -> Statistics {
-        var statistics = Statistics()
-        for entry in entries() {
-            entry.state.withLock { state in
-                guard let writer = state.writer else {
-                    statistics.heldOutside += state.orphans.count
-                    return
-                }
-                statistics.segments += 1
-                statistics.bytes += writer.size
-                statistics.slotsUsed += writer.count
-                statistics.heldOutside += state.orphans.count
-            }
-        }
-        shared.withLock { shared in
-            shared.mapped.collect()
-            statistics.generations = shared.generations
-            statistics.mappedBytes = shared.mapped.totalBytes
-            statistics.retiredMapped = shared.mapped.retiredCount
-        }
-        statistics.descriptors = descriptorCount.load(ordering: .relaxed)
-        statistics.notMirrored = notMirroredCount.load(ordering: .relaxed)
-        statistics.oldReaderRequests = oldReaderCount.load(ordering: .relaxed)
-        return statistics
     }
 
     /// Runs `body` holding `kind`'s lock (for tests: what a growth or a copy holding it does to

@@ -4,7 +4,6 @@
 // generation against the limits take the shared lock inside it.
 import CSharedMemory
 import Logging
-import TokenAgent
 import TokenSegment
 
 extension SharedSegments {

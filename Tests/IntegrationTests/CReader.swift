@@ -1,0 +1,90 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The C reader of Examples/shm-reader, built once per test run with the system's C compiler, on a
+/// thread of its own the first time a test needs it (never on the concurrency pool).
+enum CReader {
+    static let compiler: String? = which("cc") ?? which("gcc")
+
+    /// Whether the reader can be built: a C compiler is on PATH. A reader that then fails to
+    /// compile fails the tests that need it.
+    static var available: Bool { compiler != nil }
+
+    private static let build = Mutex<Task<Result<String, AgentError>, Never>?>(nil)
+
+    /// The built reader's path.
+    static func path() async throws -> String {
+        let task = build.withLock { build in
+            if let build { return build }
+            let task = Task { await compile() }
+            build = task
+            return task
+        }
+        return try await task.value.get()
+    }
+
+    private static func compile() async -> Result<String, AgentError> {
+        guard let compiler else { return .failure(AgentError("no C compiler")) }
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../Examples/shm-reader/shm_reader.c").standardized.path
+        let output = "/tmp/ftd-shm-reader-\(getpid())"
+        let result = try? await run(compiler, ["-O2", "-std=c11", "-Wall", "-Werror", "-o", output, source])
+        guard let result else { return .failure(AgentError("\(compiler) did not run")) }
+        guard result.status == 0 else { return .failure(AgentError("the C reader did not compile:\n\(result.stderr)")) }
+        return .success(output)
+    }
+}
+
+/// A running C reader (another process): maps a kind's segment and answers ids line by line.
+final class SegmentReaderProcess: @unchecked Sendable {
+    private let process = ChildProcess()
+    private let input = Pipe()
+    private let output = Pipe()
+    /// The reader's first line: `SEGMENT generation=… size=…`, or why it has none.
+    private(set) var greeting: String?
+
+    init(socket: String, kind: String, runAs user: String? = nil) async throws {
+        let reader = try await CReader.path()
+        if let user {
+            process.executableURL = URL(fileURLWithPath: which("runuser")!)
+            process.arguments = ["-u", user, "--", reader, socket, kind]
+        } else {
+            process.executableURL = URL(fileURLWithPath: reader)
+            process.arguments = [socket, kind]
+        }
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        greeting = try await readLine()
+    }
+
+    /// Sends `line` without waiting for an answer.
+    func send(_ line: String) async throws {
+        let writer = input.fileHandleForWriting
+        try await offPool { try writer.write(contentsOf: Data((line + "\n").utf8)) }
+    }
+
+    /// Sends `line` (an id, or `SEALCHECK`) and reads the answer, waiting at most `seconds` (a
+    /// hang detector).
+    func ask(_ line: String, within seconds: Int32 = 30) async throws -> String? {
+        let writer = input.fileHandleForWriting
+        try await offPool { try writer.write(contentsOf: Data((line + "\n").utf8)) }
+        return try await readLine(within: seconds)
+    }
+
+    /// Reads one line the reader wrote (the answer to an earlier ``send(_:)``), waiting at most
+    /// `seconds` (a hang detector).
+    func readLine(within seconds: Int32 = 30) async throws -> String? {
+        let descriptor = output.fileHandleForReading.fileDescriptor
+        return try await offPool { readLineBlocking(from: descriptor, timeoutMilliseconds: seconds * 1000) }
+    }
+
+    func stop() {
+        try? input.fileHandleForWriting.close()
+        if process.isRunning { process.terminate() }
+    }
+}
