@@ -128,12 +128,21 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        // The reference model the request-line fuzzer checks against, shared by the tests that
-        // replay its corpus; scripts/fuzz compiles the same file into the fuzzer.
+        // The reference models the fuzzers check against (request lines; provider replies), shared
+        // by the tests that replay their corpora; scripts/fuzz compiles the same files into the
+        // fuzzers.
         .target(
             name: "TestOracles",
-            dependencies: ["TokenWire"],
+            dependencies: ["TokenWire", "TokenAgent"],
             path: "Tests/TestOracles",
+            swiftSettings: strict
+        ),
+        // What the test targets share: waiting (`offPool`, `eventually`), a log-capturing handler,
+        // the seeded random generator and the documents' reader (DocText).
+        .target(
+            name: "TestSupport",
+            dependencies: [.product(name: "Logging", package: "swift-log")],
+            path: "Tests/TestSupport",
             swiftSettings: strict
         ),
         // Fakes of Google's metadata server, OAuth token endpoint and IAM Credentials on one loopback
@@ -161,6 +170,7 @@ let package = Package(
             dependencies: [
                 "TokenAgent",
                 "FakeGoogle",
+                "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -171,7 +181,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TokenWireTests",
-            dependencies: ["TokenWire", "TestOracles"],
+            dependencies: ["TokenWire", "TestOracles", "TestSupport"],
             swiftSettings: strict
         ),
         .testTarget(
@@ -179,6 +189,7 @@ let package = Package(
             dependencies: [
                 "TokenAgentServer",
                 "TestOracles",
+                "TestSupport",
                 "TokenAgent",
                 "TokenSegment",
                 "CSharedMemory",
@@ -199,12 +210,12 @@ let package = Package(
         ),
         .testTarget(
             name: "TokenSegmentTests",
-            dependencies: ["TokenSegment", "CSharedMemory"],
+            dependencies: ["TokenSegment", "CSharedMemory", "TestSupport"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "SystemdTests",
-            dependencies: ["Systemd", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Systemd", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         .testTarget(
@@ -214,6 +225,8 @@ let package = Package(
                 "TokenWire",
                 // For EngineFailure's wire mapping, which the engine's tests check through.
                 "TokenAgentServer",
+                "TestOracles",
+                "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ],
@@ -229,6 +242,7 @@ let package = Package(
                 "CSharedMemory",
                 "FleetTokenClient",
                 "FakeGoogle",
+                "TestSupport",
                 "Systemd",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
