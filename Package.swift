@@ -193,10 +193,10 @@ let package = Package(
                 "TokenAgent",
                 "TokenSegment",
                 "CSharedMemory",
+                "CSocketLoop",
                 "TokenWire",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTestUtils", package: "swift-nio"),
             ],
             swiftSettings: strict

@@ -19,8 +19,7 @@ import TokenWire
 /// (`SharedMemory/RequestHandler+SharedMemory.swift`).
 ///
 /// It knows its connection only as a ``ConnectionTransport``: the socket loop's own
-/// (``SocketConnection``), or SwiftNIO's channel for tests on an `EmbeddedChannel`
-/// (``ChannelRequestHandler``). The transport calls in with what happens on the connection:
+/// (``SocketConnection``). The transport calls in with what happens on the connection:
 /// ``activate()``, ``received(_:)``, ``readComplete()``, ``inputEnded()``, ``quiesce()``,
 /// ``wantsToRead()``, ``writabilityChanged()`` and ``inactive()``.
 final class RequestHandler {

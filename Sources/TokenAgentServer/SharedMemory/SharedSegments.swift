@@ -452,10 +452,4 @@ public final class SharedSegments: TokenMirror, Sendable {
         statistics.oldReaderRequests = oldReaderCount.load(ordering: .relaxed)
         return statistics
     }
-
-    /// Runs `body` holding `kind`'s lock (for tests: what a growth or a copy holding it does to
-    /// the other kinds).
-    func holdingLock(of kind: String, _ body: () -> Void) {
-        entry(kind)?.state.withLock { _ in body() }
-    }
 }
