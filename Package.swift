@@ -2,14 +2,20 @@
 import PackageDescription
 
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+/// `FLEET_TOKEND_CHECK_EXCLUSIVITY=1` keeps the exclusivity checks in release builds too, so that
+/// scripts/test-release-checked can run the suite on release-optimised code with them on.
+let checkExclusivity = Context.environment["FLEET_TOKEND_CHECK_EXCLUSIVITY"] == "1"
 /// The agent's request path (engine and server): release builds leave out the run-time
 /// exclusivity checks, which cost a fifth of a cached GET's instructions (docs/BENCHMARKS-METHOD.md,
-/// "instructions per socket GET"). Debug builds, and so every test, keep them. Not for the
+/// "instructions per socket GET"). Debug builds, and so `scripts/test`, keep them, and so does
+/// `scripts/test-release-checked` (the suite in release, `FLEET_TOKEND_CHECK_EXCLUSIVITY=1`). Not for the
 /// targets the client library links: SwiftPM refuses unsafe flags in a remote package's
 /// products, so `TokenAgent` and `TokenAgentServer` are for this package and path dependents
 /// (`Benchmarks`), while a package that depends on this one by URL for `FleetTokenClient` builds.
 let requestPath: [SwiftSetting] =
-    strict + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
+    checkExclusivity
+    ? strict
+    : strict + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
 
 let package = Package(
     name: "fleet-tokend",
