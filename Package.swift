@@ -2,14 +2,20 @@
 import PackageDescription
 
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+/// `FLEET_TOKEND_CHECK_EXCLUSIVITY=1` keeps the exclusivity checks in release builds too, so that
+/// scripts/test-release-checked can run the suite on release-optimised code with them on.
+let checkExclusivity = Context.environment["FLEET_TOKEND_CHECK_EXCLUSIVITY"] == "1"
 /// The agent's request path (engine and server): release builds leave out the run-time
 /// exclusivity checks, which cost a fifth of a cached GET's instructions (docs/BENCHMARKS-METHOD.md,
-/// "instructions per socket GET"). Debug builds, and so every test, keep them. Not for the
+/// "instructions per socket GET"). Debug builds, and so `scripts/test`, keep them, and so does
+/// `scripts/test-release-checked` (the suite in release, `FLEET_TOKEND_CHECK_EXCLUSIVITY=1`). Not for the
 /// targets the client library links: SwiftPM refuses unsafe flags in a remote package's
 /// products, so `TokenAgent` and `TokenAgentServer` are for this package and path dependents
 /// (`Benchmarks`), while a package that depends on this one by URL for `FleetTokenClient` builds.
 let requestPath: [SwiftSetting] =
-    strict + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
+    checkExclusivity
+    ? strict
+    : strict + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
 
 let package = Package(
     name: "fleet-tokend",
@@ -130,12 +136,21 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        // The reference model the request-line fuzzer checks against, shared by the tests that
-        // replay its corpus; scripts/fuzz compiles the same file into the fuzzer.
+        // The reference models the fuzzers check against (request lines; provider replies), shared
+        // by the tests that replay their corpora; scripts/fuzz compiles the same files into the
+        // fuzzers.
         .target(
             name: "TestOracles",
-            dependencies: ["TokenWire"],
+            dependencies: ["TokenWire", "TokenAgent"],
             path: "Tests/TestOracles",
+            swiftSettings: strict
+        ),
+        // What the test targets share: waiting (`offPool`, `eventually`), a log-capturing handler,
+        // the seeded random generator and the documents' reader (DocText).
+        .target(
+            name: "TestSupport",
+            dependencies: [.product(name: "Logging", package: "swift-log")],
+            path: "Tests/TestSupport",
             swiftSettings: strict
         ),
         // Fakes of Google's metadata server, OAuth token endpoint and IAM Credentials on one loopback
@@ -163,6 +178,7 @@ let package = Package(
             dependencies: [
                 "TokenAgent",
                 "FakeGoogle",
+                "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -173,7 +189,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TokenWireTests",
-            dependencies: ["TokenWire", "TestOracles"],
+            dependencies: ["TokenWire", "TestOracles", "TestSupport"],
             swiftSettings: strict
         ),
         .testTarget(
@@ -181,13 +197,14 @@ let package = Package(
             dependencies: [
                 "TokenAgentServer",
                 "TestOracles",
+                "TestSupport",
                 "TokenAgent",
                 "TokenSegment",
                 "CSharedMemory",
+                "CSocketLoop",
                 "TokenWire",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTestUtils", package: "swift-nio"),
             ],
             swiftSettings: strict
@@ -201,12 +218,12 @@ let package = Package(
         ),
         .testTarget(
             name: "TokenSegmentTests",
-            dependencies: ["TokenSegment", "CSharedMemory"],
+            dependencies: ["TokenSegment", "CSharedMemory", "TestSupport"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "SystemdTests",
-            dependencies: ["Systemd", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Systemd", "TestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         .testTarget(
@@ -219,6 +236,8 @@ let package = Package(
                 // For EngineFailure's wire mapping, which the engine's tests check through, and
                 // the segments' heartbeat.
                 "TokenAgentServer",
+                "TestOracles",
+                "TestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -235,6 +254,7 @@ let package = Package(
                 "CSharedMemory",
                 "FleetTokenClient",
                 "FakeGoogle",
+                "TestSupport",
                 "Systemd",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

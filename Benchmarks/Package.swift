@@ -49,8 +49,8 @@ let package = Package(
             dependencies: ["CEpoll"],
             swiftSettings: [.treatAllWarnings(as: .error)]
         ),
-        // The cached GET in-process: the agent's real connection pipeline on an EmbeddedChannel
-        // and the real engine, measured by ordo-one/benchmark (malloc counts, wall clock). Lives
+        // The cached GET in-process: the agent's real socket loop serving one end of a socket
+        // pair, and the real engine, measured by ordo-one/benchmark (malloc counts, wall clock). Lives
         // in Benchmarks/AgentHotPath, where the benchmark plugin looks for it. Run it with
         // `swift package benchmark --target AgentHotPath` (see docs/BENCHMARKS-METHOD.md).
         .executableTarget(
@@ -59,8 +59,6 @@ let package = Package(
                 .product(name: "Benchmark", package: "benchmark"),
                 .product(name: "TokenAgent", package: rootIdentity),
                 .product(name: "TokenAgentServer", package: rootIdentity),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             path: "Benchmarks/AgentHotPath",
             swiftSettings: [.treatAllWarnings(as: .error)],

@@ -2,6 +2,7 @@ import FakeGoogle
 import Foundation
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 import TokenAgent
 
@@ -25,36 +26,6 @@ final class SteppedWallClock: AgentClock, Sendable {
     func advance(_ seconds: Double) {
         advanced.withLock { $0 += seconds }
         step.withLock { $0 += seconds }
-    }
-}
-
-/// Every log line a logger made, kept for the test to read.
-final class CapturedLog: Sendable {
-    let lines = Mutex<[String]>([])
-
-    /// A logger at `level` writing here.
-    func logger(level: Logger.Level = .trace) -> Logger {
-        var logger = Logger(label: "captured") { _ in Handler(log: self) }
-        logger.logLevel = level
-        return logger
-    }
-
-    var text: String { lines.withLock { $0.joined(separator: "\n") } }
-
-    struct Handler: LogHandler {
-        let log: CapturedLog
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            let fields = (event.metadata ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-            log.lines.withLock { $0.append("\(event.level) \(event.message) \(fields.joined(separator: " "))") }
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOPosix
+import TestSupport
 
 /// The real `fleet-tokend` binary, started on a temporary socket for one test.
 final class AgentProcess: @unchecked Sendable {
@@ -183,25 +184,6 @@ enum SocketClient {
         defer { timer.cancel() }
         return try await reader.value
     }
-}
-
-/// Runs blocking work on a thread of its own, so the tests never starve Swift concurrency's small
-/// pool (two threads on a two-core machine) while they wait for another process.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
-    }
-}
-
-/// Whether `condition` holds within `seconds`, looked at every 50 ms. The time is a hang
-/// detector, not a latency bound: a test waits for an event, however slow the machine.
-func eventually(within seconds: Double, _ condition: () async throws -> Bool) async throws -> Bool {
-    let deadline = ContinuousClock.now + .seconds(seconds)
-    while ContinuousClock.now < deadline {
-        if try await condition() { return true }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-    return try await condition()
 }
 
 /// Runs a command and returns its exit status, standard output and standard error.

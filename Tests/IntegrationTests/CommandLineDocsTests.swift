@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The options the built `fleet-tokend` prints in each subcommand's `--help`, against the man

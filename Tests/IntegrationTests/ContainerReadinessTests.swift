@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -81,12 +82,15 @@ struct ContainerReadinessTests {
 
         // A half-written generation (broken JSON) is refused and the old rules stay.
         try directory.swap(to: #"{"trust_root": false, "allow": {"vehicle": "#)
-        #expect(try await eventually(within: 60) { agent.log.contains("reload refused") }, "\(agent.log)")
+        #expect(
+            await eventually(within: 60, every: .milliseconds(50)) { agent.log.contains("reload refused") },
+            "\(agent.log)"
+        )
         #expect(try await agent.send("GET vehicle k-1") == ["ERR denied not allowed to ask for kind vehicle"])
 
         // The next swap names uid 0: reloaded without a signal, by the watcher.
         try directory.swap(to: Self.rules(vehicleUsers: [0]))
-        let allowed = try await eventually(within: 60) {
+        let allowed = try await eventually(within: 60, every: .milliseconds(50)) {
             try await agent.send("GET vehicle k-1").first?.hasPrefix("OK ") == true
         }
         #expect(allowed, "\(agent.log)")
@@ -99,7 +103,9 @@ struct ContainerReadinessTests {
 
         // Watching turned off by a reload: a later swap is not applied.
         try directory.swap(to: Self.rules(vehicleUsers: [0], watch: false))
-        #expect(try await eventually(within: 60) { (try await agent.stats())["reloads"] == 2 })
+        #expect(
+            try await eventually(within: 60, every: .milliseconds(50)) { (try await agent.stats())["reloads"] == 2 }
+        )
         try directory.swap(to: Self.rules(vehicleUsers: [4_000_123], watch: false))
         try await Task.sleep(for: .milliseconds(600))
         #expect((try await agent.stats())["reloads"] == 2)
@@ -117,9 +123,17 @@ struct ContainerReadinessTests {
             to:
                 #"{"watch_config": true, "watch_interval": 0.1, "providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "headers_file": "\#(headers)"}}}"#
         )
-        #expect(try await eventually(within: 60) { (try await agent.stats())["reload_failures"] == 1 }, "\(agent.log)")
+        #expect(
+            try await eventually(within: 60, every: .milliseconds(50)) {
+                (try await agent.stats())["reload_failures"] == 1
+            },
+            "\(agent.log)"
+        )
         try "X-Api-Key: k1\n".write(toFile: headers, atomically: true, encoding: .utf8)
-        #expect(try await eventually(within: 60) { (try await agent.stats())["reloads"] == 1 }, "\(agent.log)")
+        #expect(
+            try await eventually(within: 60, every: .milliseconds(50)) { (try await agent.stats())["reloads"] == 1 },
+            "\(agent.log)"
+        )
         #expect(agent.log.contains("reason=watch-retry"))
         #expect(try await agent.send("GET trip r-1").first?.hasPrefix("ERR bad-kind") == true, "only vehicle now")
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -177,7 +178,9 @@ struct IsolationTests {
         for (index, flooder) in flooders.enumerated() {
             try await flooder.send((0..<101).map { "GET custom delay600000-\(index * 101 + $0)" })
         }
-        let queued = try await eventually(within: 120) { ((try? await agent.stats())?["inflight"] ?? 0) >= 300 }
+        let queued = await eventually(within: 120, every: .milliseconds(50)) {
+            ((try? await agent.stats())?["inflight"] ?? 0) >= 300
+        }
         #expect(queued, "the flood is queued, up to its uid's bound")
         // A fourth connection asks for 100 more: each is refused at once (its replies owe nothing
         // to the queued fetches), and none is queued.
@@ -202,7 +205,9 @@ struct IsolationTests {
         // provider hold the kind's lane), and only those two are left.
         for flooder in flooders { flooder.stop() }
         late.stop()
-        let drained = try await eventually(within: 120) { ((try? await agent.stats())?["inflight"] ?? .max) <= 2 }
+        let drained = await eventually(within: 120, every: .milliseconds(50)) {
+            ((try? await agent.stats())?["inflight"] ?? .max) <= 2
+        }
         #expect(drained, "only the fetches at the provider are left")
         let reached = (0..<403).reduce(0) { $0 + provider.requests(for: "delay600000-\($1)") }
         #expect(reached <= 2, "\(reached) of the flood's fetches reached the provider")
@@ -222,7 +227,9 @@ struct IsolationTests {
         defer { flood.stop() }
         flood.discardReplies()
         try await flood.send((0..<1000).map { "GET trip t-\($0)" })
-        _ = try await eventually(within: 300) { ((try? await agent.stats())?["fetches"] ?? 0) >= 1001 }
+        _ = await eventually(within: 300, every: .milliseconds(50)) {
+            ((try? await agent.stats())?["fetches"] ?? 0) >= 1001
+        }
         let stats = try await agent.stats()
         #expect((stats["fetches"] ?? 0) >= 1001, "the flood was fetched: \(stats)")
         #expect((stats["entries"] ?? 0) <= 200)

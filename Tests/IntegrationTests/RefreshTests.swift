@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @Suite("Refresh and provider outages")
@@ -11,7 +12,7 @@ struct RefreshTests {
             #expect(try await agent.send("GET vehicle r-1").first.flatMap(tokenOf) == first, "cached")
             // The refresh has ended once the agent counts one started and none in flight (the
             // provider counts the request before the agent holds its reply).
-            let refreshed = try await eventually(within: 120) {
+            let refreshed = try await eventually(within: 120, every: .milliseconds(50)) {
                 let stats = try await agent.stats()
                 return stats["refreshes"] == 1 && stats["inflight"] == 0
             }

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The fields of the agent's real `STATS` and `INFO` replies against PROTOCOL.md's tables of

@@ -1,6 +1,7 @@
 import FleetTokenClient
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 import TokenWire
 
@@ -100,7 +101,7 @@ struct SharedMemoryTests {
         // The heartbeat is 3 s old at most a second after the kill's last beat: the reader's
         // answer turns as soon as it is. Waited for as an event (60 s only catch a hang).
         var answer = ""
-        _ = try await eventually(within: 60) {
+        _ = try await eventually(within: 60, every: .milliseconds(50)) {
             answer = try await reader.ask("k-1") ?? ""
             return answer.hasPrefix("UNUSABLE")
         }

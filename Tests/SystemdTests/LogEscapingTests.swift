@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Synchronization
 import Systemd
+import TestSupport
 import Testing
 
 /// Outside values cannot forge log lines: the journal's fields and the stderr handler's lines
@@ -36,8 +37,8 @@ struct LogEscapingTests {
     }
 
     @Test func theStderrHandlerWritesOneLinePerEntry() throws {
-        let written = Capture()
-        var logger = Logger(label: "fleet-tokend") { _ in EscapingLogHandler(CapturingHandler(capture: written)) }
+        let written = CapturedLog()
+        var logger = Logger(label: "fleet-tokend") { _ in EscapingLogHandler(CapturedLog.Handler(log: written)) }
         logger.logLevel = .trace
         logger[metadataKey: "attached"] = "x\ny"
         logger.warning(
@@ -45,7 +46,7 @@ struct LogEscapingTests {
             metadata: ["client_id": "\(Self.forged)", "count": .stringConvertible(3)]
         )
         logger.error("failed", error: ForgingError())
-        let entries = written.entries.withLock { $0 }
+        let entries = written.lines.withLock { $0 }
         #expect(entries.count == 2)
         for entry in entries {
             #expect(!entry.contains(where: { $0.isNewline }), "\(entry)")
@@ -57,29 +58,5 @@ struct LogEscapingTests {
 
     private struct ForgingError: Error, CustomStringConvertible {
         var description: String { "line one\nline two" }
-    }
-
-    final class Capture: Sendable {
-        let entries = Mutex<[String]>([])
-    }
-
-    /// Writes each entry as the stream handler does: message and metadata on one line.
-    private struct CapturingHandler: LogHandler {
-        let capture: Capture
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-
-        func log(event: LogEvent) {
-            var merged = metadata
-            merged.merge(event.metadata ?? [:]) { _, new in new }
-            if let error = event.error { merged["error.message"] = "\(error)" }
-            let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-            capture.entries.withLock { $0.append("\(event.level) \(fields) \(event.message)") }
-        }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOTestUtils
+import TestSupport
 import Testing
 import TokenWire
 

@@ -1,6 +1,8 @@
+import Foundation
 import Logging
 import NIOCore
-import NIOEmbedded
+import Synchronization
+import TestSupport
 import Testing
 import TokenAgent
 import TokenWire
@@ -11,106 +13,42 @@ import TokenWire
     import Glibc
 #endif
 
-/// Counts the reads that reach the head of the pipeline: whether the handler lets reading go on.
-private final class ReadCounter: ChannelOutboundHandler {
-    typealias OutboundIn = ByteBuffer
-    var reads = 0
-
-    func read(context: ChannelHandlerContext) {
-        reads += 1
-        context.read()
-    }
-}
-
-/// The real frame decoder and request handler on an `EmbeddedChannel`, with the real engine.
-private struct Connection {
-    let channel = EmbeddedChannel()
-    let counter = ReadCounter()
-    let status: AgentStatus
-
-    init(
-        rules: AccessRules = .open(agentUID: 4_000_000),
-        peer: PeerCredentials? = PeerCredentials(pid: 1, uid: 1000, gid: 1000),
-        admission: ServerStatistics.Admission = .admitted,
-        requestTimeout: TimeAmount = .seconds(10),
-        health: AgentHealth = AgentHealth(),
-        mirror: (any TokenMirror)? = nil
-    ) throws {
-        let engine = TokenEngine(providers: ["vehicle": InstantProvider(), "trip": InstantProvider()], mirror: mirror)
-        // Cached tokens answer at once, on the channel's own thread; only `hang-` ids fetch.
-        let expiresAt = Int64(SystemAgentClock().wallSeconds) + 3600
-        engine.importTokens([
-            CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
-            CachedToken(kind: "trip", id: "t-1", token: "tok-t-1", expiresAt: expiresAt),
-        ])
-        status = AgentStatus(
-            engine: engine,
-            server: ServerStatistics(),
-            access: AccessControl(rules: rules),
-            health: health
-        )
-        try channel.pipeline.syncOperations.addHandlers([
-            counter,
-            ChannelRequestHandler(
-                RequestHandler(
-                    engine: engine,
-                    status: status,
-                    logger: Logger(label: "test"),
-                    admission: admission,
-                    peer: peer,
-                    requestTimeout: requestTimeout
-                )
-            ),
-        ])
-        // Connecting makes the channel active (and fires channelActive), as an accepted one is.
-        try channel.connect(to: SocketAddress(unixDomainSocketPath: "/tmp/unused.sock")).wait()
-    }
-
-    func send(_ text: String) throws {
-        try channel.writeInbound(channel.allocator.buffer(string: text))
-    }
-
-    /// Every reply line written so far, once the work the connection left for later turns (past
-    /// its share of one turn: ``RequestHandler/workPerTurn``) has run.
-    func replies() throws -> [String] {
-        channel.embeddedEventLoop.run()
-        var text = ""
-        while var buffer = try channel.readOutbound(as: ByteBuffer.self) {
-            text += buffer.readString(length: buffer.readableBytes) ?? ""
-        }
-        return text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
-    }
-}
-
-/// A monotonic clock the test moves by hand.
-private final class SteppedClock: AgentClock, @unchecked Sendable {
-    var monotonicSeconds = 100.0
+/// A monotonic clock the test moves by hand (the loop's thread reads it).
+private final class SteppedClock: AgentClock {
+    private let seconds = Mutex(100.0)
+    var monotonicSeconds: Double { seconds.withLock { $0 } }
     var wallSeconds: Double { 1_800_000_000 + monotonicSeconds }
+    func advance(by step: Double) { seconds.withLock { $0 += step } }
 }
 
-@Suite("Request handler on an EmbeddedChannel")
+/// The request handler on the transport the agent serves with: the socket loop, a
+/// `SocketConnection` and a socket pair (``ServedConnection``). Time-outs run on the loop's real
+/// clock, so those tests use short ones and check when their replies come.
+@Suite("Request handler on the socket loop")
 struct RequestHandlerTests {
-    @Test func pingTellsWhenTheRefresherStalled() throws {
+    @Test func pingTellsWhenTheRefresherStalled() async throws {
         let clock = SteppedClock()
         let heartbeat = Heartbeat(clock: clock)
-        let connection = try Connection(
+        let connection = try ServedConnection(
             health: AgentHealth(settings: HealthSettings(refresherStallAfter: 10), heartbeat: heartbeat)
         )
-        try connection.send("PING\n")
-        #expect(try connection.replies() == ["PONG"])
-        clock.monotonicSeconds += 10.5
-        try connection.send("PING\n")
-        #expect(try connection.replies() == ["ERR unavailable refresher stalled"])
+        try await connection.send("PING\n")
+        #expect(try await connection.lines(1) == ["PONG"])
+        clock.advance(by: 10.5)
+        try await connection.send("PING\n")
+        #expect(try await connection.lines(1) == ["ERR unavailable refresher stalled"])
         heartbeat.beat()
-        try connection.send("PING\n")
-        #expect(try connection.replies() == ["PONG"], "a pass of the refresher brings it back")
-        _ = try? connection.channel.finish()
+        try await connection.send("PING\n")
+        #expect(try await connection.lines(1) == ["PONG"], "a pass of the refresher brings it back")
+        #expect(connection.repliesWaiting == 0, "one reply a request")
+        await connection.finish()
     }
 
-    @Test func metricsIsOneReplyEndedByEOFAndInfoShowsNoToken() throws {
-        let connection = try Connection()
-        try connection.send("GET vehicle v-1\nMETRICS\nINFO vehicle v-1\nINFO vehicle none\nINFO lorry x\nPING\n")
-        let replies = try connection.replies()
+    @Test func metricsIsOneReplyEndedByEOFAndInfoShowsNoToken() async throws {
+        let connection = try ServedConnection()
+        let replies = try await connection.replies(
+            to: "GET vehicle v-1\nMETRICS\nINFO vehicle v-1\nINFO vehicle none\nINFO lorry x\nPING\n"
+        )
         let end = try #require(replies.firstIndex(of: "# EOF"))
         #expect(replies.first?.hasPrefix("OK tok-v-1 ") == true)
         #expect(replies[1].hasPrefix("# "), "the exposition starts with a comment line")
@@ -121,24 +59,23 @@ struct RequestHandlerTests {
         #expect(replies[end + 3].hasPrefix("ERR bad-kind kind lorry is not configured"))
         #expect(replies[end + 4] == "PONG")
         #expect(replies.count == end + 5)
-        _ = try? connection.channel.finish()
+        await connection.finish()
     }
 
-    @Test func pipelinedGETsAreAnsweredInOrderFromTheSegments() throws {
+    @Test func pipelinedGETsAreAnsweredInOrderFromTheSegments() async throws {
         let segments = SharedSegments(
             kinds: ["vehicle", "trip"],
             policy: RefreshPolicy(),
             logger: Logger(label: "test")
         )
         defer { segments.retireAll() }
-        let connection = try Connection(mirror: segments)
+        let connection = try ServedConnection(mirror: segments)
         #expect(segments.statistics().slotsUsed == 2, "the cached tokens are in the segments")
         // A GET first in line is written from the segment straight into the output; one behind
         // another reply (STATS, or a GET of an unknown kind) is copied into its slot: both in order.
-        try connection.send(
-            "GET vehicle v-1\nGET trip t-1\nSTATS\nGET trip t-1\nGET lorry x\nGET vehicle v-1 600\nPING\n"
+        let replies = try await connection.replies(
+            to: "GET vehicle v-1\nGET trip t-1\nSTATS\nGET trip t-1\nGET lorry x\nGET vehicle v-1 600\nPING\n"
         )
-        let replies = try connection.replies()
         #expect(replies.count == 7)
         #expect(replies[0].hasPrefix("OK tok-v-1 "))
         #expect(replies[1].hasPrefix("OK tok-t-1 "))
@@ -147,118 +84,173 @@ struct RequestHandlerTests {
         #expect(replies[4].hasPrefix("ERR bad-kind"))
         #expect(replies[5].hasPrefix("OK tok-v-1 "))
         #expect(replies[6] == "PONG")
-        try connection.send("METRICS\n")
         #expect(
-            try connection.replies().contains("fleet_tokend_requests_total{verb=\"GET\",code=\"ok\"} 4"),
+            try await connection.replies(to: "METRICS\n")
+                .contains("fleet_tokend_requests_total{verb=\"GET\",code=\"ok\"} 4"),
             "each OK counted once"
         )
-        _ = try? connection.channel.finish()
+        await connection.finish()
     }
 
-    @Test func metricsAndInfoAreForAdmins() throws {
+    @Test func metricsAndInfoAreForAdmins() async throws {
         var admin = AccessRules.Principals()
         admin.uids = [0]
-        let connection = try Connection(rules: AccessRules(allow: [:], admin: admin, agentUID: 4_000_000))
-        try connection.send("METRICS\nINFO vehicle v-1\nPING\n")
+        let connection = try ServedConnection(rules: AccessRules(allow: [:], admin: admin, agentUID: 4_000_000))
         #expect(
-            try connection.replies() == [
+            try await connection.replies(to: "METRICS\nINFO vehicle v-1\nPING\n") == [
                 "ERR denied METRICS is for the agent's admins", "ERR denied INFO is for the agent's admins", "PONG",
             ]
         )
         #expect(connection.status.access.deniedPerKind == ["admin": 2])
-        _ = try? connection.channel.finish()
+        await connection.finish()
     }
-    @Test func pipelinedRepliesStopReadingAtTheLimitAndResume() throws {
-        let connection = try Connection()
+
+    @Test func pipelinedRepliesStopReadingAtTheLimitAndResume() async throws {
+        let connection = try ServedConnection()
         // A fetch that never ends holds the head of the queue; everything after it waits.
-        try connection.send("GET vehicle hang-1\n")
-        try connection.send(String(repeating: "PING\n", count: RequestHandler.maxPending - 2))
-        // More lines than one turn takes: the rest are taken in the connection's next turns.
-        connection.channel.embeddedEventLoop.run()
-        connection.channel.read()
-        #expect(connection.counter.reads == 1, "under the limit, reading goes on")
-        try connection.send("PING\n")
-        connection.channel.read()
-        #expect(connection.counter.reads == 1, "at \(RequestHandler.maxPending) owed replies, reading pauses")
-        #expect(try connection.replies().isEmpty, "replies keep request order behind the slow fetch")
-        _ = try? connection.channel.finish()
+        try await connection.send(
+            "GET vehicle hang-1\n" + String(repeating: "PING\n", count: RequestHandler.maxPending - 2)
+        )
+        // More lines than one turn takes: the rest are taken in the connection's next turns, and
+        // then the connection reads on.
+        let under = ServedConnection.State(reading: true, writable: true, unread: 0)
+        #expect(await eventually { await connection.state() == under }, "under the limit, reading goes on")
+        try await connection.send("PING\n")
+        let paused = ServedConnection.State(reading: false, writable: true, unread: 0)
+        #expect(
+            await eventually { await connection.state() == paused },
+            "at \(RequestHandler.maxPending) owed replies, reading pauses"
+        )
+        try await connection.send("PING\n")
+        #expect(await connection.state().unread == 5, "what the client sends now waits in the socket")
+        #expect(connection.repliesWaiting == 0, "replies keep request order behind the slow fetch")
+        await connection.finish()
     }
 
-    @Test func aClientThatDoesNotReadPausesReadingUntilWritable() throws {
-        let connection = try Connection()
-        try connection.send("PING\n")
-        #expect(try connection.replies() == ["PONG"])
-        connection.channel.isWritable = false
-        connection.channel.read()
-        #expect(connection.counter.reads == 0)
-        connection.channel.isWritable = true
-        connection.channel.pipeline.fireChannelWritabilityChanged()
-        #expect(connection.counter.reads == 1, "reading resumes once the client drains its replies")
-        _ = try? connection.channel.finish()
+    @Test func aClientThatDoesNotReadPausesReadingUntilWritable() async throws {
+        // A small send buffer: the replies back up in the agent's output soon.
+        let connection = try ServedConnection(sendBuffer: 4096)
+        #expect(try await connection.replies(to: "") == [])
+        // The client asks for more than the socket and the output's high-water mark hold, and
+        // reads nothing: the output stays over its mark.
+        try await connection.send(String(repeating: "METRICS\n", count: 40))
+        let overMark = await eventually { await connection.state().writable == false }
+        #expect(overMark, "the output goes over its mark")
+        // What the client sends next is read (the socket is still watched for input), but not
+        // answered, and reading pauses after that read.
+        try await connection.send("PING\n")
+        let held = ServedConnection.State(reading: false, writable: false, unread: 0)
+        let paused = await eventually { await connection.state() == held }
+        let state = await connection.state()
+        #expect(paused, "reading pauses while the output is over its mark: \(state)")
+        try await connection.send("PING\n")
+        #expect(await connection.state().unread == 5, "what the client sends now waits in the socket")
+        // The client drains its replies: every one comes, and reading resumes.
+        var lines = try await connection.lines(through: "PONG")
+        lines += try await connection.lines(through: "PONG")
+        #expect(lines.count { $0 == "# EOF" } == 40, "every METRICS reply, then the PONGs")
+        #expect(lines.count { $0 == "PONG" } == 2)
+        #expect(await connection.state().reading, "reading resumes once the client drains its replies")
+        await connection.finish()
     }
 
-    @Test func theLineLimitIs4096BytesAndALongerLineClosesTheConnection() throws {
-        let connection = try Connection()
-        try connection.send("GET vehicle " + String(repeating: "x", count: 4096 - 12) + "\r\n")
-        #expect(try connection.replies().first?.hasPrefix("ERR bad-id") == true, "4096 bytes is still a line")
-        try connection.send("GET vehicle " + String(repeating: "x", count: 4097 - 12) + "\nPING\n")
-        #expect(try connection.replies() == ["ERR bad-request line too long"], "nothing after it is answered")
-        #expect(!connection.channel.isActive)
+    @Test func theLineLimitIs4096BytesAndALongerLineClosesTheConnection() async throws {
+        let connection = try ServedConnection()
+        try await connection.send("GET vehicle " + String(repeating: "x", count: 4096 - 12) + "\r\n")
+        #expect(try await connection.lines(1).first?.hasPrefix("ERR bad-id") == true, "4096 bytes is still a line")
+        try await connection.send("GET vehicle " + String(repeating: "x", count: 4097 - 12) + "\nPING\n")
+        #expect(try await connection.readToEnd() == ["ERR bad-request line too long"], "nothing after it is answered")
+        #expect(await connection.waitUntilClosed(), "the connection is closed")
+        await connection.finish()
     }
 
-    @Test func aPartialLineTimesOutWhileReading() throws {
-        let connection = try Connection(requestTimeout: .seconds(10))
-        #expect(connection.channel.isActive)
-        try connection.send("PING\nGET veh")
-        #expect(try connection.replies() == ["PONG"])
-        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(9))
-        #expect(try connection.replies().isEmpty)
-        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(1))
-        #expect(try connection.replies() == ["ERR bad-request request timed out"])
-        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(2))
-        #expect(!connection.channel.isActive, "the connection is closed")
+    @Test func aPartialLineTimesOutWhileReading() async throws {
+        let timeout = Duration.seconds(1)
+        let connection = try ServedConnection(requestTimeout: .seconds(1))
+        let sent = ContinuousClock.now
+        try await connection.send("PING\nGET veh")
+        #expect(try await connection.lines(1) == ["PONG"])
+        #expect(try await connection.lines(1) == ["ERR bad-request request timed out"])
+        #expect(ContinuousClock.now - sent >= timeout, "not before the time-out")
+        #expect(try await connection.readToEnd() == [])
+        #expect(await connection.waitUntilClosed(), "the connection is closed")
+        await connection.finish()
     }
 
-    @Test func aLineFinishedInTimeCancelsTheClockAndIdleConnectionsStay() throws {
-        let connection = try Connection(requestTimeout: .seconds(10))
-        try connection.send("GET veh")
-        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(9))
-        try connection.send("icle v-1\n")
-        #expect(try connection.replies().first?.hasPrefix("OK tok-v-1 ") == true)
-        try connection.send("PI")
-        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(9))
-        try connection.send("NG\n")
-        #expect(try connection.replies() == ["PONG"], "each line has its own 10 s")
-        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(3600))
-        #expect(try connection.replies() == [])
-        #expect(connection.channel.isActive, "an idle connection with nothing pending is kept")
-        try connection.send("PING\n")
-        #expect(try connection.replies().last == "PONG")
-        _ = try? connection.channel.finish()
+    @Test func aLineFinishedInTimeCancelsTheClockAndIdleConnectionsStay() async throws {
+        // Real time: each line is finished half its time-out after it started, and the two
+        // partial lines together take longer than one time-out. The timed part runs on a thread
+        // of its own, so a test task waiting for a pool thread cannot stretch the pauses.
+        let connection = try ServedConnection(requestTimeout: .seconds(5))
+        let (first, second) = try await offPool { () -> ([String], [String]) in
+            try connection.sendNow("GET veh")
+            usleep(2_500_000)
+            try connection.sendNow("icle v-1\n")
+            let first = try connection.linesNow(1)
+            try connection.sendNow("PI")
+            usleep(2_500_000)
+            try connection.sendNow("NG\n")
+            return (first, try connection.linesNow(1))
+        }
+        #expect(first.first?.hasPrefix("OK tok-v-1 ") == true)
+        #expect(second == ["PONG"], "each line has its own 5 s")
+        // Idle past the time-out with nothing pending: no reply, and the connection is kept.
+        try await Task.sleep(for: .seconds(5.5))
+        #expect(!connection.closed, "an idle connection with nothing pending is kept")
+        #expect(try await connection.replies(to: "") == [], "and nothing was sent on it")
+        await connection.finish()
     }
 
-    @Test func thePartialLineClockPausesWhileReadingIsPaused() throws {
-        let connection = try Connection(requestTimeout: .seconds(10))
-        connection.channel.isWritable = false
-        connection.channel.read()  // reading pauses: the client does not read its replies
-        try connection.send("GET veh")
-        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(60))
-        #expect(try connection.replies().isEmpty, "not the client's fault while the agent does not read")
-        connection.channel.isWritable = true
-        connection.channel.pipeline.fireChannelWritabilityChanged()
-        connection.channel.embeddedEventLoop.advanceTime(by: .seconds(10))
-        #expect(try connection.replies() == ["ERR bad-request request timed out"])
+    @Test func thePartialLineClockPausesWhileReadingIsPaused() async throws {
+        let timeout = Duration.seconds(4)
+        // The client reads nothing, so its replies back up; the stall time-out is far off.
+        let connection = try ServedConnection(
+            requestTimeout: .seconds(4),
+            stallTimeout: .seconds(3600),
+            sendBuffer: 4096
+        )
+        let held = ServedConnection.State(reading: false, writable: false, unread: 0)
+        // On a thread of its own: the steps must follow each other within the time-out.
+        let (overMark, paused, inTime) = try await offPool { () -> (Bool, Bool, Bool) in
+            let started = ContinuousClock.now
+            // The partial line is read while the output is still under its mark: its clock starts.
+            try connection.sendNow(String(repeating: "METRICS\n", count: 40) + "GET veh")
+            let overMark = connection.waitNow { !$0.writable }
+            // More of the line, read while the output is over its mark: reading pauses after that
+            // read, and the clock with it. (The connection asks whether to read on after each
+            // read burst, so reading pauses at the first read after the output went over its
+            // mark.)
+            try connection.sendNow("ic")
+            let paused = connection.waitNow { $0 == held }
+            return (overMark, paused, ContinuousClock.now - started < timeout)
+        }
+        #expect(overMark, "the output goes over its mark")
+        let state = await connection.state()
+        #expect(paused, "reading pauses while the output is over its mark: \(state)")
+        try #require(inTime, "the machine took the whole time-out to get here: the test cannot tell")
+        // One and a half time-outs while reading is paused: not the client's fault.
+        try await Task.sleep(for: timeout * 1.5)
+        let (lines, sinceDrained) = try await offPool { () -> ([String], Duration) in
+            let drained = ContinuousClock.now
+            let lines = try connection.linesNow(through: "ERR bad-request request timed out")
+            return (lines, ContinuousClock.now - drained)
+        }
+        #expect(lines.count { $0 == "# EOF" } == 40, "every METRICS reply before it")
+        #expect(
+            sinceDrained >= timeout,
+            "the clock started again only once the client drained its replies and reading went on"
+        )
+        await connection.finish()
     }
 
-    @Test func rulesAreCheckedOnEveryRequest() throws {
+    @Test func rulesAreCheckedOnEveryRequest() async throws {
         var vehicle = AccessRules.Principals()
         vehicle.uids = [1000]
         var admin = AccessRules.Principals()
         admin.gids = [50]
         let rules = AccessRules(allow: ["vehicle": vehicle], admin: admin, agentUID: 4_000_000)
-        let allowed = try Connection(rules: rules, peer: PeerCredentials(pid: 7, uid: 1000, gid: 1000))
-        try allowed.send("GET vehicle v-1\nSTATS\nDROP vehicle v-1\n")
-        let allowedReplies = try allowed.replies()
+        let allowed = try ServedConnection(rules: rules, peer: PeerCredentials(pid: 7, uid: 1000, gid: 1000))
+        let allowedReplies = try await allowed.replies(to: "GET vehicle v-1\nSTATS\nDROP vehicle v-1\n")
         #expect(allowedReplies.count == 3)
         #expect(allowedReplies.first?.hasPrefix("OK tok-v-1 ") == true, "uid 1000 may ask for vehicle")
         #expect(
@@ -266,11 +258,16 @@ struct RequestHandlerTests {
                 "ERR denied STATS is for the agent's admins", "ERR denied DROP is for the agent's admins",
             ]
         )
+        await allowed.finish()
 
         // An admin by supplementary group, not allowed vehicle; trip has no rules.
-        let other = try Connection(rules: rules, peer: PeerCredentials(pid: 8, uid: 1001, gid: 1001, groups: [50]))
-        try other.send("GET vehicle v-1\nGET trip t-1\nSTATS\nREFRESH vehicle v-1 tok-v-1\nDROP vehicle v-1\n")
-        let replies = try other.replies()
+        let other = try ServedConnection(
+            rules: rules,
+            peer: PeerCredentials(pid: 8, uid: 1001, gid: 1001, groups: [50])
+        )
+        let replies = try await other.replies(
+            to: "GET vehicle v-1\nGET trip t-1\nSTATS\nREFRESH vehicle v-1 tok-v-1\nDROP vehicle v-1\n"
+        )
         #expect(replies.count == 5)
         #expect(replies.first == "ERR denied not allowed to ask for kind vehicle")
         #expect(replies.dropFirst().first?.hasPrefix("OK tok-t-1 ") == true)
@@ -279,25 +276,29 @@ struct RequestHandlerTests {
         #expect(replies.last == "ERR denied not allowed to ask for kind vehicle", "DROP needs the kind too")
         #expect(other.status.access.denied == 3)
         #expect(other.status.statsText().contains(" denied=3"))
+        await other.finish()
 
-        let unknown = try Connection(rules: rules, peer: nil)
-        try unknown.send("GET vehicle v-1\nSTATS\nPING\n")
+        let unknown = try ServedConnection(rules: rules, peer: nil)
         #expect(
-            try unknown.replies() == [
+            try await unknown.replies(to: "GET vehicle v-1\nSTATS\nPING\n") == [
                 "ERR denied not allowed to ask for kind vehicle", "ERR denied STATS is for the agent's admins", "PONG",
             ]
         )
         #expect(unknown.status.access.denied == 2)
-        let root = try Connection(rules: rules, peer: PeerCredentials(pid: 9, uid: 0, gid: 0))
-        try root.send("STATS\n")
-        #expect(try root.replies().first?.hasPrefix("OK entries=") == true, "uid 0 is always admin")
+        await unknown.finish()
+        let root = try ServedConnection(rules: rules, peer: PeerCredentials(pid: 9, uid: 0, gid: 0))
+        #expect(try await root.replies(to: "STATS\n").first?.hasPrefix("OK entries=") == true, "uid 0 is always admin")
+        await root.finish()
     }
 
-    @Test func connectionsOverALimitAreToldWhyAndClosed() throws {
-        let connection = try Connection(admission: .tooManyForUID(1000))
-        #expect(try connection.replies() == ["ERR busy too many connections for uid 1000"])
-        try connection.send("PING\n")
-        #expect(try connection.replies().isEmpty, "nothing more is answered")
+    @Test func connectionsOverALimitAreToldWhyAndClosed() async throws {
+        let connection = try ServedConnection(admission: .tooManyForUID(1000))
+        #expect(try await connection.lines(1) == ["ERR busy too many connections for uid 1000"])
+        // The agent may have closed already: the send may fail.
+        try? await connection.send("PING\n")
+        #expect(try await connection.readToEnd() == [], "nothing more is answered")
+        #expect(await connection.waitUntilClosed())
+        await connection.finish()
     }
 }
 
@@ -334,90 +335,91 @@ struct ConnectionLimitTests {
 
 @Suite("Request handler: the fast path and write batching")
 struct RequestHandlerFastPathTests {
-    /// The outbound buffers written so far, each as text.
-    private func writes(_ connection: Connection) throws -> [String] {
-        var writes: [String] = []
-        while var buffer = try connection.channel.readOutbound(as: ByteBuffer.self) {
-            writes.append(buffer.readString(length: buffer.readableBytes) ?? "")
-        }
-        return writes
-    }
-
-    @Test func aBurstOfRequestsIsWrittenOnceAtTheEndOfTheRead() throws {
-        let connection = try Connection()
-        try connection.send("GET vehicle v-1\nPING\nGET trip t-1\nGET vehicle v-1 60\nSTATS\n")
-        let writes = try writes(connection)
-        #expect(writes.count == 1, "one write for the burst, not one per reply: \(writes)")
-        let lines = writes.joined().split(separator: "\n").map(String.init)
-        #expect(lines.count == 5)
+    @Test func aBurstOfRequestsIsWrittenOnceAtTheEndOfTheRead() async throws {
+        // A sequenced-packet pair keeps each of the agent's sends one record.
+        let connection = try ServedConnection(type: Int32(SOCK_SEQPACKET.rawValue))
+        try await connection.send("GET vehicle v-1\nPING\nGET trip t-1\nGET vehicle v-1 60\nSTATS\n")
+        let burst = try await connection.record()
+        let lines = burst.split(separator: "\n").map(String.init)
+        #expect(lines.count == 5, "one write for the burst, not one per reply: \(burst.debugDescription)")
         #expect(lines[0].hasPrefix("OK tok-v-1 "))
         #expect(lines[1] == "PONG")
         #expect(lines[2].hasPrefix("OK tok-t-1 "))
         #expect(lines[3] == lines[0])
         #expect(lines[4].hasPrefix("OK entries=2 hits=3 "))
-        _ = try? connection.channel.finish()
+        try await connection.send("PING\n")
+        #expect(try await connection.record() == "PONG\n", "nothing else was written for the burst")
+        await connection.finish()
     }
 
-    @Test func theFastPathAnswersWhatTheParserWould() throws {
-        let connection = try Connection()
+    @Test func theFastPathAnswersWhatTheParserWould() async throws {
+        let connection = try ServedConnection()
         // Recognised by the fast path, then forms only the parser takes: the same token each time.
         let forms = [
             "GET vehicle v-1", "GET vehicle v-1\r", "get vehicle v-1", "GET  vehicle v-1", "GET vehicle v-1 ",
             "Get vehicle v-1 300",
         ]
-        try connection.send(forms.map { $0 + "\n" }.joined())
-        let replies = try connection.replies()
+        let replies = try await connection.replies(to: forms.map { $0 + "\n" }.joined())
         #expect(replies.count == forms.count)
         let expected = replies.first ?? ""
         #expect(expected.hasPrefix("OK tok-v-1 "))
         for (form, reply) in zip(forms, replies) { #expect(reply == expected, "\(form.debugDescription)") }
-        _ = try? connection.channel.finish()
+        await connection.finish()
     }
 
-    @Test func theFastPathKeepsErrorsAndRules() throws {
-        let connection = try Connection(
+    @Test func theFastPathKeepsErrorsAndRules() async throws {
+        let connection = try ServedConnection(
             rules: AccessRules(allow: ["trip": AccessRules.Principals(uids: [42])], admin: nil, agentUID: 4_000_000)
         )
-        try connection.send("GET lorry v-1\nGET trip t-1\nGET vehicle a/b\nGET vehicle v-1 999999\n")
-        let replies = try connection.replies()
+        let replies = try await connection.replies(
+            to: "GET lorry v-1\nGET trip t-1\nGET vehicle a/b\nGET vehicle v-1 999999\n"
+        )
         #expect(replies.count == 4)
         #expect(replies[0].hasPrefix("ERR bad-kind kind lorry is not configured"))
         #expect(replies[1].hasPrefix("ERR denied"))
         #expect(replies[2].hasPrefix("ERR bad-id"))
         #expect(replies[3].hasPrefix("ERR bad-request"))
-        _ = try? connection.channel.finish()
+        await connection.finish()
     }
 
-    @Test func aReloadChangesTheKindsTheFastPathKnows() throws {
-        let connection = try Connection()
+    @Test func aReloadChangesTheKindsTheFastPathKnows() async throws {
+        let connection = try ServedConnection()
         let engine = connection.status.engine
-        try connection.send("GET trip t-1\n")
-        #expect(try connection.replies().first?.hasPrefix("OK tok-t-1 ") == true)
+        #expect(try await connection.replies(to: "GET trip t-1\n").first?.hasPrefix("OK tok-t-1 ") == true)
         engine.reconfigure(providers: ["vehicle": InstantProvider()], policy: engine.policy, changedKinds: [])
-        try connection.send("GET trip t-1\nGET vehicle v-1\n")
-        let replies = try connection.replies()
+        let replies = try await connection.replies(to: "GET trip t-1\nGET vehicle v-1\n")
         #expect(replies.first == "ERR bad-kind kind trip is not configured; configured: vehicle")
         #expect(replies.last?.hasPrefix("OK tok-v-1 ") == true, "an unchanged kind keeps its tokens")
-        _ = try? connection.channel.finish()
+        await connection.finish()
     }
 
-    @Test func expiriesAreWrittenInDecimalWhateverTheirLength() throws {
+    /// Through the public serving path (`SocketServingLoop`, what the benchmarks use).
+    @Test func expiriesAreWrittenInDecimalWhateverTheirLength() async throws {
         let engine = TokenEngine(providers: ["vehicle": InstantProvider()])
         let far = Int64(SystemAgentClock().wallSeconds) + 86_400 * 365 * 1000
         engine.importTokens([CachedToken(kind: "vehicle", id: "far", token: "tok-far", expiresAt: far)])
         let status = AgentStatus(engine: engine, server: ServerStatistics())
-        let channel = EmbeddedChannel()
-        try TokenSocketServer.addConnectionHandlers(
-            to: channel,
-            engine: engine,
-            status: status,
-            logger: Logger(label: "t")
-        )
-        try channel.connect(to: SocketAddress(unixDomainSocketPath: "/tmp/unused.sock")).wait()
-        try channel.writeInbound(channel.allocator.buffer(string: "GET vehicle far\n"))
-        var reply = try #require(try channel.readOutbound(as: ByteBuffer.self))
-        #expect(reply.readString(length: reply.readableBytes) == "OK tok-far \(far)\n")
-        _ = try? channel.finish()
+        let serving = try SocketServingLoop(engine: engine, status: status, logger: Logger(label: "t"))
+        var pair: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+        serving.serve(pair[0])
+        let client = pair[1]
+        defer { close(client) }
+        let reply = try await offPool { () -> String in
+            var timeout = timeval(tv_sec: 60, tv_usec: 0)
+            setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            _ = "GET vehicle far\n".withCString { send(client, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            var received: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while !received.contains(UInt8(ascii: "\n")) {
+                let count = chunk.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
+                guard count > 0 else { break }
+                received += chunk[..<count]
+            }
+            return String(decoding: received, as: UTF8.self)
+        }
+        #expect(reply == "OK tok-far \(far)\n")
+        await serving.stop()
     }
 }
 

@@ -1,10 +1,14 @@
 import Foundation
+import TestSupport
 import Testing
 import TokenAgent
 
+@testable import TestOracles
+
 /// Replays the provider-reply fuzzer's seed corpus (`Tests/Fuzz/provider-replies-corpus`, see
-/// `scripts/fuzz`) through ``ProviderReplyOracle`` (a symlink to `Tests/Fuzz/` here), and a few
-/// thousand mutations of it, so every CI run checks what the fuzzer checks.
+/// `scripts/fuzz`) through ``ProviderReplyOracle`` (in the `TestOracles` target; the fuzzer's
+/// package links the same file), and a few thousand mutations of it, so every CI run checks what
+/// the fuzzer checks.
 @Suite("Provider-reply corpus replay")
 struct ProviderReplyCorpusTests {
     static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -262,29 +262,35 @@ struct SharedSegmentsTests {
             let tripStored = Mutex(false)
             var trip = false
             var vehicleWaited = false
-            // What a growth or a copy of the vehicle segment does: hold its lock.
-            segments.holdingLock(of: "vehicle") {
-                Thread.detachNewThread {
-                    let stored = segments.tokenStored(
-                        kind: "trip",
-                        id: "t-1",
-                        token: "tok-t-1",
-                        expiry: expiry,
-                        lifetime: 3600,
-                        unixExpiry: unixExpiry
-                    )
-                    let read = Array("t-1".utf8).withUnsafeBytes { segments.withToken(kind: "trip", id: $0) { _ in } }
-                    tripStored.withLock { $0 = stored && read }
-                    tripDone.signal()
+            // Hold the vehicle kind's lock as a growth or a copy of its segment does, through the
+            // real path that takes it: a read of a vehicle token runs its body under that lock.
+            let holding = Array("v-1".utf8).withUnsafeBytes {
+                segments.withToken(kind: "vehicle", id: $0) { _ in
+                    Thread.detachNewThread {
+                        let stored = segments.tokenStored(
+                            kind: "trip",
+                            id: "t-1",
+                            token: "tok-t-1",
+                            expiry: expiry,
+                            lifetime: 3600,
+                            unixExpiry: unixExpiry
+                        )
+                        let read = Array("t-1".utf8).withUnsafeBytes {
+                            segments.withToken(kind: "trip", id: $0) { _ in }
+                        }
+                        tripStored.withLock { $0 = stored && read }
+                        tripDone.signal()
+                    }
+                    Thread.detachNewThread {
+                        _ = Array("v-1".utf8).withUnsafeBytes { segments.withToken(kind: "vehicle", id: $0) { _ in } }
+                        vehicleDone.signal()
+                    }
+                    trip = tripDone.wait(timeout: .now() + 30) == .success && tripStored.withLock { $0 }
+                    // The same kind's read waits for the lock (the check can fail: it must not pass).
+                    vehicleWaited = vehicleDone.wait(timeout: .now() + 0.2) == .timedOut
                 }
-                Thread.detachNewThread {
-                    _ = Array("v-1".utf8).withUnsafeBytes { segments.withToken(kind: "vehicle", id: $0) { _ in } }
-                    vehicleDone.signal()
-                }
-                trip = tripDone.wait(timeout: .now() + 30) == .success && tripStored.withLock { $0 }
-                // The same kind's read waits for the lock (the check can fail: it must not pass).
-                vehicleWaited = vehicleDone.wait(timeout: .now() + 0.2) == .timedOut
             }
+            #expect(holding, "the vehicle token was read, its lock held meanwhile")
             let vehicleRead = vehicleDone.wait(timeout: .now() + 30) == .success
             return (trip, vehicleWaited, vehicleRead)
         }

@@ -130,17 +130,6 @@ func makeRawJWT(payload: String, header: String = #"{"alg":"RS256"}"#, signature
         + signature
 }
 
-/// Waits until `condition` holds, yielding to other tasks, for at most `seconds` of real time (a
-/// hang detector: the wait ends as soon as the condition holds, however slow the machine).
-func eventually(seconds: Double = 60, _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(5))
-    }
-    return condition()
-}
-
 /// `json` read as a config file over the defaults.
 func parseConfiguration(_ json: String) throws -> AgentConfiguration {
     try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())

@@ -1,5 +1,6 @@
 import CSharedMemory
 import Foundation
+import TestSupport
 import Testing
 
 @testable import TokenSegment

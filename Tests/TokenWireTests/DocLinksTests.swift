@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// Every relative link in the repository's Markdown documents (the READMEs, docs/ and the DocC

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The standing rules that keep the documents readable in one sitting (issue 33 §6): DESIGN.md

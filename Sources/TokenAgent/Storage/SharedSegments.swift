@@ -364,10 +364,4 @@ public final class SharedSegments: TokenMirror, Sendable {
         if let writer = state.writer { retire(writer) }
         state = KindState(configured: false, policy: policy)
     }
-
-    /// Runs `body` holding `kind`'s lock (for tests: what a growth or a copy holding it does to
-    /// the other kinds).
-    func holdingLock(of kind: String, _ body: () -> Void) {
-        entry(kind)?.state.withLock { _ in body() }
-    }
 }

@@ -7,12 +7,10 @@ protocol TransportTimer {
     func cancel()
 }
 
-extension Scheduled: TransportTimer {}
-
-/// What a ``RequestHandler`` needs of the connection it serves. The agent's socket loop serves
-/// its connections with ``SocketConnection``; tests and benchmarks that drive a handler on an
-/// `EmbeddedChannel` use SwiftNIO's channel (``ChannelRequestHandler``). Every call is made on
-/// the connection's own thread, and every body passed in runs there.
+/// What a ``RequestHandler`` needs of the connection it serves: the agent's socket loop serves
+/// its connections with ``SocketConnection``, the one transport (the tests drive the handler
+/// through it too, on socket pairs). Every call is made on the connection's own thread, and
+/// every body passed in runs there.
 protocol ConnectionTransport: AnyObject {
     /// Whether the output not yet taken by the socket is under its high-water mark.
     var isWritable: Bool { get }

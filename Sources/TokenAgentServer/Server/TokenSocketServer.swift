@@ -244,20 +244,6 @@ public final class TokenSocketServer: Service, Sendable {
         }
     }
 
-    /// Adds the handler that serves one client connection (it frames its own input) to
-    /// `channel`, with no peer credentials: for benchmarks and tests that drive the request
-    /// handler on an `EmbeddedChannel`; call it on the channel's event loop.
-    public static func addConnectionHandlers(
-        to channel: any Channel,
-        engine: TokenEngine,
-        status: AgentStatus,
-        logger: Logger
-    ) throws {
-        try channel.pipeline.syncOperations.addHandler(
-            ChannelRequestHandler(RequestHandler(engine: engine, status: status, logger: logger))
-        )
-    }
-
     /// Connections closed since the allocator was last asked to give freed memory back.
     private let closedSinceTrim = Mutex(0)
 

@@ -1,1 +1,1 @@
-../../../ProviderReplyOracle.swift
+../../../../TestOracles/ProviderReplyOracle.swift

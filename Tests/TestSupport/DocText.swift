@@ -2,12 +2,12 @@ import Foundation
 import Testing
 
 /// The repository's documents, read by the doc tests: Markdown sections, tables and fenced blocks,
-/// and the man page. Shared by several test targets (symbolic links to Tests/Shared).
-enum DocText {
+/// and the man page. Shared by several test targets (the `TestSupport` target).
+public enum DocText {
     /// Expects `found` to list each of `expected` once, in any order, and nothing else: a name
     /// listed twice, one `expected` lacks (worded by `missing`) and one it does not know (worded by
     /// `unknown`) are each an issue.
-    static func expectSame(
+    public static func expectSame(
         _ found: [String],
         _ expected: [String],
         _ what: String,
@@ -25,7 +25,7 @@ enum DocText {
 
     /// The repository root: the first directory above this file holding `Package.swift` and
     /// `Sources/TokenWire`.
-    static func root(_ file: String = #filePath) -> URL {
+    public static func root(_ file: String = #filePath) -> URL {
         var directory = URL(fileURLWithPath: file).deletingLastPathComponent()
         while directory.path != "/" {
             let manifest = directory.appendingPathComponent("Package.swift").path
@@ -39,24 +39,24 @@ enum DocText {
     }
 
     /// The text of `path`, relative to the repository root.
-    static func read(_ path: String) throws -> String {
+    public static func read(_ path: String) throws -> String {
         try String(contentsOf: root().appendingPathComponent(path), encoding: .utf8)
     }
 
     /// The files directly in `folder` (relative to the repository root) whose names end with
     /// `suffix`, as paths from the root, sorted.
-    static func files(in folder: String, endingWith suffix: String) throws -> [String] {
+    public static func files(in folder: String, endingWith suffix: String) throws -> [String] {
         let names = try FileManager.default.contentsOfDirectory(atPath: root().appendingPathComponent(folder).path)
         return names.filter { $0.hasSuffix(suffix) }.sorted().map { folder + "/" + $0 }
     }
 
     /// The documents in docs/, as paths from the repository root.
-    static func docs() throws -> [String] {
+    public static func docs() throws -> [String] {
         try files(in: "docs", endingWith: ".md")
     }
 
     /// The articles of every module's DocC catalog (`Sources/<Module>/<Module>.docc/*.md`).
-    static func catalogArticles() throws -> [String] {
+    public static func catalogArticles() throws -> [String] {
         var articles: [String] = []
         for module in try files(in: "Sources", endingWith: "") {
             let catalog = module + "/" + (module.split(separator: "/").last.map(String.init) ?? module) + ".docc"
@@ -70,22 +70,22 @@ enum DocText {
     }
 
     /// Lines as `wc -l` counts them, a last line without LF included.
-    static func lineCount(_ text: String) -> Int {
+    public static func lineCount(_ text: String) -> Int {
         let breaks = text.utf8.reduce(0) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
         return text.isEmpty || text.hasSuffix("\n") ? breaks : breaks + 1
     }
 
     /// A Markdown section: a heading and the lines up to the next heading of any level.
-    struct Section {
-        var level: Int
-        var title: String
+    public struct Section {
+        public var level: Int
+        public var title: String
         /// 1-based line number of the heading in the document (0 for the text before any heading).
-        var line: Int
-        var lines: [String]
+        public var line: Int
+        public var lines: [String]
     }
 
     /// The document's sections, in order. `#` lines inside fenced code blocks are not headings.
-    static func sections(_ text: String) -> [Section] {
+    public static func sections(_ text: String) -> [Section] {
         var sections = [Section(level: 0, title: "", line: 0, lines: [])]
         var fence: String?
         for (index, line) in text.components(separatedBy: "\n").enumerated() {
@@ -117,7 +117,7 @@ enum DocText {
     /// The fragments a Markdown link may name in a document (`#the-socket-loop`): each heading's
     /// text lower-cased, with spaces as `-` and every character other than a letter, a digit, `-`
     /// or `_` left out; a repeated heading gets `-1`, `-2`, ... as GitHub numbers them.
-    static func anchors(_ text: String) -> Set<String> {
+    public static func anchors(_ text: String) -> Set<String> {
         var seen: [String: Int] = [:]
         var anchors: Set<String> = []
         for section in sections(text) where section.level > 0 {
@@ -140,14 +140,14 @@ enum DocText {
     }
 
     /// A Markdown link's target, with the 1-based line it is on.
-    struct Link {
-        var target: String
-        var line: Int
+    public struct Link {
+        public var target: String
+        public var line: Int
     }
 
     /// The targets of the inline links (`[text](target)`) of a Markdown document, outside fenced
     /// code blocks.
-    static func links(_ text: String) throws -> [Link] {
+    public static func links(_ text: String) throws -> [Link] {
         let pattern = try Regex(#"\]\(([^)\s]+)\)"#)
         var links: [Link] = []
         var fence: String?
@@ -170,7 +170,7 @@ enum DocText {
     }
 
     /// The lines of the section titled `title` and of every section under it.
-    static func section(_ title: String, in text: String) -> [String]? {
+    public static func section(_ title: String, in text: String) -> [String]? {
         let all = sections(text)
         guard let start = all.firstIndex(where: { $0.title == title }) else { return nil }
         var lines = all[start].lines
@@ -183,19 +183,19 @@ enum DocText {
     }
 
     /// A Markdown table: its header cells and its rows' cells, trimmed.
-    struct Table {
-        var header: [String]
-        var rows: [[String]]
+    public struct Table {
+        public var header: [String]
+        public var rows: [[String]]
 
         /// The cells of the column headed `name`.
-        func column(_ name: String) -> [String]? {
+        public func column(_ name: String) -> [String]? {
             guard let index = header.firstIndex(of: name) else { return nil }
             return rows.map { index < $0.count ? $0[index] : "" }
         }
     }
 
     /// The tables among `lines` (outside fenced code blocks). `\|` inside a cell is a literal bar.
-    static func tables(_ lines: [String]) -> [Table] {
+    public static func tables(_ lines: [String]) -> [Table] {
         var tables: [Table] = []
         var current: [[String]] = []
         var fenced = false
@@ -234,7 +234,7 @@ enum DocText {
     }
 
     /// The `code spans` of a piece of Markdown, in order.
-    static func codeSpans(_ text: String) -> [String] {
+    public static func codeSpans(_ text: String) -> [String] {
         var spans: [String] = []
         var rest = Substring(text)
         while let open = rest.firstIndex(of: "`") {
@@ -248,18 +248,18 @@ enum DocText {
     }
 
     /// A fenced code block.
-    struct FencedBlock {
+    public struct FencedBlock {
         /// The info string's first word (`sh`, `console`, `json`, ...), or empty.
-        var language: String
+        public var language: String
         /// 1-based line number of the opening fence.
-        var line: Int
-        var lines: [String]
+        public var line: Int
+        public var lines: [String]
         /// The last non-blank line before the opening fence.
-        var before: String
+        public var before: String
     }
 
     /// The fenced code blocks of a Markdown document.
-    static func fencedBlocks(_ text: String) -> [FencedBlock] {
+    public static func fencedBlocks(_ text: String) -> [FencedBlock] {
         var blocks: [FencedBlock] = []
         var open: (fence: String, block: FencedBlock)?
         var lastText = ""
@@ -286,7 +286,7 @@ enum DocText {
     }
 
     /// Backslash escapes of roff undone (`\-` to `-`, `\\` to `\`), for reading the man page.
-    static func unroff(_ text: String) -> String {
+    public static func unroff(_ text: String) -> String {
         text.replacingOccurrences(of: "\\-", with: "-").replacingOccurrences(of: "\\\\", with: "\\")
             .replacingOccurrences(of: "\\fB", with: "").replacingOccurrences(of: "\\fI", with: "")
             .replacingOccurrences(of: "\\fR", with: "").replacingOccurrences(of: "\\fP", with: "")

@@ -1,1 +1,0 @@
-../Fuzz/ProviderReplyOracle.swift
