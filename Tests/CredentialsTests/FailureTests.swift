@@ -99,7 +99,10 @@ struct FailureTests {
         let error = await credentialsError { () throws(CredentialsError) in try await source.accessToken() }
         await source.shutdown()
         #expect(error?.fault == .transient)
-        #expect(error?.message.contains("request failed") == true)
+        // The refused connection (`request failed: ...`) or, when a loaded machine delays that
+        // report past the flight's deadline, the flight's time-out (`timed out after N s`).
+        let message = error?.message ?? ""
+        #expect(message.contains("request failed") || message.contains("timed out after"), "\(message)")
     }
 
     @Test func metadataServerWithoutAServiceAccount() async throws {
