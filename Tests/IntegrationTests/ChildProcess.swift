@@ -64,7 +64,13 @@ final class ChildProcess: @unchecked Sendable {
             (Self.descriptor(standardError, childReads: false), Int32(2)),
         ]
         for (descriptor, target) in streams {
-            if let descriptor { posix_spawn_file_actions_adddup2(&actions, descriptor, target) }
+            guard let descriptor else { continue }
+            // `FileHandle.nullDevice` has no descriptor of its own (-1): the child gets /dev/null.
+            let added =
+                descriptor >= 0
+                ? posix_spawn_file_actions_adddup2(&actions, descriptor, target)
+                : posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_RDWR, 0)
+            guard added == 0 else { throw AgentError("posix_spawn_file_actions for descriptor \(target): \(added)") }
         }
         guard Self.addCloseFrom(&actions, 3) == 0 else { throw AgentError("posix_spawn_file_actions_addclosefrom_np") }
         var attributes = posix_spawnattr_t()
