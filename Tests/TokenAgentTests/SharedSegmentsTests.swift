@@ -2,6 +2,7 @@ import CSharedMemory
 import Foundation
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 import TokenAgentServer
 import TokenSegment
@@ -256,7 +257,7 @@ struct SharedSegmentsTests {
         #expect(store(segments, "v-1", "tok-v-1"))
         let expiry = expiry
         let unixExpiry = unixExpiry
-        let outcome = try await onThread { () -> (trip: Bool, vehicleWaited: Bool, vehicleRead: Bool) in
+        let outcome = try await offPool { () -> (trip: Bool, vehicleWaited: Bool, vehicleRead: Bool) in
             let tripDone = DispatchSemaphore(value: 0)
             let vehicleDone = DispatchSemaphore(value: 0)
             let tripStored = Mutex(false)
@@ -404,13 +405,6 @@ struct SharedSegmentsTests {
             #expect(read(segments, "v-\(index)") == "tok-v-\(index)")
             #expect(try readerSees(segments, "v-\(index)") == "tok-v-\(index)", "back in shared memory")
         }
-    }
-}
-
-/// Runs blocking work on a thread of its own, off Swift concurrency's small pool.
-private func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
     }
 }
 
