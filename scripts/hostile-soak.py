@@ -25,6 +25,7 @@ the scrapes got through.
 """
 
 import argparse
+import array
 import http.server
 import json
 import multiprocessing
@@ -86,6 +87,9 @@ def connect(path: str) -> socket.socket:
     sock.connect(path)
     sock.setblocking(False)
     return sock
+
+
+HOSTILE_STYLES = ("half-closed", "pipelining", "idle")
 
 
 class Hostile:
@@ -266,11 +270,26 @@ def warm(path: str, keys: int) -> None:
 
 
 def normal_client(path: str, seconds: float, keys: int) -> list[float]:
-    """One GET at a time over `keys` cached keys for `seconds`: each reply's latency, seconds."""
+    """One GET at a time over `keys` cached keys for `seconds`, in a process of its own (no other
+    Python thread shares its interpreter, so what it times is the agent): each reply's latency,
+    seconds."""
+    with tempfile.NamedTemporaryFile(prefix="ftd-hostile-latencies-") as output:
+        child = multiprocessing.Process(target=time_gets, args=(path, seconds, keys, output.name))
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            raise SystemExit(f"the normal client ended with status {child.exitcode}")
+        latencies = array.array("d")
+        latencies.frombytes(output.read())
+        return latencies.tolist()
+
+
+def time_gets(path: str, seconds: float, keys: int, output: str) -> None:
+    """The normal client's body: times each GET and writes the latencies to `output`."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
     reader = sock.makefile("rb")
-    latencies, index, end = [], 0, time.monotonic() + seconds
+    latencies, index, end = array.array("d"), 0, time.monotonic() + seconds
     while time.monotonic() < end:
         started = time.perf_counter()
         sock.sendall(f"GET vehicle n-{index % keys}\n".encode())
@@ -280,7 +299,35 @@ def normal_client(path: str, seconds: float, keys: int) -> list[float]:
             raise SystemExit(f"normal client got {line!r}")
         index += 1
     sock.close()
-    return latencies
+    with open(output, "wb") as file:
+        latencies.tofile(file)
+
+
+def drive_hostiles(path: str, connections: int, stop, reopened) -> None:
+    """Opens `connections` hostile connections, a third of each style, and keeps each at its
+    bound until `stop`; then closes them all and counts reopenings by style into `reopened`."""
+    hostiles = [Hostile(path, HOSTILE_STYLES[index % 3]) for index in range(connections)]
+    while not stop.is_set():
+        for hostile in hostiles:
+            hostile.step()
+        time.sleep(0.1)
+    for index, style in enumerate(HOSTILE_STYLES):
+        reopened[index] = sum(h.reopened for h in hostiles if h.style == style)
+    for hostile in hostiles:
+        hostile.sock.close()
+
+
+def sample_memory(pid: int, usage_path, stop, peak, peak_charged) -> None:
+    """Samples the agent's RSS and its cgroup's charge every 0.1 s until `stop`, keeping peaks."""
+    while not stop.is_set():
+        try:
+            peak.value = max(peak.value, rss_bytes(pid))
+            if usage_path is not None:
+                with open(usage_path) as usage:
+                    peak_charged.value = max(peak_charged.value, int(usage.read()))
+        except (OSError, KeyError):
+            return
+        time.sleep(0.1)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -338,22 +385,16 @@ def main() -> int:
         idle_charged = group.usage()
         baseline = normal_client(path, args.baseline_seconds, keys)
 
-        styles = ["half-closed", "pipelining", "idle"]
-        hostiles = [Hostile(path, styles[index % 3]) for index in range(args.connections)]
-        stop = threading.Event()
-        peak = [idle_rss]
-        peak_charged = [idle_charged]
-
-        def drive() -> None:
-            while not stop.is_set():
-                for hostile in hostiles:
-                    hostile.step()
-                peak[0] = max(peak[0], rss_bytes(agent.pid))
-                peak_charged[0] = max(peak_charged[0], group.usage())
-                time.sleep(0.1)
-
-        driver = threading.Thread(target=drive, daemon=True)
+        stop = multiprocessing.Event()
+        reopened = multiprocessing.Array("q", len(HOSTILE_STYLES))
+        peak = multiprocessing.Value("q", idle_rss)
+        peak_charged = multiprocessing.Value("q", idle_charged)
+        driver = multiprocessing.Process(target=drive_hostiles, args=(path, args.connections, stop, reopened))
+        sampler = multiprocessing.Process(
+            target=sample_memory, args=(agent.pid, group.usage_path, stop, peak, peak_charged)
+        )
         driver.start()
+        sampler.start()
         flood_stop = multiprocessing.Event()
         flood_replies = multiprocessing.Value("q", 0)
         drip_ended, drip_late = multiprocessing.Value("q", 0), multiprocessing.Value("q", 0)
@@ -380,14 +421,13 @@ def main() -> int:
         stop.set()
         flood_stop.set()
         driver.join()
+        sampler.join()
         for flood in floods:
             flood.join(timeout=30)
             if flood.is_alive():
                 flood.terminate()
-        peak[0] = max(peak[0], rss_bytes(agent.pid))
         loaded_rss = rss_bytes(agent.pid)
-        for hostile in hostiles:
-            hostile.sock.close()
+        peak.value = max(peak.value, loaded_rss)
         time.sleep(2)
         after_rss = rss_bytes(agent.pid)
         alive = agent.poll() is None
@@ -397,13 +437,13 @@ def main() -> int:
             "hostile_seconds": args.hostile_seconds,
             "rss_mib": {
                 "idle": round(idle_rss / 2**20, 1),
-                "peak": round(peak[0] / 2**20, 1),
+                "peak": round(peak.value / 2**20, 1),
                 "at_end_of_load": round(loaded_rss / 2**20, 1),
                 "after_close": round(after_rss / 2**20, 1),
             },
             "cgroup_charged_mib": {
                 "idle": round(idle_charged / 2**20, 1),
-                "peak": round(peak_charged[0] / 2**20, 1),
+                "peak": round(peak_charged.value / 2**20, 1),
             }
             if group.usage_path
             else None,
@@ -411,7 +451,7 @@ def main() -> int:
             "drip_gets": {"answered": drip_ended.value, "later_than_10_s": drip_late.value},
             "scrapes": {"tried": scrapes.value, "answered": scrapes_answered.value},
             "reopened_by_style": {
-                style: sum(h.reopened for h in hostiles if h.style == style) for style in styles
+                style: reopened[index] for index, style in enumerate(HOSTILE_STYLES)
             },
             "normal_client": {
                 "baseline_replies": len(baseline),
@@ -427,7 +467,7 @@ def main() -> int:
         report["p99_ratio"] = round(ratio, 2)
         report["pass"] = (
             alive
-            and peak[0] / 2**20 <= args.max_rss_mib
+            and peak.value / 2**20 <= args.max_rss_mib
             and ratio <= args.max_p99_ratio
             and drip_late.value == 0
             and (args.drip_peers == 0 or drip_ended.value > 0)

@@ -80,6 +80,24 @@ struct EngineObservabilityTests {
         #expect(engine.providerHealth()[0].lastFailureReason == .status4xx)
     }
 
+    @Test func surveyCountsEachKindOverEveryShard() async {
+        let clock = ManualClock()
+        let provider = ScriptedProvider(clock: clock)
+        let engine = TokenEngine(providers: ["vehicle": provider, "trip": provider], clock: clock)
+        _ = await engine.get(kind: "trip", id: "first")
+        clock.advance(100)
+        for index in 0..<200 { _ = await engine.get(kind: "vehicle", id: "v-\(index)") }
+        for index in 0..<37 { _ = await engine.get(kind: "trip", id: "t-\(index)") }
+        let surveys = engine.survey()
+        #expect(surveys.map(\.kind) == engine.kinds)
+        let trip = surveys.first { $0.kind == "trip" }
+        let vehicle = surveys.first { $0.kind == "vehicle" }
+        #expect(vehicle?.entries == 200 && vehicle?.tokens == 200 && vehicle?.activeTokens == 200)
+        #expect(vehicle?.soonestActiveExpiry == 3600)
+        #expect(trip?.entries == 38 && trip?.tokens == 38)
+        #expect(trip?.soonestActiveExpiry == 3500, "the oldest trip token, whichever shard holds it")
+    }
+
     @Test func surveyAndHealthSeeTokensInUseCloseToExpiry() async {
         let clock = ManualClock()
         let provider = ScriptedProvider(clock: clock)

@@ -19,4 +19,15 @@ public struct KindSurvey: Sendable, Hashable {
 
     /// An empty survey of `kind`.
     public init(kind: String) { self.kind = kind }
+
+    /// Adds the counts of `other`, a survey of the same kind (another shard's).
+    mutating func add(_ other: KindSurvey) {
+        entries += other.entries
+        tokens += other.tokens
+        activeTokens += other.activeTokens
+        if let soonest = other.soonestActiveExpiry {
+            soonestActiveExpiry = min(soonestActiveExpiry ?? soonest, soonest)
+        }
+        activeBelowMinimumValidity += other.activeBelowMinimumValidity
+    }
 }

@@ -193,6 +193,19 @@ public struct LRUTable<Key: LRUTableKey, Value> {
         forEachSlotNewestFirst { slot in body(keys[slot]!, values[slot]!) }
     }
 
+    /// Calls `body` with every value of `group`, most recently used first, without copying them
+    /// out of the table.
+    public func forEachValue(inGroup group: Int, _ body: (borrowing Value) -> Void) {
+        guard group >= 0, group < newest.count else { return }
+        values.withUnsafeBufferPointer { values in
+            var slot = newest[group]
+            while slot >= 0 {
+                if let value = values[Int(slot)] { body(value) }
+                slot = links[Int(slot)].older
+            }
+        }
+    }
+
     private func forEachSlotNewestFirst(_ body: (Int) -> Void) {
         for head in newest {
             var slot = head

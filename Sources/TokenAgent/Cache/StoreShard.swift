@@ -270,23 +270,26 @@ struct StoreShard {
         return fingerprint
     }
 
-    /// Adds this shard's entries to `surveys`, by kind: one walk of the table (for metrics and
-    /// health; never on a request's path).
+    /// Adds this shard's entries to `surveys`, by kind: one walk of each kind's group in the
+    /// table (for metrics and health; never on a request's path).
     func survey(into surveys: inout [String: KindSurvey], now: MonotonicInstant) {
         let policy = runtime.policy
-        table.forEachKey { key, entry in
-            var survey = surveys[key.kind] ?? KindSurvey(kind: key.kind)
-            survey.entries += 1
-            let remaining = entry.remaining(at: now)
-            if entry.token.isHeld, policy.isServable(remaining: remaining) { survey.tokens += 1 }
-            if entry.token.isHeld, policy.isActive(lastRead: entry.lastRead, now: now) {
-                survey.activeTokens += 1
-                survey.soonestActiveExpiry = min(survey.soonestActiveExpiry ?? .infinity, remaining)
-                if remaining < policy.requiredValidity(lifetime: entry.lifetime, requested: nil) {
-                    survey.activeBelowMinimumValidity += 1
+        for (kind, group) in groups where table.count(inGroup: group) > 0 {
+            var survey = KindSurvey(kind: kind)
+            table.forEachValue(inGroup: group) { entry in
+                survey.entries += 1
+                guard entry.token.isHeld else { return }
+                let remaining = entry.remaining(at: now)
+                if policy.isServable(remaining: remaining) { survey.tokens += 1 }
+                if policy.isActive(lastRead: entry.lastRead, now: now) {
+                    survey.activeTokens += 1
+                    survey.soonestActiveExpiry = min(survey.soonestActiveExpiry ?? .infinity, remaining)
+                    if remaining < policy.requiredValidity(lifetime: entry.lifetime, requested: nil) {
+                        survey.activeBelowMinimumValidity += 1
+                    }
                 }
             }
-            surveys[key.kind] = survey
+            surveys[kind, default: KindSurvey(kind: kind)].add(survey)
         }
     }
 }

@@ -62,11 +62,12 @@ final class MappedGenerations {
     /// Forgets the generations the kernel has freed since the last call.
     func collect() {
         guard watch >= 0 else { return }
-        var released = [Int32](repeating: 0, count: 256)
-        while true {
-            let count = released.withUnsafeMutableBufferPointer { fsm_release_watch_read(watch, $0.baseAddress) }
-            guard count > 0 else { return }
-            for number in released[0..<Int(count)] { generations[number] = nil }
+        withUnsafeTemporaryAllocation(of: Int32.self, capacity: 256) { released in
+            while true {
+                let count = fsm_release_watch_read(watch, released.baseAddress)
+                guard count > 0 else { return }
+                for number in released[0..<Int(count)] { generations[number] = nil }
+            }
         }
     }
 

@@ -105,8 +105,12 @@ extension RequestHandler {
                 encodeMetrics()
                 status.metrics.requests.count(head.verb, .ok)
                 spend(WorkCost.metrics)
-            } else if let reply = head.statsWhenDue ? .line(.ok(status.statsText())) : head.reply {
-                if head.statsWhenDue { spend(WorkCost.stats) }
+            } else if head.statsWhenDue {
+                prepareOutput()
+                status.writeStatsReply(into: &output)
+                status.metrics.requests.count(head.verb, .ok)
+                spend(WorkCost.stats)
+            } else if let reply = head.reply {
                 encode(reply)
                 status.metrics.requests.count(head.verb, Self.code(of: reply))
             } else if head.verb == .quit {

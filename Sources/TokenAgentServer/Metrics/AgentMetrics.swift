@@ -25,7 +25,15 @@ public final class AgentMetrics: Sendable {
     /// label sets of gauges that may have to go.
     private struct CollectedState {
         var totals: [String: Int] = [:]
+        /// The instruments made so far, by series (name and labels): a collection finds each
+        /// in one lookup instead of asking the registry, which validates its HELP text again.
+        var counters: [String: CoreMetrics.Counter] = [:]
+        var meters: [String: CoreMetrics.Meter] = [:]
         var soonestExpiryKinds: Set<String> = []
+
+        static func series(_ name: String, _ labels: [(String, String)]) -> String {
+            labels.reduce(into: name) { key, label in key += "\u{1}\(label.0)=\(label.1)" }
+        }
     }
 
     /// An empty registry.
@@ -60,14 +68,30 @@ public final class AgentMetrics: Sendable {
         let unixNow = Double(status.clock.wallSeconds)
         collected.withLock { state in
             func counter(_ name: String, _ labels: [(String, String)] = [], total: Int) {
-                let key = name + labels.map { "\u{1}\($0.0)=\($0.1)" }.joined()
+                let key = CollectedState.series(name, labels)
                 let previous = state.totals[key] ?? 0
-                let counter = Counter(label: name, dimensions: labels, factory: factory)
-                if total > previous { counter.increment(by: total - previous) }
-                state.totals[key] = max(total, previous)
+                let counter =
+                    state.counters[key]
+                    ?? {
+                        let made = Counter(label: name, dimensions: labels, factory: factory)
+                        state.counters[key] = made
+                        return made
+                    }()
+                if total > previous {
+                    counter.increment(by: total - previous)
+                    state.totals[key] = total
+                }
             }
             func gauge(_ name: String, _ labels: [(String, String)], _ value: Double) {
-                Meter(label: name, dimensions: labels, factory: factory).set(value)
+                let key = CollectedState.series(name, labels)
+                let meter =
+                    state.meters[key]
+                    ?? {
+                        let made = Meter(label: name, dimensions: labels, factory: factory)
+                        state.meters[key] = made
+                        return made
+                    }()
+                meter.set(value)
             }
             counter("fleet_tokend_cache_hits_total", total: stats.hits)
             counter("fleet_tokend_cache_misses_total", total: stats.misses)
@@ -97,8 +121,8 @@ public final class AgentMetrics: Sendable {
             }
             // A kind with no token in use has no soonest expiry: its series goes.
             for kind in state.soonestExpiryKinds.subtracting(soonestKinds) {
-                Meter(label: "fleet_tokend_soonest_expiry_seconds", dimensions: [("kind", kind)], factory: factory)
-                    .destroy()
+                let key = CollectedState.series("fleet_tokend_soonest_expiry_seconds", [("kind", kind)])
+                state.meters.removeValue(forKey: key)?.destroy()
             }
             state.soonestExpiryKinds = soonestKinds
             let skews = engine.providers.mapValues(\.clockSkew)

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import TokenAgent
 import TokenWire
 
@@ -50,47 +51,56 @@ public struct AgentStatus: Sendable {
     /// The `STATS` reply text: `entries=… hits=… misses=… fetches=… fetch_errors=… connections=…
     /// uptime_s=…`, then further counters.
     public func statsText() -> String {
+        var line = ByteBufferAllocator().buffer(capacity: 1024)
+        writeStatsReply(into: &line)
+        return String(decoding: line.readableBytesView.dropFirst(3).dropLast(), as: UTF8.self)
+    }
+
+    /// Appends the `STATS` reply (`OK `, the fields of ``statsText()``, LF) to `output`.
+    func writeStatsReply(into output: inout ByteBuffer) {
         let stats = engine.statistics()
-        return [
-            "entries=\(stats.entries)",
-            "hits=\(stats.hits)",
-            "misses=\(stats.misses)",
-            "fetches=\(stats.fetches)",
-            "fetch_errors=\(stats.fetchErrors)",
-            "connections=\(server.openConnections)",
-            "uptime_s=\(uptime)",
-            "refreshes=\(stats.backgroundRefreshes)",
-            "inflight=\(stats.inFlight)",
-            "served_after_failure=\(stats.servedAfterFailure)",
-            "connections_total=\(server.acceptedConnections)",
-            "connections_refused=\(server.refusedConnections)",
-            "reloads=\(reloads.reloads)",
-            "reload_failures=\(reloads.failures)",
-            "denied=\(access.denied)",
-            "provider_clock_skew_s=\(Int(saturating: (stats.providerClockSkew ?? 0).rounded()))",
-            "warm_fetches=\(stats.warmFetches)",
-        ].joined(separator: " ") + signatureBudgetStats() + sharedMemoryStats()
-    }
-
-    /// Four fields for each kind whose provider has a signature budget: `signs_<kind>`,
-    /// `sign_queued_<kind>`, `sign_throttled_<kind>`, `sign_timeouts_<kind>`; none for the others.
-    private func signatureBudgetStats() -> String {
-        engine.signatureBudgets().map { kind, counters in
-            " signs_\(kind)=\(counters.signatures) sign_queued_\(kind)=\(counters.queued)"
-                + " sign_throttled_\(kind)=\(counters.throttled) sign_timeouts_\(kind)=\(counters.timedOut)"
-        }.joined()
-    }
-
-    /// The shared-memory counters, when the segments are on.
-    private func sharedMemoryStats() -> String {
-        guard let segments else { return " shm=off" }
-        let stats = segments.statistics()
-        return " shm_segments=\(stats.segments) shm_bytes=\(stats.bytes) shm_tokens=\(stats.slotsUsed)"
-            + " shm_generations=\(stats.generations) shm_descriptors=\(stats.descriptors)"
-            + " shm_not_mirrored=\(stats.notMirrored) shm_held_outside=\(stats.heldOutside)"
-            + " shm_mapped_bytes=\(stats.mappedBytes) shm_retired_mapped=\(stats.retiredMapped)"
-            + " shm_old_readers=\(stats.oldReaderRequests)"
-            + " touches=\(server.touchRequests)"
+        var text = StatsLine()
+        defer { text.write(to: &output) }
+        text.add("entries", stats.entries)
+        text.add("hits", stats.hits)
+        text.add("misses", stats.misses)
+        text.add("fetches", stats.fetches)
+        text.add("fetch_errors", stats.fetchErrors)
+        text.add("connections", server.openConnections)
+        text.add("uptime_s", uptime)
+        text.add("refreshes", stats.backgroundRefreshes)
+        text.add("inflight", stats.inFlight)
+        text.add("served_after_failure", stats.servedAfterFailure)
+        text.add("connections_total", server.acceptedConnections)
+        text.add("connections_refused", server.refusedConnections)
+        text.add("reloads", reloads.reloads)
+        text.add("reload_failures", reloads.failures)
+        text.add("denied", access.denied)
+        text.add("provider_clock_skew_s", Int(saturating: (stats.providerClockSkew ?? 0).rounded()))
+        text.add("warm_fetches", stats.warmFetches)
+        // Four fields for each kind whose provider has a signature budget; none for the others.
+        for (kind, counters) in engine.signatureBudgets() {
+            text.add("signs_", kind: kind, counters.signatures)
+            text.add("sign_queued_", kind: kind, counters.queued)
+            text.add("sign_throttled_", kind: kind, counters.throttled)
+            text.add("sign_timeouts_", kind: kind, counters.timedOut)
+        }
+        guard let segments else {
+            text.add("shm", word: "off")
+            return
+        }
+        let shared = segments.statistics()
+        text.add("shm_segments", shared.segments)
+        text.add("shm_bytes", shared.bytes)
+        text.add("shm_tokens", shared.slotsUsed)
+        text.add("shm_generations", shared.generations)
+        text.add("shm_descriptors", shared.descriptors)
+        text.add("shm_not_mirrored", shared.notMirrored)
+        text.add("shm_held_outside", shared.heldOutside)
+        text.add("shm_mapped_bytes", shared.mappedBytes)
+        text.add("shm_retired_mapped", shared.retiredMapped)
+        text.add("shm_old_readers", shared.oldReaderRequests)
+        text.add("touches", server.touchRequests)
     }
 
     /// The agent's health now (walks the cache once: for status lines and metrics, not requests).
