@@ -40,7 +40,7 @@ for entry in $AGENTS; do
         flags=()
         [ "$mode" = off ] && flags=(--no-shared-memory)
         rm -f "$work/agent.sock"
-        "$binary" serve --socket "$work/agent.sock" --log-level warning \
+        "$binary" serve --demo --socket "$work/agent.sock" --log-level warning \
             "${flags[@]}" >"$work/agent.log" 2>&1 &
         agent=$!
         for _ in $(seq 100); do [ -S "$work/agent.sock" ] && break; sleep 0.1; done

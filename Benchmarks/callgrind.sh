@@ -91,7 +91,7 @@ hashing=()
 [ "$DETERMINISTIC_HASHING" = 0 ] || hashing=(SWIFT_DETERMINISTIC_HASHING=1)
 # The whole run is instrumented (counting starts at once); the windows are cut out with -z / -d.
 env "${hashing[@]}" LD_PRELOAD="$work/sigsuspend.so" valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
-    "$work/fleet-tokend" serve --socket "$work/agent.sock" --log-level warning >"$work/agent.log" 2>&1 &
+    "$work/fleet-tokend" serve --demo --socket "$work/agent.sock" --log-level warning >"$work/agent.log" 2>&1 &
 agent_pid=$!
 
 # Under callgrind the demo issuer's RSA key takes a while: wait up to 5 minutes for a PONG.

@@ -84,7 +84,7 @@ for keys in $KEYSETS; do
 done
 entries=$((max_keys > 100000 ? max_keys : 100000))
 
-"$AGENT" serve --socket "$work/agent.sock" --max-entries "$entries" --log-level warning >"$work/agent.log" 2>&1 &
+"$AGENT" serve --demo --socket "$work/agent.sock" --max-entries "$entries" --log-level warning >"$work/agent.log" 2>&1 &
 agent_pid=$!
 redis-server --port 0 --unixsocket "$work/redis.sock" --unixsocketperm 700 --save '' --appendonly no \
     --logfile "$work/redis.log" &

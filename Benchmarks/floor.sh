@@ -38,7 +38,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$AGENT" serve --socket "$work/agent.sock" --log-level warning >"$work/agent.log" 2>&1 &
+"$AGENT" serve --demo --socket "$work/agent.sock" --log-level warning >"$work/agent.log" 2>&1 &
 pids+=($!)
 Benchmarks/.build/release/epoll-floor --unix "$work/floor.sock" --loops "$LOOPS" &
 pids+=($!)

@@ -50,7 +50,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$AGENT" serve --socket "$work/agent.sock" --log-level warning >"$work/agent.log" 2>&1 &
+"$AGENT" serve --demo --socket "$work/agent.sock" --log-level warning >"$work/agent.log" 2>&1 &
 agent_pid=$!
 for _ in $(seq 200); do
     [ -S "$work/agent.sock" ] && [ "$(printf 'PING\n' | socat -t2 - "UNIX-CONNECT:$work/agent.sock" 2>/dev/null)" = PONG ] && break

@@ -17,7 +17,7 @@ pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 cc -O2 -std=c11 -o "$work/shm-reader" Examples/shm-reader/shm_reader.c
-"$AGENT" serve --socket "$work/tokens.sock" --log-level warning > "$work/agent.log" 2>&1 &
+"$AGENT" serve --demo --socket "$work/tokens.sock" --log-level warning > "$work/agent.log" 2>&1 &
 agent=$!
 pids+=("$agent")
 for _ in $(seq 100); do [ -S "$work/tokens.sock" ] && break; sleep 0.1; done

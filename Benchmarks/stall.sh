@@ -51,9 +51,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 printf '{"shared_memory_rotation": %s}\n' "$ROTATION" >"$work/rotating.json"
-"$AGENT" serve --socket "$work/steady.sock" --max-entries $((KEYS * 2)) --log-level warning >"$work/steady.log" 2>&1 &
+"$AGENT" serve --demo --socket "$work/steady.sock" --max-entries $((KEYS * 2)) --log-level warning >"$work/steady.log" 2>&1 &
 pids+=($!)
-"$AGENT" serve --socket "$work/rotating.sock" --config "$work/rotating.json" --max-entries $((KEYS * 2)) \
+"$AGENT" serve --demo --socket "$work/rotating.sock" --config "$work/rotating.json" --max-entries $((KEYS * 2)) \
     --log-level warning >"$work/rotating.log" 2>&1 &
 pids+=($!)
 for agent in steady rotating; do

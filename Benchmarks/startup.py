@@ -208,7 +208,7 @@ def run(options):
         log(f"{name}: READY median {statistics.median(ready):.1f} ms, PONG median {statistics.median(pong):.1f} ms")
 
     log(f"start to READY, {options.runs} starts each...")
-    measure("demo issuer, empty cache", [], options.runs)
+    measure("demo issuer, empty cache", ["--demo"], options.runs)
     measure("HTTP provider, empty cache", provider, options.runs)
 
     cache_fd = None

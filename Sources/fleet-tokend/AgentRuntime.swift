@@ -36,11 +36,8 @@ struct AgentRuntime {
             )
             close(other.descriptor)
         }
-        if configuration.usesDemoIssuer {
-            logger.warning(
-                "DEMO ISSUER: no provider and no issuer key configured. Tokens are signed with a throw-away RSA key made at start-up; they are for trying the agent only and Fleet Engine will reject them."
-            )
-        }
+        let issuerMode = IssuerMode()
+        issuerMode.set(demo: configuration.usesDemoIssuer, logger: logger)
         WildcardWarning.log(configuration, logger: logger)
         if let credentials = providers.credentials {
             logger.info("host credentials for key-less issuers", metadata: ["credentials": "\(credentials.summary)"])
@@ -97,7 +94,8 @@ struct AgentRuntime {
             access: access,
             segments: segments,
             metrics: metrics,
-            health: health
+            health: health,
+            issuerMode: issuerMode
         )
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
@@ -125,6 +123,7 @@ struct AgentRuntime {
             notifier: notifier,
             status: { status.summary() },
             statistics: reloads,
+            issuerMode: issuerMode,
             logLevel: logLevel,
             logger: Logger(label: "fleet-tokend.reload")
         )

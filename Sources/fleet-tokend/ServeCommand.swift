@@ -9,7 +9,9 @@ import TokenAgentServer
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the agent. With no provider and no key it runs a demo issuer."
+        abstract: "Run the agent.",
+        discussion:
+            "It needs something to serve: an HTTP provider, an issuer, or, on purpose, the demo issuer (--demo), whose tokens Fleet Engine refuses. Without one it exits 78 (EX_CONFIG) naming what to configure."
     )
 
     @Option(help: "JSON config file (docs/CONFIG.md). Flags override its keys.")
@@ -23,6 +25,12 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("provider"), help: "HTTP provider for a kind: KIND=URL with {id} in the URL. Repeatable.")
     var providers: [String] = []
+
+    @Flag(
+        help:
+            "Run the demo issuer: tokens for trying the agent, signed with a key made at start; Fleet Engine refuses them. Not with a provider or an issuer."
+    )
+    var demo = false
 
     @Option(help: "Google service-account JSON key; mints tokens for well-known kinds without a provider.")
     var issuerKey: String?
@@ -193,6 +201,7 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.providers[kind] = settings
         }
         if let issuerKey { configuration.issuerKeyPath = issuerKey }
+        if demo { configuration.demo = true }
         if let issuerLifetime { configuration.issuerLifetime = issuerLifetime }
         if let refreshMargin { configuration.refreshMargin = refreshMargin }
         if let minValidity { configuration.minValidity = minValidity }

@@ -10,7 +10,7 @@ struct ClosedOutputTests {
     /// The thread that serves the socket is named for `top -H`, perf and crash reports (Linux
     /// keeps 15 bytes of a name; a longer one is refused and the thread keeps a runtime name).
     @Test func theSocketLoopsThreadIsNamed() async throws {
-        let agent = try await AgentProcess([])
+        let agent = try await AgentProcess(["--demo"])
         defer { Task { await agent.stop() } }
         let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(agent.pid)/task")
         let names = tasks.compactMap {
@@ -29,7 +29,7 @@ struct ClosedOutputTests {
         #expect(pipe(&ends) == 0)
         close(ends[0])  // nobody reads: the agent's first write would raise SIGPIPE
         let output = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
-        let agent = try await AgentProcess(["--log-level", "debug"], output: output)
+        let agent = try await AgentProcess(["--demo", "--log-level", "debug"], output: output)
         try output.close()
         #expect(try await agent.send("PING") == ["PONG"])
         #expect(kill(agent.pid, SIGHUP) == 0, "a reload logs too")

@@ -49,7 +49,7 @@ struct ContainerReadinessTests {
     private static func rules(vehicleUsers: [UInt32], watch: Bool = true) -> String {
         let users = vehicleUsers.map(String.init).joined(separator: ", ")
         return
-            #"{"trust_root": false, "watch_config": \#(watch), "watch_interval": 0.1, "allow": {"vehicle": {"users": [\#(users)]}}}"#
+            #"{"demo": true, "trust_root": false, "watch_config": \#(watch), "watch_interval": 0.1, "allow": {"vehicle": {"users": [\#(users)]}}}"#
     }
 
     /// The uid and gid the agent runs as here: not root, so that root's trust comes from
@@ -115,7 +115,7 @@ struct ContainerReadinessTests {
     /// A configuration naming a file that is not there yet (a Secret mounted apart from the
     /// ConfigMap) is refused; the watcher tries it again when that file arrives, unwatched.
     @Test func aRefusedReloadIsTriedAgainOnceAFileItNamesArrives() async throws {
-        let directory = try ConfigMapDirectory(#"{"watch_config": true, "watch_interval": 0.1}"#)
+        let directory = try ConfigMapDirectory(#"{"demo": true, "watch_config": true, "watch_interval": 0.1}"#)
         let agent = try await AgentProcess(["--config", directory.configPath])
         defer { Task { await agent.stop() } }
         let headers = try AgentProcess.makeTemporaryDirectory().appendingPathComponent("headers").path
@@ -146,7 +146,11 @@ struct ContainerReadinessTests {
     )
     func rootStaysTrustedByDefault() async throws {
         let config = try AgentProcess.makeTemporaryDirectory().appendingPathComponent("config.json").path
-        try #"{"allow": {"vehicle": {"users": [4000123]}}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        try #"{"demo": true, "allow": {"vehicle": {"users": [4000123]}}}"#.write(
+            toFile: config,
+            atomically: true,
+            encoding: .utf8
+        )
         let agent = try await unprivilegedAgent(["--config", config])
         defer { Task { await agent.stop() } }
         #expect(try await agent.send("GET vehicle k-1").first?.hasPrefix("OK ") == true)
@@ -160,7 +164,7 @@ struct ContainerReadinessTests {
     )
     func aPeerOutsideTheAgentsPIDNamespaceIsLoggedByUIDWithoutAPID() async throws {
         let config = try AgentProcess.makeTemporaryDirectory().appendingPathComponent("config.json").path
-        try #"{"trust_root": false, "allow": {"vehicle": {"users": [4000123]}}}"#.write(
+        try #"{"demo": true, "trust_root": false, "allow": {"vehicle": {"users": [4000123]}}}"#.write(
             toFile: config,
             atomically: true,
             encoding: .utf8
@@ -230,7 +234,7 @@ struct ContainerReadinessTests {
         var gid: UInt32 = 4_000_321
         while getgrgid(gid) != nil { gid += 1 }
         let config = try AgentProcess.makeTemporaryDirectory().appendingPathComponent("config.json").path
-        try #"{"socket_group": \#(gid), "socket_mode": "0660"}"#.write(
+        try #"{"demo": true, "socket_group": \#(gid), "socket_mode": "0660"}"#.write(
             toFile: config,
             atomically: true,
             encoding: .utf8
@@ -244,11 +248,11 @@ struct ContainerReadinessTests {
     }
 
     @Test func pingAnswersZeroOnPongAndSixtyNineWhenNobodyAnswers() async throws {
-        let agent = try await AgentProcess([])
+        let agent = try await AgentProcess(["--demo"])
         defer { Task { await agent.stop() } }
         let alive = try await run(AgentProcess.binary, ["ping", "--socket", agent.socketPath])
         #expect(alive.status == 0)
-        #expect(alive.stdout == "PONG\n")
+        #expect(alive.stdout == "PONG (demo issuer: Fleet Engine refuses its tokens)\n", "a demo agent says so")
 
         let missing = try await run(AgentProcess.binary, ["ping", "--socket", agent.directory.path + "/none.sock"])
         #expect(missing.status == 69)

@@ -163,7 +163,7 @@ struct HostileInputTests {
     }
 
     @Test func theDemoIssuerSignsNoWildcardToken() async throws {
-        let agent = try await AgentProcess([])
+        let agent = try await AgentProcess(["--demo"])
         defer { Task { await agent.stop() } }
         let replies = try await agent.send("GET vehicle *", "GET trip *", "GET vehicle v-1")
         #expect(replies[0] == "ERR bad-id id * is a wildcard")

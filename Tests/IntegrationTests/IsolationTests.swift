@@ -217,7 +217,10 @@ struct IsolationTests {
     @Test func aUIDFloodingOneKindDoesNotEvictAnotherKindsTokens() async throws {
         try await TestUsers.ensure()
         let path = "/tmp/ftd-evict-\(UUID().uuidString.prefix(8)).json"
-        try write(#"{"max_entries": 200, "allow": {"trip": {"users": ["\#(TestUsers.other)"]}}}"#, to: path)
+        try write(
+            #"{"demo": true, "max_entries": 200, "allow": {"trip": {"users": ["\#(TestUsers.other)"]}}}"#,
+            to: path
+        )
         // The demo issuer: every fetch mints a new token, so an equal token was not fetched again.
         let agent = try await AgentProcess(["--config", path, "--socket-mode", "0666"])
         defer { Task { await agent.stop() } }

@@ -20,7 +20,7 @@ struct PIDNamespaceTests {
     func theAgentsUIDInAChildPIDNamespaceIsAStranger() async throws {
         let directory = try AgentProcess.makeTemporaryDirectory()
         let config = directory.appendingPathComponent("config.json").path
-        try #"{"trust_root": false, "allow": {"vehicle": {"users": [4000123]}}}"#.write(
+        try #"{"demo": true, "trust_root": false, "allow": {"vehicle": {"users": [4000123]}}}"#.write(
             toFile: config,
             atomically: true,
             encoding: .utf8

@@ -203,7 +203,7 @@ struct ReadmeCommandsTests {
         // same commands against an agent and a build of its own, so a demo agent may run beside it.
         let tourSocket = try Self.tourSocketText(readme)
         let demoBinaries = try Self.demoBinariesText(readme)
-        let agent = try await AgentProcess([])
+        let agent = try await AgentProcess(["--demo"])
         let binaries = URL(fileURLWithPath: AgentProcess.binary).deletingLastPathComponent().path
         let substitutions = [(tourSocket, agent.socketPath), (demoBinaries, binaries)]
         for (text, _) in substitutions {
@@ -308,7 +308,7 @@ struct ReadmeCommandsTests {
 
     /// The agent's HELP reply lists TokenWire's verbs, and it knows every one of them.
     @Test func helpRepliesWithTokenWiresVerbs() async throws {
-        let agent = try await AgentProcess([])
+        let agent = try await AgentProcess(["--demo"])
         defer { try? FileManager.default.removeItem(at: agent.directory) }
         let help = try await agent.send("HELP")
         for verb in WireRequest.verbs where verb != "QUIT" {

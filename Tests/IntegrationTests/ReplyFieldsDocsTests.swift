@@ -28,7 +28,7 @@ struct ReplyFieldsDocsTests {
 
     @Test func infoFieldsAreTheDocumentedOnesInOrder() async throws {
         let table = try #require(DocText.tables(try section("INFO")).first { $0.header.first == "Field" })
-        let agent = try await AgentProcess([])
+        let agent = try await AgentProcess(["--demo"])
         defer { try? FileManager.default.removeItem(at: agent.directory) }
         let replies = try await agent.send("GET vehicle v-1", "INFO vehicle v-1", "INFO vehicle v-2")
         await agent.stop()
@@ -44,7 +44,7 @@ struct ReplyFieldsDocsTests {
         let further = Self.fields(tables[1])
         let perKind = further.filter { $0.hasSuffix("<kind>") }.map { String($0.dropLast("<kind>".count)) }
         var seen: Set<String> = []
-        for arguments in [[], ["--no-shared-memory"]] {
+        for arguments in [["--demo"], ["--demo", "--no-shared-memory"]] {
             let agent = try await AgentProcess(arguments)
             defer { try? FileManager.default.removeItem(at: agent.directory) }
             let reply = try #require(try await agent.send("STATS").first)

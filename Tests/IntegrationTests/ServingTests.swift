@@ -155,7 +155,7 @@ struct ServingTests {
     }
 
     @Test func demoIssuerWhenNothingIsConfigured() async throws {
-        let agent = try await AgentProcess([])
+        let agent = try await AgentProcess(["--demo"])
         let reply = try await agent.send("GET vehicle v-demo", "GET delivery-vehicle d-1")
         let vehicleToken = try #require(tokenOf(reply.first))
         let claims = try #require(jwtPart(vehicleToken, 1))

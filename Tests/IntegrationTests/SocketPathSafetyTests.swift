@@ -10,7 +10,7 @@ import Testing
 private func serveExpectingRefusal(_ socket: String) async throws -> (status: Int32, stderr: String) {
     let result = try await run(
         which("timeout") ?? "/usr/bin/timeout",
-        ["20", AgentProcess.binary, "serve", "--socket", socket]
+        ["20", AgentProcess.binary, "serve", "--demo", "--socket", socket]
     )
     return (result.status, result.stderr)
 }
@@ -63,7 +63,7 @@ struct SocketPathSafetyTests {
         // With the sticky bit (as /tmp) no one else can rename or remove what root owns in it.
         let sticky = try makeDirectory("sticky", in: base, mode: 0o1777)
         let safe = try makeDirectory("safe", in: sticky, mode: 0o755)
-        let agent = try await AgentProcess([], socketPath: safe + "/tokens.sock")
+        let agent = try await AgentProcess(["--demo"], socketPath: safe + "/tokens.sock")
         #expect(try await agent.send("PING") == ["PONG"])
         #expect(await agent.stop() == 0)
     }
@@ -73,7 +73,7 @@ struct SocketPathSafetyTests {
         let socket = base + "/a/b/tokens.sock"
         // umask 000 would leave a directory made with mkdir's usual 0777 open to everyone.
         let agent = try await AgentProcess(
-            [],
+            ["--demo"],
             socketPath: socket,
             launcher: ["/bin/sh", "-c", #"umask 000; exec "$0" "$@""#]
         )
@@ -90,7 +90,7 @@ struct SocketPathSafetyTests {
         // An existing directory of the agent's own, 0700 or 0755, is used as it is.
         for mode: mode_t in [0o700, 0o755] {
             let own = try makeDirectory("own\(String(mode, radix: 8))", in: base, mode: mode)
-            let again = try await AgentProcess([], socketPath: own + "/tokens.sock")
+            let again = try await AgentProcess(["--demo"], socketPath: own + "/tokens.sock")
             #expect(try await again.send("PING") == ["PONG"])
             #expect(await again.stop() == 0)
             #expect(status(own).st_mode & 0o7777 == mode)
@@ -165,7 +165,7 @@ struct SocketPathOwnershipTests {
         // A link root owns to a directory root owns is followed.
         let good = base + "/good-link"
         #expect(symlink(real, good) == 0)
-        let agent = try await AgentProcess([], socketPath: good + "/tokens.sock")
+        let agent = try await AgentProcess(["--demo"], socketPath: good + "/tokens.sock")
         #expect(try await agent.send("PING") == ["PONG"])
         #expect(await agent.stop() == 0)
     }
@@ -182,7 +182,7 @@ struct SocketPathOwnershipTests {
         let result = try await run(
             which("runuser")!,
             [
-                "-u", TestUsers.other, "--", which("timeout")!, "20", binary, "serve", "--socket",
+                "-u", TestUsers.other, "--", which("timeout")!, "20", binary, "serve", "--demo", "--socket",
                 planted + "/tokens.sock",
             ]
         )
@@ -200,7 +200,7 @@ struct SocketPathOwnershipTests {
         let fresh = tmp + "/fleet-tokend-\(otherUID)-fresh"
         // The launcher gets the usual binary as $0 and runs the shared copy as the user instead.
         let agent = try await AgentProcess(
-            [],
+            ["--demo"],
             socketPath: fresh + "/tokens.sock",
             environment: ["RUNUSER": which("runuser")!, "AS": TestUsers.other, "BINARY": binary],
             launcher: ["/bin/sh", "-c", #"exec "$RUNUSER" -u "$AS" -- "$BINARY" "$@""#]

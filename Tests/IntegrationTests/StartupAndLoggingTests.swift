@@ -49,7 +49,7 @@ struct StartupAndLoggingTests {
     /// by its stored properties (the environment among them).
     @Test func debugLogsNameServicesAndHoldNoEnvironment() async throws {
         let secret = "env-secret-\(UUID().uuidString)"
-        let config = try write(#"{"log_level": "debug"}"#, name: "debug.json")
+        let config = try write(#"{"log_level": "debug", "demo": true}"#, name: "debug.json")
         let agent = try await AgentProcess(["--config", config], environment: ["FLEET_TOKEND_TEST_SECRET": secret])
         #expect(await agent.stop() == 0)
         let log = agent.log
@@ -63,12 +63,12 @@ struct StartupAndLoggingTests {
         let directory = try AgentProcess.makeTemporaryDirectory()
         let file = directory.appendingPathComponent("not-a-socket").path
         try "keep me".write(toFile: file, atomically: true, encoding: .utf8)
-        let result = try await run(AgentProcess.binary, ["serve", "--socket", file])
+        let result = try await run(AgentProcess.binary, ["serve", "--demo", "--socket", file])
         #expect(result.status != 0)
         #expect(try String(contentsOfFile: file, encoding: .utf8) == "keep me")
 
-        let agent = try await AgentProcess([])
-        let second = try await run(AgentProcess.binary, ["serve", "--socket", agent.socketPath])
+        let agent = try await AgentProcess(["--demo"])
+        let second = try await run(AgentProcess.binary, ["serve", "--demo", "--socket", agent.socketPath])
         #expect(second.status != 0)
         #expect(second.stderr.contains("another process is listening"))
         #expect(try await agent.send("PING") == ["PONG"], "the first agent still serves")
@@ -76,17 +76,17 @@ struct StartupAndLoggingTests {
     }
 
     @Test func staleSocketIsReplacedAndModeIsSet() async throws {
-        let first = try await AgentProcess([])
+        let first = try await AgentProcess(["--demo"])
         kill(first.pid, SIGKILL)
         _ = await first.stop()
         #expect(FileManager.default.fileExists(atPath: first.socketPath), "a killed agent leaves its socket")
         let nested = first.directory.appendingPathComponent("sub/dir").path
-        let second = try await AgentProcess(["--socket-mode", "0600"], socketPath: first.socketPath)
+        let second = try await AgentProcess(["--demo", "--socket-mode", "0600"], socketPath: first.socketPath)
         #expect(try await second.send("PING") == ["PONG"])
         let attributes = try FileManager.default.attributesOfItem(atPath: first.socketPath)
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
         await second.stop()
-        let third = try await AgentProcess([], socketPath: nested + "/t.sock")
+        let third = try await AgentProcess(["--demo"], socketPath: nested + "/t.sock")
         #expect(try await third.send("PING") == ["PONG"], "the parent directory is created")
         let defaultMode = try FileManager.default.attributesOfItem(atPath: nested + "/t.sock")
         #expect((defaultMode[.posixPermissions] as? Int) == 0o660)

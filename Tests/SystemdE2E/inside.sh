@@ -24,8 +24,23 @@ check "socket unit listening" systemctl is-active fleet-tokend.socket
 check "service not started before the first connection" sh -c '! systemctl is-active --quiet fleet-tokend.service'
 check "socket is root:fleet-tokens 0660" sh -c "[ \"\$(stat -c '%a %U:%G' $sock)\" = '660 root:fleet-tokens' ]"
 
-# Per-fetch log lines (with TOKEN_ID and TOKEN_FINGERPRINT) are at debug level.
-echo '{"log_level": "debug"}' > /etc/fleet-tokend/config.json
+echo "== a fresh install: nothing configured" >> "$log"
+# The .deb's config is {}: the first connection starts the agent, which exits 78 (EX_CONFIG,
+# RestartPreventExitStatus) naming what to configure, instead of serving demo tokens.
+fresh=$(get vehicle v-fresh)
+echo "fresh reply: ${fresh:0:60}" >> "$log"
+if [ -z "$fresh" ]; then pass "a fresh install serves no token"; else fail "fresh install" "$fresh"; fi
+for _ in $(seq 1 100); do systemctl is-failed --quiet fleet-tokend.service && break; sleep 0.1; done
+check "a fresh install's start exits 78" sh -c '[ "$(systemctl show -p ExecMainStatus --value fleet-tokend.service)" = 78 ]'
+systemctl status fleet-tokend.service --no-pager -n 20 > /tmp/fresh-status.txt 2>&1
+check "systemctl status says what to configure" grep -q "nothing to serve: configure an HTTP provider" /tmp/fresh-status.txt
+check "the journal says what to configure" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "nothing to serve: configure"'
+systemctl reset-failed fleet-tokend.service >> "$log" 2>&1
+check "the socket still listens after the refused start" systemctl is-active fleet-tokend.socket
+
+# Per-fetch log lines (with TOKEN_ID and TOKEN_FINGERPRINT) are at debug level. The demo issuer,
+# on purpose.
+echo '{"log_level": "debug", "demo": true}' > /etc/fleet-tokend/config.json
 
 echo "== activation" >> "$log"
 first=$(get vehicle v-e2e)
@@ -33,6 +48,9 @@ echo "first reply: ${first:0:40}..." >> "$log"
 if [[ "$first" == OK\ * ]]; then pass "GET through the socket unit starts the agent"; else fail "first GET" "$first"; fi
 token=$(echo "$first" | cut -d' ' -f2)
 check "service active after the first connection" systemctl is-active fleet-tokend.service
+demo=$(stat_field demo)
+if [ "$demo" = 1 ]; then pass "STATS says the demo issuer runs"; else fail "STATS demo" "$demo"; fi
+check "the journal names the demo issuer at start" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "DEMO ISSUER"'
 check "fleet-tokend get works" sh -c "[ \"\$(FLEET_TOKEND_SOCKET=$sock fleet-tokend get vehicle v-e2e)\" = '$token' ]"
 sleep 6
 status=$(systemctl status fleet-tokend.service --no-pager 2>&1 | sed -n 's/.*Status: "\(.*\)"/\1/p')
@@ -59,10 +77,10 @@ check "same process after reload" sh -c "[ \"\$(systemctl show -p MainPID --valu
 reloads=$(stat_field reloads)
 if [ "$reloads" = 1 ]; then pass "reload applied before systemctl reload returned"; else fail "reload applied" "reloads=$reloads"; fi
 check "reload logged" sh -c 'for i in $(seq 1 50); do journalctl -u fleet-tokend.service --no-pager | grep -q "configuration reloaded" && exit 0; sleep 0.1; done; exit 1'
-echo '{"log_level": "debug", "max_entries": "many"}' > /etc/fleet-tokend/config.json
+echo '{"log_level": "debug", "demo": true, "max_entries": "many"}' > /etc/fleet-tokend/config.json
 check "a broken config fails systemctl reload" sh -c '! systemctl reload fleet-tokend.service'
 check "the agent keeps running after a refused reload" systemctl is-active fleet-tokend.service
-echo '{"log_level": "debug"}' > /etc/fleet-tokend/config.json
+echo '{"log_level": "debug", "demo": true}' > /etc/fleet-tokend/config.json
 kept=$(get vehicle v-e2e | cut -d' ' -f2)
 if [ "$kept" = "$token" ]; then pass "token kept across reload"; else fail "token kept across reload"; fi
 
@@ -107,7 +125,7 @@ echo "== peer rules" >> "$log"
 # Two workers that may open the socket (group fleet-tokens); only one is allowed vehicle tokens.
 useradd --system --no-create-home --shell /usr/sbin/nologin -G fleet-tokens e2e-dispatch >> "$log" 2>&1
 useradd --system --no-create-home --shell /usr/sbin/nologin -G fleet-tokens e2e-other >> "$log" 2>&1
-echo '{"log_level": "debug", "allow": {"vehicle": {"users": ["e2e-dispatch"]}}}' > /etc/fleet-tokend/config.json
+echo '{"log_level": "debug", "demo": true, "allow": {"vehicle": {"users": ["e2e-dispatch"]}}}' > /etc/fleet-tokend/config.json
 check "reload with peer rules" systemctl reload fleet-tokend.service
 as_user() { printf 'GET %s %s\n' "$2" "$3" | runuser -u "$1" -- socat -t 15 - "UNIX-CONNECT:$sock"; }
 allowed=$(as_user e2e-dispatch vehicle v-peer)
@@ -155,6 +173,8 @@ check "systemctl restart with a key-less issuer and the credential succeeds" sys
 keyless=$(get vehicle v-keyless)
 echo "key-less reply: ${keyless:0:40}..." >> "$log"
 if [[ "$keyless" == OK\ * ]]; then pass "a key-less vehicle token is served through IAM signJwt"; else fail "key-less GET" "$keyless"; fi
+demo=$(stat_field demo)
+if [ "$demo" = 0 ]; then pass "STATS says demo=0 with a key-less issuer"; else fail "STATS demo with an issuer" "$demo"; fi
 ktoken=$(echo "$keyless" | cut -d' ' -f2)
 printf '%s\n' "$ktoken" > /e2e-out/keyless-token
 b64url() { local s=${1//-/+}; s=${s//_//}; while (( ${#s} % 4 )); do s+='='; done; printf '%s' "$s" | base64 -d 2>/dev/null; }

@@ -61,11 +61,11 @@ struct AccessConfigurationTests {
     }
 
     @Test func aMisspeltKindIsRefusedSoTheRealOneIsNotLeftOpen() {
-        let error = configurationProblem(#"{"allow": {"vehicles": {"users": ["dispatcher"]}}}"#)
+        let error = configurationProblem(#"{"demo": true, "allow": {"vehicles": {"users": ["dispatcher"]}}}"#)
         #expect(error?.key == "allow.vehicles")
         #expect(error?.reason.contains("not configured") == true)
         #expect(
-            configurationProblem(#"{"allow": {"vehicle": {"users": ["dispatcher"]}}}"#) == nil,
+            configurationProblem(#"{"demo": true, "allow": {"vehicle": {"users": ["dispatcher"]}}}"#) == nil,
             "the demo issuer serves vehicle"
         )
         let http = #"{"providers": {"scooter": {"url": "http://p/{id}"}}, "allow": {"scooter": {"users": [1]}}}"#

@@ -102,8 +102,11 @@ struct ConfigDocsTests {
         lists += [object["admin"] as? [String: Any] ?? [:]]
         expectSame(Array(Set(lists.flatMap(\.keys))), ConfigurationFile.principalListKeys, "\(path) allow and admin")
 
+        // The packaged default serves nothing: a fresh install exits 78 naming what to configure.
         let packaged = Data(try DocText.read("packaging/fleet-tokend.default.json").utf8)
-        try ConfigurationFile.parse(packaged, over: AgentConfiguration()).validate()
+        #expect(throws: ConfigurationError(key: "providers", AgentConfiguration.nothingToServe)) {
+            try ConfigurationFile.parse(packaged, over: AgentConfiguration()).validate()
+        }
     }
 
     /// CONFIG.md's complete example says it is the example file: it must be the same JSON.
@@ -131,7 +134,10 @@ struct ConfigDocsTests {
             var text = block.lines.joined(separator: "\n").trimmingCharacters(in: .whitespacesAndNewlines)
             if text.hasPrefix("\"") { text = #"{"providers": {"# + text + "}}" }
             do {
-                let configuration = try ConfigurationFile.parse(Data(text.utf8), over: AgentConfiguration())
+                var configuration = try ConfigurationFile.parse(Data(text.utf8), over: AgentConfiguration())
+                // A snippet that shows other keys (access rules, say) is read as if it ran the
+                // demo issuer: alone, it would have nothing to serve.
+                if !configuration.hasTokenSource { configuration.demo = true }
                 try configuration.validate()
             } catch {
                 Issue.record("CONFIG.md line \(block.line): \(error)")

@@ -26,8 +26,30 @@ struct ConfigurationTests {
         #expect(configuration.minValidity == 300)
         #expect(configuration.idleTimeout == 600)
         #expect(configuration.maxEntries == 100_000)
-        #expect(configuration.usesDemoIssuer)
+        #expect(!configuration.usesDemoIssuer, "the demo issuer runs only when asked for")
         #expect(AgentConfiguration(environment: ["FLEET_TOKEND_SOCKET": "/tmp/x.sock"]).socketPath == "/tmp/x.sock")
+    }
+
+    @Test func somethingToServeOrTheDemoOnPurpose() throws {
+        #expect(problem("{}")?.key == "providers")
+        #expect(problem("{}")?.reason.hasPrefix("nothing to serve: configure an HTTP provider") == true)
+        #expect(problem(#"{"demo": false}"#)?.key == "providers")
+        let demo = try parse(#"{"demo": true}"#)
+        try demo.validate()
+        #expect(demo.usesDemoIssuer)
+        #expect(demo.configuredKinds == Set(FleetEngineKinds.all))
+        for alongside in [
+            #""providers": {"vehicle": {"url": "http://p/{id}"}}"#,
+            #""issuer_key": "/k.json""#,
+            #""issuers": {"vehicle": {"key_file": "/k.json"}}"#,
+        ] {
+            let error = problem(#"{"demo": true, "# + alongside + "}")
+            #expect(error?.key == "demo", "\(alongside)")
+            #expect(error?.reason.hasPrefix("the demo issuer runs only alone") == true)
+        }
+        // A bad value is named before what is missing.
+        #expect(problem(#"{"max_entries": 0}"#)?.key == "max_entries")
+        #expect(problem(#"{"demo": "yes"}"#) != nil, "a boolean")
     }
 
     @Test func acceptWildcardAndMaxLifetimePerProvider() async throws {
@@ -82,7 +104,7 @@ struct ConfigurationTests {
         #expect(defaults.degradedAfter == 120)
         #expect(defaults.refresherStallAfter == 10)
         let configuration = try parse(
-            #"{"metrics_listen": "127.0.0.1:9464", "degraded_after": 0, "refresher_stall_after": 30}"#
+            #"{"demo": true, "metrics_listen": "127.0.0.1:9464", "degraded_after": 0, "refresher_stall_after": 30}"#
         )
         try configuration.validate()
         #expect(configuration.metricsListen == "127.0.0.1:9464")
@@ -162,7 +184,9 @@ struct ConfigurationTests {
         let httpOnly = try ProviderSet.make(from: configuration)
         #expect(Set(httpOnly.keys) == ["vehicle", "custom"], "no key and providers configured: no demo issuer")
         #expect(httpOnly["vehicle"] is HTTPTokenProvider)
-        let demo = try ProviderSet.make(from: AgentConfiguration())
+        var demoConfiguration = AgentConfiguration()
+        demoConfiguration.demo = true
+        let demo = try ProviderSet.make(from: demoConfiguration)
         #expect(Set(demo.keys) == Set(FleetEngineKinds.all))
         #expect((demo["trip"] as? LocalIssuer)?.isDemo == true)
         configuration.issuerKeyPath = "/nonexistent/key.json"

@@ -11,8 +11,12 @@ import TokenAgent
 /// `watch_config` and what the watcher looks at.
 @Suite("Container configuration")
 struct ContainerConfigurationTests {
+    /// Reads `json` over a configuration that runs the demo issuer (these keys need something to
+    /// serve) and validates it.
     private func parse(_ json: String) throws -> AgentConfiguration {
-        let configuration = try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())
+        var base = AgentConfiguration()
+        base.demo = true
+        let configuration = try ConfigurationFile.parse(Data(json.utf8), over: base)
         try configuration.validate()
         return configuration
     }

@@ -124,7 +124,9 @@ struct IssuerClaimsTests {
     }
 
     @Test func noWildcardKindComesFromTheDefaultKeyOrTheDemoIssuer() throws {
-        let demo = try ProviderSet.build(from: AgentConfiguration())
+        var configuration = AgentConfiguration()
+        configuration.demo = true
+        let demo = try ProviderSet.build(from: configuration)
         #expect(Set(demo.providers.keys) == Set(FleetEngineKinds.all))
     }
 }

@@ -108,8 +108,20 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// The kinds whose provider sets `accept_wildcard`, sorted: their tokens may act for every id.
     public var wildcardKinds: [String] { providers.filter { $0.value.acceptWildcard == true }.keys.sorted() }
 
-    /// Whether no provider and no key is configured, so the demo issuer runs.
-    public var usesDemoIssuer: Bool { providers.isEmpty && issuers.isEmpty && issuerKeyPath == nil }
+    /// Run the demo issuer (`"demo": true`, `--demo`): tokens for the well-known kinds, signed with a
+    /// key made at start-up, which Fleet Engine refuses. Only on purpose, and never beside a
+    /// provider, an issuer or `issuer_key` (``validate()``).
+    public var demo = false
+
+    /// Whether the demo issuer runs.
+    public var usesDemoIssuer: Bool { demo }
+
+    /// Whether something real is configured to serve: a provider, an issuer or an issuer key.
+    public var hasTokenSource: Bool { !providers.isEmpty || !issuers.isEmpty || issuerKeyPath != nil }
+
+    /// What `serve` says when nothing is configured to serve.
+    public static let nothingToServe =
+        "nothing to serve: configure an HTTP provider (\"providers\" or --provider KIND=URL), an issuer (\"issuers\", or \"issuer_key\" / --issuer-key with a service-account key), or run the demo issuer on purpose (--demo or \"demo\": true; Fleet Engine refuses its tokens). See docs/CONFIG.md"
 
     /// Whether some issuer signs key-less, so the host's credentials are needed.
     public var needsHostCredentials: Bool { issuers.values.contains { $0.serviceAccount != nil } }
@@ -271,6 +283,16 @@ public struct AgentConfiguration: Sendable, Hashable {
                     throw ConfigurationError(key: "\(key).\(name)", "must be more than 0 and at most 300 seconds")
                 }
             }
+        }
+        // Last, so a bad value is named before what is missing.
+        if demo, hasTokenSource {
+            throw ConfigurationError(
+                key: "demo",
+                "the demo issuer runs only alone: remove --demo (\"demo\": true) or the providers, issuers and issuer_key"
+            )
+        }
+        if !demo, !hasTokenSource {
+            throw ConfigurationError(key: "providers", Self.nothingToServe)
         }
     }
 }

@@ -38,9 +38,10 @@ public enum ConfigurationFile {
         var trustRoot: Bool?
         var watchConfig: Bool?
         var watchInterval: Double?
+        var demo: Bool?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case socket, providers, issuers
+            case socket, providers, issuers, demo
             case iamEndpoint = "iam_endpoint"
             case issuerKey = "issuer_key"
             case issuerLifetime = "issuer_lifetime"
@@ -231,6 +232,7 @@ public enum ConfigurationFile {
         if let value = contents.metricsHeadTimeout { configuration.metricsHeadTimeout = value }
         if let value = contents.trustRoot { configuration.access.trustRoot = value }
         if let value = contents.watchConfig { configuration.watchConfig = value }
+        if let value = contents.demo { configuration.demo = value }
         if let value = contents.watchInterval { configuration.watchInterval = value }
         if let value = contents.maxConnectionsPerUid {
             configuration.maxConnectionsPerUID = try whole(value, key: "max_connections_per_uid")

@@ -178,6 +178,7 @@ public final class AgentMetrics: Sendable {
                 counter("fleet_tokend_touch_requests_total", total: status.server.touchRequests)
             }
             gauge("fleet_tokend_healthy", [], health.isDegraded ? 0 : 1)
+            gauge("fleet_tokend_demo_issuer", [], status.issuerMode.isDemo ? 1 : 0)
             gauge("fleet_tokend_uptime_seconds", [], Double(status.uptime))
         }
     }

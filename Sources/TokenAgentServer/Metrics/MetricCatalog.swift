@@ -272,6 +272,12 @@ public enum MetricCatalog {
             help: "1 when the agent is serving and not degraded, 0 otherwise."
         ),
         Entry(
+            name: "fleet_tokend_demo_issuer",
+            kind: .gauge,
+            labels: [],
+            help: "1 when the agent runs its demo issuer, whose tokens Fleet Engine refuses; 0 otherwise."
+        ),
+        Entry(
             name: "fleet_tokend_uptime_seconds",
             kind: .gauge,
             labels: [],

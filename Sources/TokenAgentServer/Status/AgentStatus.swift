@@ -19,6 +19,8 @@ public struct AgentStatus: Sendable {
     public let metrics: AgentMetrics
     /// The health judge (thresholds and the refresher's heartbeat).
     public let health: AgentHealth
+    /// Whether the demo issuer runs.
+    public let issuerMode: IssuerMode
     private let startedAt: Double
     /// The clock uptime is counted on.
     let clock: any AgentClock
@@ -32,8 +34,10 @@ public struct AgentStatus: Sendable {
         segments: SharedSegments? = nil,
         metrics: AgentMetrics = AgentMetrics(),
         health: AgentHealth = AgentHealth(),
+        issuerMode: IssuerMode = IssuerMode(),
         clock: any AgentClock = SystemAgentClock()
     ) {
+        self.issuerMode = issuerMode
         self.access = access
         self.segments = segments
         self.metrics = metrics
@@ -78,6 +82,7 @@ public struct AgentStatus: Sendable {
         text.add("denied", access.denied)
         text.add("provider_clock_skew_s", Int(saturating: (stats.providerClockSkew ?? 0).rounded()))
         text.add("warm_fetches", stats.warmFetches)
+        text.add("demo", issuerMode.isDemo ? 1 : 0)
         // Four fields for each kind whose provider has a signature budget; none for the others.
         for (kind, counters) in engine.signatureBudgets() {
             text.add("signs_", kind: kind, counters.signatures)

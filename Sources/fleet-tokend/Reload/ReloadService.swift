@@ -21,6 +21,7 @@ final class ReloadService: Service, Sendable {
     private let notifier: SystemdNotifier
     private let status: @Sendable () -> String
     private let statistics: ReloadStatistics
+    private let issuerMode: IssuerMode
     private let logLevel: LogLevelControl
     private let logger: Logger
     /// The configuration in force: the starting one, then each one a reload applied.
@@ -39,9 +40,11 @@ final class ReloadService: Service, Sendable {
         notifier: SystemdNotifier,
         status: @escaping @Sendable () -> String,
         statistics: ReloadStatistics,
+        issuerMode: IssuerMode = IssuerMode(),
         logLevel: LogLevelControl,
         logger: Logger
     ) {
+        self.issuerMode = issuerMode
         self.applied = Mutex(configuration)
         self.logLevel = logLevel
         self.statistics = statistics
@@ -126,6 +129,7 @@ final class ReloadService: Service, Sendable {
                 }
             }
             statistics.recordApplied()
+            issuerMode.set(demo: configuration.usesDemoIssuer, logger: logger)
             WildcardWarning.log(configuration, logger: logger)
             logger.notice(
                 "configuration reloaded",

@@ -6,7 +6,9 @@ import TokenWire
 /// image holds the binary alone). It sends `PING` and exits 0 on `PONG`.
 ///
 /// It fails only when the agent is stuck: no answer in time, or an answer saying its refresher
-/// stalled. A degraded agent (a token provider or IAM down) still answers `PONG`: it is serving
+/// stalled. It also asks `STATS`: an agent that runs its demo issuer answers `PONG (demo issuer:
+/// Fleet Engine refuses its tokens)`, still with status 0 (a peer denied `STATS` sees `PONG`).
+/// A degraded agent (a token provider or IAM down) still answers `PONG`: it is serving
 /// the tokens it holds, and restarting it would lose them. A busy agent (`ERR busy`: all its
 /// connections taken) answers too, and passes.
 struct PingCommand: ParsableCommand {
@@ -29,16 +31,23 @@ struct PingCommand: ParsableCommand {
     func run() throws {
         let path = socket ?? AgentDefaults.socketPath(environment: ProcessInfo.processInfo.environment)
         let reply: String
+        var demo = false
         do {
             var connection = try AgentLineSocket(path: path, timeout: timeout)
             defer { connection.close() }
-            try connection.write("PING\n")
+            try connection.write("PING\nSTATS\n")
             reply = try connection.readLine()
+            // A busy agent closes after its one reply: then there is no STATS line to read.
+            if reply == "PONG", let line = try? connection.readLine(),
+                case .ok(let stats) = WireReply.parse(Substring(line))
+            {
+                demo = WireReply.statsFields(stats)["demo"] == "1"
+            }
         } catch {
             fail("agent unreachable: \(error) (socket \(path))", status: 69)
         }
         if reply == "PONG" {
-            if !quiet { print("PONG") }
+            if !quiet { print(demo ? "PONG (demo issuer: Fleet Engine refuses its tokens)" : "PONG") }
             return
         }
         if case .error(let error) = WireReply.parse(Substring(reply)) {

@@ -18,6 +18,8 @@ struct StatusReport {
     }
 
     var degraded = false
+    /// The agent runs its demo issuer (`demo=1` in STATS).
+    var demo = false
     var refresherStalled = false
     var uptime = 0
     var entries = 0
@@ -37,6 +39,7 @@ struct StatusReport {
         func stat(_ name: String) -> Int { Int(stats[name] ?? "") ?? 0 }
         refresherStalled = ping != "PONG"
         uptime = stat("uptime_s")
+        demo = stat("demo") == 1
         entries = stat("entries")
         hits = stat("hits")
         misses = stat("misses")
@@ -130,6 +133,12 @@ struct StatusReport {
         let state = degraded ? paint("degraded", "1;31") : paint("serving", "1;32")
         lines.append("fleet-tokend: \(state), up \(Self.duration(uptime))")
         for problem in problems { lines.append("  " + paint("! " + escaped(problem), "31")) }
+        if demo {
+            lines.append(
+                "demo:      " + paint("the demo issuer runs: Fleet Engine refuses its tokens", "1;33")
+                    + " (configure a provider or an issuer, docs/CONFIG.md)"
+            )
+        }
         let ratio = hitRatio.map { String(format: "%.1f%%", $0) } ?? "n/a"
         lines.append("cache:     \(entries) entries, hit ratio \(ratio) (\(hits) hits, \(misses) misses)")
         if let soonest {
@@ -177,6 +186,7 @@ struct StatusReport {
         }
         var object: [String: Any] = [
             "state": degraded ? "degraded" : "serving",
+            "demo": demo,
             "problems": problems.filter { _ in degraded },
             "uptime_s": uptime,
             "entries": entries,
