@@ -41,6 +41,9 @@ let package = Package(
         // The line protocol: request parsing and reply encoding. No dependencies, shared by the
         // agent and the client library.
         .target(name: "TokenWire", swiftSettings: strict),
+        // The build's version and commit (the agent's, not the client's: its plugin runs git).
+        .plugin(name: "BuildCommitPlugin", capability: .buildTool()),
+        .target(name: "BuildInfo", dependencies: ["TokenWire"], swiftSettings: strict, plugins: ["BuildCommitPlugin"]),
         // The shared-memory read path's C needs (memfd seals, SCM_RIGHTS, CLOCK_BOOTTIME) and the
         // segment layout with its one writer and its readers. Toolchain only: the client links them.
         .target(name: "CSharedMemory"),
@@ -102,6 +105,7 @@ let package = Package(
         .target(
             name: "TokenAgentServer",
             dependencies: [
+                "BuildInfo",
                 "TokenWire",
                 "TokenAgent",
                 "TokenSegment",
@@ -121,6 +125,7 @@ let package = Package(
         .executableTarget(
             name: "fleet-tokend",
             dependencies: [
+                "BuildInfo",
                 "TokenWire",
                 "TokenAgent",
                 "TokenAgentServer",

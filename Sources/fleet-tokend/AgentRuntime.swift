@@ -1,4 +1,5 @@
 import ArgumentParser
+import BuildInfo
 import Foundation
 import Logging
 import NIOPosix
@@ -36,6 +37,10 @@ struct AgentRuntime {
             )
             close(other.descriptor)
         }
+        logger.notice(
+            "fleet-tokend starting",
+            metadata: ["version": "\(BuildInfo.version)", "commit": "\(BuildInfo.commit)", "pid": "\(getpid())"]
+        )
         let issuerMode = IssuerMode()
         issuerMode.set(demo: configuration.usesDemoIssuer, logger: logger)
         WildcardWarning.log(configuration, logger: logger)

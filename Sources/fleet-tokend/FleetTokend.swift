@@ -1,4 +1,5 @@
 import ArgumentParser
+import BuildInfo
 
 /// `fleet-tokend`: the per-host Fleet Engine token agent.
 @main
@@ -6,6 +7,7 @@ struct FleetTokend: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fleet-tokend",
         abstract: "Per-host agent that caches and refreshes Fleet Engine JWTs and serves them on a Unix socket.",
+        version: "fleet-tokend \(BuildInfo.description)",
         subcommands: [ServeCommand.self, GetCommand.self, ReloadCommand.self, StatusCommand.self, PingCommand.self]
     )
 }

@@ -1,3 +1,4 @@
+import BuildInfo
 import CoreMetrics
 import Prometheus
 import Synchronization
@@ -179,6 +180,7 @@ public final class AgentMetrics: Sendable {
             }
             gauge("fleet_tokend_healthy", [], health.isDegraded ? 0 : 1)
             gauge("fleet_tokend_demo_issuer", [], status.issuerMode.isDemo ? 1 : 0)
+            gauge("fleet_tokend_build_info", [("version", BuildInfo.version), ("commit", BuildInfo.commit)], 1)
             gauge("fleet_tokend_uptime_seconds", [], Double(status.uptime))
         }
     }

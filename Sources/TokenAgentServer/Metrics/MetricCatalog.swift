@@ -272,6 +272,12 @@ public enum MetricCatalog {
             help: "1 when the agent is serving and not degraded, 0 otherwise."
         ),
         Entry(
+            name: "fleet_tokend_build_info",
+            kind: .gauge,
+            labels: ["version", "commit"],
+            help: "Always 1; the labels name the running agent's version and the commit it was built from."
+        ),
+        Entry(
             name: "fleet_tokend_demo_issuer",
             kind: .gauge,
             labels: [],

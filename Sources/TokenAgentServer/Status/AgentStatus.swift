@@ -1,3 +1,4 @@
+import BuildInfo
 import Foundation
 import NIOCore
 import TokenAgent
@@ -83,6 +84,7 @@ public struct AgentStatus: Sendable {
         text.add("provider_clock_skew_s", Int(saturating: (stats.providerClockSkew ?? 0).rounded()))
         text.add("warm_fetches", stats.warmFetches)
         text.add("demo", issuerMode.isDemo ? 1 : 0)
+        text.add("version", text: BuildInfo.version)
         // Four fields for each kind whose provider has a signature budget; none for the others.
         for (kind, counters) in engine.signatureBudgets() {
             text.add("signs_", kind: kind, counters.signatures)

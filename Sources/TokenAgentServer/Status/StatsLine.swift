@@ -30,6 +30,14 @@ struct StatsLine {
         appendDecimal(value)
     }
 
+    /// Adds `name=text` for a text without spaces or control characters (a version).
+    mutating func add(_ name: StaticString, text: String) {
+        append(" ")
+        append(name)
+        append("=")
+        bytes.append(contentsOf: text.utf8)
+    }
+
     /// Adds `name=word`.
     mutating func add(_ name: StaticString, word: StaticString) {
         append(" ")

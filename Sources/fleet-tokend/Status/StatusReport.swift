@@ -20,6 +20,8 @@ struct StatusReport {
     var degraded = false
     /// The agent runs its demo issuer (`demo=1` in STATS).
     var demo = false
+    /// The agent's version (`version=` in STATS); `nil` from an agent that does not say.
+    var version: String?
     var refresherStalled = false
     var uptime = 0
     var entries = 0
@@ -40,6 +42,7 @@ struct StatusReport {
         refresherStalled = ping != "PONG"
         uptime = stat("uptime_s")
         demo = stat("demo") == 1
+        version = stats["version"]
         entries = stat("entries")
         hits = stat("hits")
         misses = stat("misses")
@@ -166,6 +169,7 @@ struct StatusReport {
             reload += lastReloadApplied ? ", last applied" : ", " + paint("last refused", "31")
         }
         lines.append(reload)
+        if let version { lines.append("version:   \(escaped(version))") }
         return lines.joined(separator: "\n") + "\n"
     }
 
@@ -187,6 +191,7 @@ struct StatusReport {
         var object: [String: Any] = [
             "state": degraded ? "degraded" : "serving",
             "demo": demo,
+            "version": version ?? "",
             "problems": problems.filter { _ in degraded },
             "uptime_s": uptime,
             "entries": entries,
