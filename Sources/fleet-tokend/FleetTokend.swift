@@ -8,6 +8,9 @@ struct FleetTokend: AsyncParsableCommand {
         commandName: "fleet-tokend",
         abstract: "Per-host agent that caches and refreshes Fleet Engine JWTs and serves them on a Unix socket.",
         version: "fleet-tokend \(BuildInfo.description)",
-        subcommands: [ServeCommand.self, GetCommand.self, ReloadCommand.self, StatusCommand.self, PingCommand.self]
+        subcommands: [
+            ServeCommand.self, CheckConfigCommand.self, GetCommand.self, ReloadCommand.self, StatusCommand.self,
+            PingCommand.self,
+        ]
     )
 }

@@ -4,11 +4,12 @@ import FleetTokenClient
 import Foundation
 import TokenWire
 
-/// `fleet-tokend reload --pid PID`: asks a running agent to reload (SIGHUP) and waits for the
-/// outcome, so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration
+/// `fleet-tokend reload [--pid PID]`: asks the agent answering on the socket to reload (SIGHUP)
+/// and waits for the outcome, so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration
 /// is applied, and fails when the agent refused it. Needs no `kill` binary. Only the agent
-/// listening on the socket is signalled, when the kernel names it as process `PID` to a client
-/// that connects, through a pidfd: any other process is refused (`cannot signal process PID`).
+/// listening on the socket is signalled, through a pidfd the kernel gives a client that connects
+/// (so a pid reused meanwhile is never signalled); with `--pid`, only when that agent is process
+/// `PID`: any other process is refused (`cannot signal process PID`).
 struct ReloadCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "reload",
@@ -17,8 +18,11 @@ struct ReloadCommand: AsyncParsableCommand {
             "Exit status: 0 applied; 1 refused (the old configuration stays), no answer in time, or the outcome could not be read."
     )
 
-    @Option(help: "The agent's process id ($MAINPID in the unit).")
-    var pid: Int32
+    @Option(
+        help:
+            "The agent's process id ($MAINPID in the unit); refused unless it is the agent on the socket. Default: that agent."
+    )
+    var pid: Int32?
 
     @Option(help: "Unix socket path (default $FLEET_TOKEND_SOCKET, else /run/fleet-tokend/tokens.sock).")
     var socket: String?
@@ -40,16 +44,18 @@ struct ReloadCommand: AsyncParsableCommand {
         // a pid reused since is ever signalled.
         var listener: Int32 = 0
         let process = fsl_listener_pidfd(path, &listener)
+        let target = pid.map { "process \($0)" } ?? "the agent"
         if process == -2 {
-            fail("cannot signal process \(pid): the agent on \(path) is a process outside this PID namespace")
+            fail("cannot signal \(target): the agent on \(path) is a process outside this PID namespace")
         }
         guard process >= 0 else {
-            fail("cannot signal process \(pid): no agent answers on \(path) (\(String(cString: strerror(errno))))")
+            fail("cannot signal \(target): no agent answers on \(path) (\(String(cString: strerror(errno))))")
         }
         defer { close(process) }
-        guard listener == pid else {
+        if let pid, listener != pid {
             fail("cannot signal process \(pid): the agent on \(path) is process \(listener)")
         }
+        let pid = listener
         let before = try? await client.stats()
         guard fsl_pidfd_exited(process) == 0, fsl_pidfd_send_signal(process, SIGHUP) == 0 else {
             fail("cannot signal process \(pid): it has exited")
@@ -64,7 +70,10 @@ struct ReloadCommand: AsyncParsableCommand {
         while ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(50))
             guard let now = try? await client.stats() else { continue }
-            if (now["reloads"] ?? 0) > applied { return }
+            if (now["reloads"] ?? 0) > applied {
+                print("reload applied by the agent on \(path) (process \(pid))")
+                return
+            }
             if (now["reload_failures"] ?? 0) > refused {
                 fail("the agent refused the new configuration and kept the old one; see its log")
             }

@@ -133,19 +133,17 @@ struct ServeCommand: AsyncParsableCommand {
             try HostCredentials.discover(environment: environment, logger: Logger(label: "fleet-tokend.credentials"))
         }
         do {
-            try configuration.checkAccessKinds()
             // NSS or LDAP may come up after the agent: a name that does not resolve yet is a warning.
-            let resolved = try AccessRules.resolve(
-                configuration.access,
-                kinds: configuration.configuredKinds,
-                strict: false
+            let checked = try ConfigurationCheck.check(
+                configuration,
+                strictNames: false,
+                discoverCredentials: discoverCredentials
             )
-            for warning in resolved.warnings {
+            for warning in checked.warnings {
                 logger.warning("access rule matches nobody", metadata: ["problem": "\(warning)"])
             }
-            rules = resolved.rules
-            // Last: nothing that can fail comes after the providers' HTTP clients exist.
-            providers = try ProviderSet.build(from: configuration, discoverCredentials: discoverCredentials)
+            rules = checked.rules
+            providers = checked.providers
         } catch let error as ConfigurationError {
             logger.critical("bad configuration", metadata: ["key": "\(error.key)", "reason": "\(error.reason)"])
             StandardError.write("fleet-tokend: \(error)\n")

@@ -166,11 +166,10 @@ struct SystemdIntegrationTests {
         try writeConfig(
             #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}, "trip": {"url": "\#(provider.url(kind: "trip"))", "token_field": "jwt"}}}"#
         )
-        let applied = try await run(
-            AgentProcess.binary,
-            ["reload", "--pid", "\(agent.pid)", "--socket", agent.socketPath]
-        )
+        // Without --pid: the agent answering on the socket is the one signalled.
+        let applied = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
         #expect(applied.status == 0, "\(applied.stderr)")
+        #expect(applied.stdout == "reload applied by the agent on \(agent.socketPath) (process \(agent.pid))\n")
         #expect(agent.log.contains("configuration reloaded"), "reload returns once the reload is applied")
         let stats = try await agent.stats()
         #expect(stats["reloads"] == 1)
@@ -187,6 +186,12 @@ struct SystemdIntegrationTests {
         )
         #expect(blind.status == 1, "\(blind.stderr)")
         #expect(blind.stderr.contains("cannot signal process \(agent.pid): no agent answers on"), "\(blind.stderr)")
+        let blindWithoutPID = try await run(
+            AgentProcess.binary,
+            ["reload", "--socket", agent.directory.path + "/none.sock"]
+        )
+        #expect(blindWithoutPID.status == 1)
+        #expect(blindWithoutPID.stderr.contains("cannot signal the agent: no agent answers on"))
 
         // Another process's pid is refused, whatever it runs: only the agent on the socket is
         // signalled, and only when it names that pid as its own.

@@ -90,18 +90,15 @@ final class ReloadService: Service, Sendable {
         do {
             let configuration = try load()  // resolved and validated as at start-up
             let previous = current.withLock { $0 }
-            try configuration.checkAccessKinds()
             // On a reload every name must resolve: a typo must not silently lock users out.
-            let rules = try AccessRules.resolve(
-                configuration.access,
-                kinds: configuration.configuredKinds,
-                strict: true
-            ).rules
-            let built = try ProviderSet.build(
-                from: configuration,
+            let checked = try ConfigurationCheck.check(
+                configuration,
+                strictNames: true,
                 reusing: previous,
                 discoverCredentials: discoverCredentials
             )
+            let rules = checked.rules
+            let built = checked.providers
             let changed = built.changedKinds(since: previous)
             let rulesChanged = access.current.kindsWithChangedRules(to: rules, kinds: Set(built.providers.keys))
             // A kind whose rules changed gets a new segment, withheld until the new rules are in
