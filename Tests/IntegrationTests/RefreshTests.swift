@@ -48,14 +48,25 @@ struct RefreshTests {
 
     @Test func hangingProviderTimesOutAndCachedTokenIsServed() async throws {
         try await withProviderAndAgent(["--config", try timeoutConfig()]) { agent, provider in
-            let token = try #require(tokenOf(try await agent.send("GET vehicle h-1").first))
+            // The first token, however many tries a loaded machine needs within the 3 s time-out
+            // (the subject is the time-out of the fetch below, not this one).
+            var first: String?
+            #expect(
+                try await eventually(within: 120, every: .milliseconds(200)) {
+                    first = tokenOf(try await agent.send("GET vehicle h-1").first)
+                    return first != nil
+                }
+            )
+            let token = try #require(first)
+            let requests = provider.requests(for: "h-1")
+            let errors = try #require(try await agent.stats()["fetch_errors"])
             // The provider answers in 30 s, with a new token; its time-out is 3 s. The cached token
             // back, with the fetch counted as failed, is the time-out's doing, however slow the
             // machine: waiting for the provider would have brought the new token.
             provider.setDelay(milliseconds: 30_000)
             #expect(try await agent.send("GET vehicle h-1 3600").first.flatMap(tokenOf) == token)
-            #expect(provider.requests(for: "h-1") == 2)
-            #expect(try await agent.stats()["fetch_errors"] == 1, "the fetch timed out")
+            #expect(provider.requests(for: "h-1") == requests + 1)
+            #expect(try await agent.stats()["fetch_errors"] == errors + 1, "the fetch timed out")
         }
     }
 

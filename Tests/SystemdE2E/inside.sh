@@ -35,8 +35,12 @@ check "a fresh install's start exits 78" sh -c '[ "$(systemctl show -p ExecMainS
 systemctl status fleet-tokend.service --no-pager -n 20 > /tmp/fresh-status.txt 2>&1
 check "systemctl status says what to configure" grep -q "nothing to serve: configure an HTTP provider" /tmp/fresh-status.txt
 check "the journal says what to configure" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "nothing to serve: configure"'
-systemctl reset-failed fleet-tokend.service >> "$log" 2>&1
-check "the socket still listens after the refused start" systemctl is-active fleet-tokend.socket
+# systemd stops a socket whose service failed for good: connections are refused until the
+# operator configures the agent and starts the socket again.
+check "the socket unit fails with the refused start" systemctl is-failed --quiet fleet-tokend.socket
+systemctl reset-failed fleet-tokend.service fleet-tokend.socket >> "$log" 2>&1
+systemctl start fleet-tokend.socket >> "$log" 2>&1
+check "the socket listens again once started" systemctl is-active fleet-tokend.socket
 
 # Per-fetch log lines (with TOKEN_ID and TOKEN_FINGERPRINT) are at debug level. The demo issuer,
 # on purpose.
