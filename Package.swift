@@ -17,6 +17,18 @@ let requestPath: [SwiftSetting] =
     ? strict
     : strict + [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
 
+/// The trait that brings in the packages the agent needs (SwiftNIO, swift-crypto, …), on by
+/// default. `FleetTokenClient` needs none of them: a worker that depends on this package with
+/// `traits: []` links the client, and SwiftPM neither resolves nor fetches the agent's packages
+/// (README, "In a worker"). Every product of another package is used through `agentOnly`, so no
+/// target holds one outside the trait.
+let agentTrait = "Agent"
+
+/// `name` of `package`, for the agent's targets and the tests: only with the `Agent` trait on.
+func agentOnly(_ name: String, _ package: String) -> Target.Dependency {
+    .product(name: name, package: package, condition: .when(traits: [agentTrait]))
+}
+
 let package = Package(
     name: "fleet-tokend",
     platforms: [.macOS(.v15)],
@@ -26,6 +38,13 @@ let package = Package(
         .library(name: "TokenWire", targets: ["TokenWire"]),
         .library(name: "FleetTokenClient", targets: ["FleetTokenClient"]),
         .library(name: "TokenAgentServer", targets: ["TokenAgentServer"]),
+    ],
+    traits: [
+        .trait(
+            name: agentTrait,
+            description: "The agent's packages; off for a worker that links FleetTokenClient only."
+        ),
+        .default(enabledTraits: [agentTrait]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -80,7 +99,7 @@ let package = Package(
         ),
         .target(
             name: "Systemd",
-            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CSystemd", agentOnly("Logging", "swift-log")],
             swiftSettings: strict
         ),
         // The engine: cache, refresh policy, singleflight, providers, configuration model, and the
@@ -91,13 +110,13 @@ let package = Package(
                 "TokenWire",
                 "TokenSegment",
                 "CSharedMemory",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "_CryptoExtras", package: "swift-crypto"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "CoreMetrics", package: "swift-metrics"),
+                agentOnly("Logging", "swift-log"),
+                agentOnly("Crypto", "swift-crypto"),
+                agentOnly("_CryptoExtras", "swift-crypto"),
+                agentOnly("AsyncHTTPClient", "async-http-client"),
+                agentOnly("NIOCore", "swift-nio"),
+                agentOnly("NIOHTTP1", "swift-nio"),
+                agentOnly("CoreMetrics", "swift-metrics"),
             ],
             swiftSettings: requestPath
         ),
@@ -111,13 +130,13 @@ let package = Package(
                 "TokenSegment",
                 "CSharedMemory",
                 "CSocketLoop",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "CoreMetrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                agentOnly("Logging", "swift-log"),
+                agentOnly("NIOCore", "swift-nio"),
+                agentOnly("NIOPosix", "swift-nio"),
+                agentOnly("NIOHTTP1", "swift-nio"),
+                agentOnly("ServiceLifecycle", "swift-service-lifecycle"),
+                agentOnly("CoreMetrics", "swift-metrics"),
+                agentOnly("Prometheus", "swift-prometheus"),
             ],
             swiftSettings: requestPath
         ),
@@ -132,12 +151,12 @@ let package = Package(
                 "FleetTokenClient",
                 "Systemd",
                 "CSocketLoop",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOCore", package: "swift-nio"),
+                agentOnly("ArgumentParser", "swift-argument-parser"),
+                agentOnly("Logging", "swift-log"),
+                agentOnly("ServiceLifecycle", "swift-service-lifecycle"),
+                agentOnly("UnixSignals", "swift-service-lifecycle"),
+                agentOnly("NIOPosix", "swift-nio"),
+                agentOnly("NIOCore", "swift-nio"),
             ],
             swiftSettings: strict
         ),
@@ -154,7 +173,7 @@ let package = Package(
         // the seeded random generator and the documents' reader (DocText).
         .target(
             name: "TestSupport",
-            dependencies: [.product(name: "Logging", package: "swift-log")],
+            dependencies: [agentOnly("Logging", "swift-log")],
             path: "Tests/TestSupport",
             swiftSettings: strict
         ),
@@ -163,11 +182,11 @@ let package = Package(
         .target(
             name: "FakeGoogle",
             dependencies: [
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                agentOnly("NIOCore", "swift-nio"),
+                agentOnly("NIOPosix", "swift-nio"),
+                agentOnly("NIOHTTP1", "swift-nio"),
+                agentOnly("Crypto", "swift-crypto"),
+                agentOnly("_CryptoExtras", "swift-crypto"),
             ],
             path: "Tests/FakeGoogle",
             swiftSettings: strict
@@ -184,11 +203,11 @@ let package = Package(
                 "TokenAgent",
                 "FakeGoogle",
                 "TestSupport",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "_CryptoExtras", package: "swift-crypto"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
+                agentOnly("Logging", "swift-log"),
+                agentOnly("_CryptoExtras", "swift-crypto"),
+                agentOnly("AsyncHTTPClient", "async-http-client"),
+                agentOnly("NIOCore", "swift-nio"),
+                agentOnly("NIOHTTP1", "swift-nio"),
             ],
             swiftSettings: strict
         ),
@@ -208,9 +227,9 @@ let package = Package(
                 "CSharedMemory",
                 "CSocketLoop",
                 "TokenWire",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOTestUtils", package: "swift-nio"),
+                agentOnly("Logging", "swift-log"),
+                agentOnly("NIOCore", "swift-nio"),
+                agentOnly("NIOTestUtils", "swift-nio"),
             ],
             swiftSettings: strict
         ),
@@ -228,7 +247,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SystemdTests",
-            dependencies: ["Systemd", "TestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Systemd", "TestSupport", agentOnly("Logging", "swift-log")],
             swiftSettings: strict
         ),
         .testTarget(
@@ -243,9 +262,9 @@ let package = Package(
                 "TokenAgentServer",
                 "TestOracles",
                 "TestSupport",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                agentOnly("Logging", "swift-log"),
+                agentOnly("Crypto", "swift-crypto"),
+                agentOnly("_CryptoExtras", "swift-crypto"),
             ],
             swiftSettings: strict
         ),
@@ -261,9 +280,9 @@ let package = Package(
                 "FakeGoogle",
                 "TestSupport",
                 "Systemd",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
+                agentOnly("NIOCore", "swift-nio"),
+                agentOnly("NIOPosix", "swift-nio"),
+                agentOnly("NIOHTTP1", "swift-nio"),
             ],
             swiftSettings: strict
         ),

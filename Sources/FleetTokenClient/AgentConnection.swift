@@ -62,7 +62,8 @@ final class AgentConnection: Sendable {
     init(path: String) throws(ConnectionLost) {
         let fd = UnixSocketAddress.connectStream(to: path)
         guard fd >= 0 else {
-            throw ConnectionLost(description: "connect \(path): \(String(cString: strerror(-fd)))")
+            // The path is not repeated here: the error that reaches the caller names the socket.
+            throw ConnectionLost(description: "connect: \(String(cString: strerror(-fd)))")
         }
         #if canImport(Darwin)
             var one: Int32 = 1

@@ -23,7 +23,10 @@ public final class FleetTokenClient: Sendable {
         public var memoization = true
         /// The minimum validity asked for when a call names none, seconds. Default 300 (the
         /// agent's default and the Fleet Engine SDKs' 5-minute guarantee). As in the agent, a
-        /// remembered token of a short lifetime needs only a quarter of that lifetime, at least 10 s.
+        /// remembered token of a short lifetime needs only a quarter of that lifetime, at least
+        /// 10 s: the lifetime is read from a JWT's `iat`; a token without one needs all of it.
+        /// Set it to the agent's `min_validity` when that is higher, or the memo may serve a
+        /// token the agent would replace.
         public var defaultMinimumValidity: TimeInterval = 300
         /// The longest any call waits for its reply, seconds. Default 15.
         public var callTimeout: TimeInterval = 15

@@ -16,7 +16,8 @@ final class MemoTable: Sendable {
 
     /// A memo of at most `capacity` tokens; a remembered token needs
     /// `max(10, min(defaultMinimumValidity, lifetime / 4))` seconds left unless the call names
-    /// its minimum validity.
+    /// its minimum validity, the agent's own rule (``lifetime(of:receivedAt:)`` says which
+    /// lifetime), so the memo never serves a token the agent would refuse on the same GET.
     init(capacity: Int, defaultMinimumValidity: TimeInterval) {
         self.capacity = capacity
         self.defaultMinimumValidity = defaultMinimumValidity
@@ -43,11 +44,12 @@ final class MemoTable: Sendable {
     func remember(_ token: Token, for subject: TokenSubject, at now: ContinuousClock.Instant = .now) {
         // A memo of no capacity holds nothing (eviction below makes room for one token only).
         guard capacity > 0 else { return }
-        let left = token.expiresAt.timeIntervalSinceNow
+        let received = Date()
+        let left = token.expiresAt.timeIntervalSince(received)
         let entry = Entry(
             token: token,
             validUntil: now.advanced(by: .milliseconds(Int64(saturating: left * 1000))),
-            lifetimeSeconds: left
+            lifetimeSeconds: Self.lifetime(of: token, receivedAt: received)
         )
         entries.withLock { entries in
             if entries.count >= capacity, entries[subject] == nil {
@@ -70,5 +72,40 @@ final class MemoTable: Sendable {
     /// Forgets every token.
     func removeAll() {
         entries.withLock { $0.removeAll() }
+    }
+
+    /// The lifetime the agent's rule is applied to, seconds: never shorter than the one the agent
+    /// itself uses (the validity the token had when the agent fetched it), so the memo's
+    /// `lifetime / 4` never asks less than the agent's.
+    ///
+    /// The reply on the socket carries only the expiry. For a JWT whose payload has an `iat` no
+    /// later than now, the lifetime is the expiry less `iat`: the agent fetched the token at `iat`
+    /// or after. Any other token (opaque, no readable `iat`, or an `iat` in the future, which a
+    /// skewed clock makes) counts as infinitely long-lived: it then needs the whole default
+    /// minimum validity, as an hour-long token does.
+    static func lifetime(of token: Token, receivedAt received: Date) -> TimeInterval {
+        let left = token.expiresAt.timeIntervalSince(received)
+        guard let issuedAt = issuedAt(ofJWT: token.jwt), issuedAt <= received.timeIntervalSince1970 else {
+            return .infinity
+        }
+        return max(left, token.expiresAt.timeIntervalSince1970 - issuedAt)
+    }
+
+    /// The `iat` claim of `jwt` (Unix seconds) when it is a JWT (three base64url parts) whose
+    /// payload is a JSON object with a finite number for `iat`; `nil` otherwise. (A boolean read
+    /// as 0 or 1 only makes the lifetime longer, and the memo stricter.)
+    static func issuedAt(ofJWT jwt: String) -> TimeInterval? {
+        let parts = jwt.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[1].count <= 8192 else { return nil }
+        var base64 = String(decoding: parts[1], as: UTF8.self)
+            .replacingOccurrences(of: "-", with: "+")
+            .replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
+        guard let payload = Data(base64Encoded: base64),
+            let claims = try? JSONSerialization.jsonObject(with: payload) as? [String: Any],
+            let number = claims["iat"] as? NSNumber
+        else { return nil }
+        let value = number.doubleValue
+        return value.isFinite ? value : nil
     }
 }

@@ -35,7 +35,7 @@ public enum RequestParser {
         }
         let name = String(decoding: verbField.utf8.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }, as: UTF8.self)
         guard let verb = WireRequest.Verb(rawValue: name) else {
-            return .failure(WireError(.badRequest, "unknown verb; try HELP"))
+            return .failure(WireError(.badRequest, "unknown verb \(quotedVerb(verbField.utf8)); try HELP"))
         }
         let arguments = fields.dropFirst()
         switch verb {
@@ -52,6 +52,16 @@ public enum RequestParser {
                 guard field.utf8.count <= 6, field.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
                     let value = Int(field), value <= WireLimits.maxMinValiditySeconds
                 else {
+                    // A third field that is no attempt at a number is most likely the rest of an
+                    // id with a space in it: say so, rather than speak of min-validity alone.
+                    if !looksNumeric(field.utf8) {
+                        return .failure(
+                            WireError(
+                                .badRequest,
+                                "id contains whitespace, or min-validity is not whole seconds from 0 to \(WireLimits.maxMinValiditySeconds)"
+                            )
+                        )
+                    }
                     return .failure(
                         WireError(
                             .badRequest,
@@ -155,5 +165,32 @@ public enum RequestParser {
         }
         if let problem = TokenIdentifier.problem(kind: kind, id: id) { return WireError(.badID, problem) }
         return nil
+    }
+
+    /// The longest part of an unknown verb an error quotes, in bytes.
+    static let maxQuotedVerbBytes = 32
+
+    /// An unknown verb as an error quotes it: its first ``maxQuotedVerbBytes`` bytes (then `...`),
+    /// printable ASCII as it is except the backslash, every other byte as `\xNN`, so the reply
+    /// stays one line of printable ASCII whatever was sent.
+    static func quotedVerb(_ verb: some Collection<UInt8>) -> String {
+        var quoted = ""
+        for byte in verb.prefix(maxQuotedVerbBytes) {
+            if byte > 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") {
+                quoted.unicodeScalars.append(Unicode.Scalar(byte))
+            } else {
+                let hex = String(byte, radix: 16)
+                quoted += "\\x" + (hex.count == 1 ? "0" + hex : hex)
+            }
+        }
+        return verb.count > maxQuotedVerbBytes ? quoted + "..." : quoted
+    }
+
+    /// Whether a GET's third field starts like a number (a digit, a sign or a point): then it was
+    /// meant as min-validity.
+    private static func looksNumeric(_ field: some Collection<UInt8>) -> Bool {
+        guard let first = field.first else { return false }
+        return (0x30...0x39).contains(first) || first == UInt8(ascii: "-") || first == UInt8(ascii: "+")
+            || first == UInt8(ascii: ".")
     }
 }

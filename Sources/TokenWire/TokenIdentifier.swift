@@ -16,7 +16,7 @@ public enum TokenIdentifier {
                 return "id contains a control or unassigned character"
             default: break
             }
-            if forbiddenIDScalars.contains(scalar) { return "id contains one of / : \\ ? #" }
+            if forbiddenIDScalars.contains(scalar) { return "id contains one of / : ? # or a backslash" }
         }
         if count == 0 { return "id is empty" }
         return reservedProblem(id.utf8)

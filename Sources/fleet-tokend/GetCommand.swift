@@ -2,7 +2,8 @@ import ArgumentParser
 import FleetTokenClient
 import Foundation
 
-/// `fleet-tokend get KIND ID`: asks the running agent for a token and prints just the token.
+/// `fleet-tokend get KIND ID [MIN-VALIDITY]`: asks the running agent for a token and prints just
+/// the token. The minimum validity goes where the protocol's GET has it, or after `--min-validity`.
 struct GetCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "get",
@@ -17,13 +18,23 @@ struct GetCommand: AsyncParsableCommand {
     @Argument(help: "Vehicle id, trip id, ...")
     var id: String
 
+    @Argument(help: "Minimum validity in seconds, as in the protocol's GET (or --min-validity).")
+    var minimumValidity: Int?
+
     @Option(help: "Unix socket path (default $FLEET_TOKEND_SOCKET, else /run/fleet-tokend/tokens.sock).")
     var socket: String?
 
     @Option(help: "Minimum validity in seconds (default: the agent's).")
     var minValidity: Int?
 
+    mutating func validate() throws {
+        if let minimumValidity, let minValidity, minimumValidity != minValidity {
+            throw ValidationError("Minimum validity given twice: \(minimumValidity) and --min-validity \(minValidity).")
+        }
+    }
+
     func run() async throws {
+        let minValidity = minValidity ?? minimumValidity
         var configuration = FleetTokenClient.Configuration()
         configuration.memoization = false
         // One request and out: mapping a segment would only cost a round trip more.

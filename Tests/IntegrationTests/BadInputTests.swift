@@ -15,9 +15,12 @@ struct BadInputTests {
             let replies = try await SocketClient.exchange(agent.socketPath, lines.flatMap { $0 }, lines: lines.count)
             #expect(replies.count == lines.count)
             guard replies.count == lines.count else { return }
-            #expect(replies[0] == "ERR bad-request unknown verb; try HELP")
+            #expect(replies[0] == "ERR bad-request unknown verb FROB; try HELP")
             #expect(replies[1].hasPrefix("ERR bad-request usage: GET"))
-            #expect(replies[2].hasPrefix("ERR bad-request min-validity"))
+            #expect(
+                replies[2]
+                    == "ERR bad-request id contains whitespace, or min-validity is not whole seconds from 0 to 86400"
+            )
             #expect(replies[3].hasPrefix("ERR bad-kind"))
             #expect(replies[4].hasPrefix("ERR bad-id"))
             #expect(replies[5] == "ERR bad-request line is not UTF-8")

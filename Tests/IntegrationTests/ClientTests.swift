@@ -54,7 +54,7 @@ struct ClientTests {
             #expect(await error { _ = try await client.token(.vehicle("status503-c")) } == .unavailable("HTTP 503"))
             #expect(await error { _ = try await client.token(.vehicle("status403-c")) } == .rejected("HTTP 403"))
             let badID = await error { _ = try await client.token(.vehicle("a/b")) }
-            #expect(badID == .badRequest("bad-id: id contains one of / : \\ ? #"))
+            #expect(badID == .badRequest("bad-id: id contains one of / : ? # or a backslash"))
             guard case .badRequest(let text) = await error({ _ = try await client.token(.task("k-1")) }) else {
                 Issue.record("an unconfigured kind is a bad request")
                 return

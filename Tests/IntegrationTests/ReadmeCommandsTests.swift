@@ -313,7 +313,7 @@ struct ReadmeCommandsTests {
         let help = try await agent.send("HELP")
         for verb in WireRequest.verbs where verb != "QUIT" {
             let reply = try await agent.send(verb)
-            #expect(reply.first != "ERR bad-request unknown verb; try HELP", "\(verb)")
+            #expect(reply.first?.hasPrefix("ERR bad-request unknown verb") != true, "\(verb)")
         }
         await agent.stop()
         #expect(help == ["OK " + WireRequest.verbs.joined(separator: " ")])

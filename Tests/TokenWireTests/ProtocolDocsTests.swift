@@ -56,13 +56,16 @@ struct ProtocolDocsTests {
         for verb in WireRequest.Verb.allCases {
             for spelling in [verb.rawValue, verb.rawValue.lowercased()] {
                 if case .failure(let error) = RequestParser.parse(text: spelling) {
-                    #expect(error.message != "unknown verb; try HELP", "\(spelling)")
+                    #expect(!error.message.hasPrefix("unknown verb"), "\(spelling)")
                 }
             }
         }
         // A verb that is not in the list is unknown, however close to one it is.
         for line in ["FETCH vehicle v-1", "GETS vehicle v-1", "HELPS", "INFOS vehicle v-1"] {
-            #expect(RequestParser.parse(text: line) == .failure(WireError(.badRequest, "unknown verb; try HELP")))
+            let verb = line.split(separator: " ")[0]
+            #expect(
+                RequestParser.parse(text: line) == .failure(WireError(.badRequest, "unknown verb \(verb); try HELP"))
+            )
         }
         let samples: [WireRequest] = [
             .get(kind: "vehicle", id: "v-1", minValiditySeconds: 60), .refresh(kind: "trip", id: "t-1"),

@@ -225,3 +225,49 @@ struct WildcardKindFastPathTests {
         #expect(Array("GET vehicle v-1".utf8).withUnsafeBytes { SimpleGet.recognise($0) } != nil)
     }
 }
+
+/// Errors a person can act on (issue 34 §6): the unknown verb named, an id with a space said so.
+@Suite("Request parsing: messages")
+struct RequestParserMessageTests {
+    private func message(_ line: String) -> String? {
+        if case .failure(let error) = RequestParser.parse(Array(line.utf8)) { return error.message }
+        return nil
+    }
+
+    @Test func anUnknownVerbIsNamed() {
+        #expect(message("FOO") == "unknown verb FOO; try HELP")
+        #expect(message("fetch vehicle v-1") == "unknown verb fetch; try HELP")
+    }
+
+    /// Escaped to printable ASCII (the backslash too), and cut after 32 bytes.
+    @Test func anUnknownVerbIsEscapedAndTruncated() {
+        #expect(message("B\u{1B}[2J\\x") == "unknown verb B\\x1b[2J\\x5cx; try HELP")
+        #expect(message("caf\u{E9}") == "unknown verb caf\\xc3\\xa9; try HELP")
+        let long = String(repeating: "V", count: 200)
+        #expect(message(long) == "unknown verb \(String(repeating: "V", count: 32))...; try HELP")
+        #expect(
+            message(String(repeating: "V", count: 32)) == "unknown verb \(String(repeating: "V", count: 32)); try HELP"
+        )
+        for line in ["\u{7F}", "\u{1B}]0;title\u{7}", long + "\u{1B}"] {
+            let text = message(line) ?? ""
+            #expect(text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }, "\(text)")
+        }
+    }
+
+    @Test func anIDWithASpaceIsSaidToHoldWhitespace() {
+        let whitespace = "id contains whitespace, or min-validity is not whole seconds from 0 to 86400"
+        #expect(message("GET vehicle my vehicle") == whitespace)
+        #expect(message("GET vehicle v-1 abc") == whitespace)
+        // A third field that starts like a number was meant as min-validity.
+        let minValidity = "min-validity must be whole seconds from 0 to 86400"
+        for field in ["86401", "1.5", "-1", "+5", ".5", "5s", "1000000"] {
+            #expect(message("GET vehicle v-1 \(field)") == minValidity, "\(field)")
+        }
+    }
+
+    @Test func aForbiddenCharacterInAnIDNeedsNoEscaping() {
+        for id in ["v/1", "v:1", "v\\1", "v?1", "v#1"] {
+            #expect(message("GET vehicle \(id)") == "id contains one of / : ? # or a backslash", "\(id)")
+        }
+    }
+}

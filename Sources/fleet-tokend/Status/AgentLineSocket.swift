@@ -48,7 +48,8 @@ struct AgentLineSocket {
                 -connected == EAGAIN
                 ? "the agent's connection queue stayed full for \(bounded) s"
                 : String(cString: strerror(-connected))
-            throw Unreachable(description: "connect \(path): \(reason)")
+            // The path is not repeated here: the caller's message names the socket.
+            throw Unreachable(description: "connect: \(reason)")
         }
         descriptor = connected
     }

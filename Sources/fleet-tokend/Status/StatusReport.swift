@@ -29,6 +29,7 @@ struct StatusReport {
     var misses = 0
     var fetchErrors = 0
     var denied = 0
+    /// Open connections other than this report's own.
     var connections = 0
     var reloads = 0
     var reloadFailures = 0
@@ -48,7 +49,8 @@ struct StatusReport {
         misses = stat("misses")
         fetchErrors = stat("fetch_errors")
         denied = stat("denied")
-        connections = stat("connections")
+        // STATS counts the connection it is asked on: status's own, which is no client.
+        connections = max(0, stat("connections") - 1)
         reloads = stat("reloads")
         reloadFailures = stat("reload_failures")
         var byKind: [String: Kind] = [:]
@@ -143,7 +145,10 @@ struct StatusReport {
             )
         }
         let ratio = hitRatio.map { String(format: "%.1f%%", $0) } ?? "n/a"
-        lines.append("cache:     \(entries) entries, hit ratio \(ratio) (\(hits) hits, \(misses) misses)")
+        lines.append(
+            "cache:     \(Self.count(entries, "entry", "entries")), hit ratio \(ratio) "
+                + "(\(Self.count(hits, "hit", "hits")), \(Self.count(misses, "miss", "misses")))"
+        )
         if let soonest {
             lines.append(
                 "expiry:    soonest token in use expires in \(Self.duration(Int(saturating: soonest.seconds))) (\(escaped(soonest.kind)))"
@@ -157,13 +162,17 @@ struct StatusReport {
             text +=
                 kind.failingSeconds > 0
                 ? paint("failing \(Int(saturating: kind.failingSeconds)) s", "31") : paint("ok", "32")
-            text += ", \(kind.entries) entries, \(kind.fetchErrors) fetch errors"
+            text +=
+                ", \(Self.count(kind.entries, "entry", "entries")), "
+                + Self.count(kind.fetchErrors, "fetch error", "fetch errors")
             if let at = kind.lastFailureAt, let reason = kind.lastFailureReason {
                 text += ", last error \(escaped(reason)) \(Self.duration(Int(saturating: max(0, now - at)))) ago"
             }
             lines.append(text)
         }
-        lines.append("clients:   \(connections) connected, \(denied) requests denied")
+        lines.append(
+            "clients:   \(connections) connected besides this check, \(Self.count(denied, "request", "requests")) denied"
+        )
         var reload = "reloads:   \(reloads) applied, \(reloadFailures) refused"
         if reloads + reloadFailures > 0 {
             reload += lastReloadApplied ? ", last applied" : ", " + paint("last refused", "31")
@@ -224,4 +233,10 @@ struct StatusReport {
         default: return "\(seconds) s"
         }
     }
+
+    /// `count` and its noun, singular for one: `1 entry`, `2 entries`, `0 entries`.
+    static func count(_ count: Int, _ singular: String, _ plural: String) -> String {
+        "\(count) \(count == 1 ? singular : plural)"
+    }
+
 }
