@@ -81,8 +81,7 @@ final class ServedConnection: Sendable {
         client = pair[1]
         loop = try SocketLoop(logger: Logger(label: "test"))
         let handler = RequestHandler(
-            engine: engine,
-            status: status,
+            context: ConnectionContext(engine: engine, status: status),
             logger: Logger(label: "test"),
             admission: admission,
             peer: peer,
