@@ -82,7 +82,7 @@ struct AgentRuntime {
         )
         let reloads = ReloadStatistics()
         let access = AccessControl(rules: rules, logger: Logger(label: "fleet-tokend.access"))
-        let heartbeat = Heartbeat()
+        let heartbeat = RefresherHeartbeat()
         let health = AgentHealth(
             settings: HealthSettings(
                 degradedAfter: configuration.degradedAfter,

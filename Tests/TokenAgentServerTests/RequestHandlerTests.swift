@@ -28,7 +28,7 @@ private final class SteppedClock: AgentClock {
 struct RequestHandlerTests {
     @Test func pingTellsWhenTheRefresherStalled() async throws {
         let clock = SteppedClock()
-        let heartbeat = Heartbeat(clock: clock)
+        let heartbeat = RefresherHeartbeat(clock: clock)
         let connection = try ServedConnection(
             health: AgentHealth(settings: HealthSettings(refresherStallAfter: 10), heartbeat: heartbeat)
         )
