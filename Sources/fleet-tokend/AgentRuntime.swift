@@ -69,7 +69,7 @@ struct AgentRuntime {
             policy: configuration.policy,
             maxEntries: configuration.maxEntries,
             fetchLimits: configuration.fetchLimits,
-            mirror: segments,
+            storage: segments,
             logger: Logger(label: "fleet-tokend.engine"),
             metrics: metrics.engineMetrics
         )

@@ -21,7 +21,7 @@ private final class SharedLoop: Sendable {
 
     init(segments: SharedSegments? = nil) throws {
         loop = try SocketLoop(logger: Logger(label: "test"))
-        engine = TokenEngine(providers: ["vehicle": InstantProvider()], mirror: segments)
+        engine = TokenEngine(providers: ["vehicle": InstantProvider()], storage: segments)
         status = AgentStatus(
             engine: engine,
             server: ServerStatistics(),
