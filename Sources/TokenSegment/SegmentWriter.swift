@@ -61,8 +61,6 @@ public final class SegmentWriter {
 
     /// The tokens held.
     public var count: Int { live }
-    /// Reads by ``withToken(id:hint:_:)`` that had to hash the id and probe the index (for tests).
-    private(set) var hashedLookups = 0
     /// The most data (id and token, each padded to a word) any token stored here needed.
     public private(set) var largestData = 0
     /// Whether another key fits: a free slot, and the index under three quarters full with
@@ -305,7 +303,6 @@ public final class SegmentWriter {
         if let hinted = self.slot(at: hint.address), holds(slot: hinted, id) {
             slot = hinted
         } else {
-            hashedLookups += 1
             guard let found = find(id, hash: SipHash24.hash(id, k0: seed.0, k1: seed.1)).slot else {
                 hint = .none
                 return false

@@ -71,7 +71,7 @@ struct AgentRuntime {
             policy: configuration.policy,
             maxEntries: configuration.maxEntries,
             fetchLimits: configuration.fetchLimits,
-            mirror: segments,
+            storage: segments,
             logger: Logger(label: "fleet-tokend.engine"),
             metrics: metrics.engineMetrics
         )
@@ -84,7 +84,7 @@ struct AgentRuntime {
         )
         let reloads = ReloadStatistics()
         let access = AccessControl(rules: rules, logger: Logger(label: "fleet-tokend.access"))
-        let heartbeat = Heartbeat()
+        let heartbeat = RefresherHeartbeat()
         let health = AgentHealth(
             settings: HealthSettings(
                 degradedAfter: configuration.degradedAfter,

@@ -57,7 +57,7 @@ struct WallClockStepReaderTests {
         let engine = TokenEngine(
             providers: ["vehicle": OnceProvider(clock: clock)],
             clock: clock,
-            mirror: segments,
+            storage: segments,
             logger: Logger(label: "test")
         )
         _ = engine.maintain()  // the wall-clock watch's first look

@@ -28,7 +28,7 @@ private final class SteppedClock: AgentClock {
 struct RequestHandlerTests {
     @Test func pingTellsWhenTheRefresherStalled() async throws {
         let clock = SteppedClock()
-        let heartbeat = Heartbeat(clock: clock)
+        let heartbeat = RefresherHeartbeat(clock: clock)
         let connection = try ServedConnection(
             health: AgentHealth(settings: HealthSettings(refresherStallAfter: 10), heartbeat: heartbeat)
         )
@@ -69,7 +69,7 @@ struct RequestHandlerTests {
             logger: Logger(label: "test")
         )
         defer { segments.retireAll() }
-        let connection = try ServedConnection(mirror: segments)
+        let connection = try ServedConnection(storage: segments)
         #expect(segments.statistics().slotsUsed == 2, "the cached tokens are in the segments")
         // A GET first in line is written from the segment straight into the output; one behind
         // another reply (STATS, or a GET of an unknown kind) is copied into its slot: both in order.

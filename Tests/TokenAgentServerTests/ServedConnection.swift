@@ -48,11 +48,14 @@ final class ServedConnection: Sendable {
         requestTimeout: TimeAmount = .seconds(10),
         stallTimeout: TimeAmount = .seconds(30),
         health: AgentHealth = AgentHealth(),
-        mirror: (any TokenMirror)? = nil,
+        storage: (any TokenStorage)? = nil,
         type: Int32 = Int32(SOCK_STREAM.rawValue),
         sendBuffer: Int32? = nil
     ) throws {
-        let engine = TokenEngine(providers: ["vehicle": InstantProvider(), "trip": InstantProvider()], mirror: mirror)
+        let engine = TokenEngine(
+            providers: ["vehicle": InstantProvider(), "trip": InstantProvider()],
+            storage: storage
+        )
         // Cached tokens answer at once, on the loop's thread; only `hang-` ids fetch.
         let expiresAt = Int64(SystemAgentClock().wallSeconds) + 3600
         engine.importTokens([
@@ -81,8 +84,7 @@ final class ServedConnection: Sendable {
         client = pair[1]
         loop = try SocketLoop(logger: Logger(label: "test"))
         let handler = RequestHandler(
-            engine: engine,
-            status: status,
+            context: ConnectionContext(engine: engine, status: status),
             logger: Logger(label: "test"),
             admission: admission,
             peer: peer,

@@ -21,7 +21,7 @@ private final class SharedLoop: Sendable {
 
     init(segments: SharedSegments? = nil) throws {
         loop = try SocketLoop(logger: Logger(label: "test"))
-        engine = TokenEngine(providers: ["vehicle": InstantProvider()], mirror: segments)
+        engine = TokenEngine(providers: ["vehicle": InstantProvider()], storage: segments)
         status = AgentStatus(
             engine: engine,
             server: ServerStatistics(),
@@ -52,8 +52,7 @@ private final class SharedLoop: Sendable {
         // The stall and descriptor-send deadlines are far off: a loaded run's test may take its
         // time to read what a flooder was sent.
         let handler = RequestHandler(
-            engine: engine,
-            status: status,
+            context: ConnectionContext(engine: engine, status: status),
             logger: Logger(label: "test"),
             stallTimeout: .seconds(3600),
             descriptorSendTimeout: .seconds(3600)

@@ -59,8 +59,7 @@ private final class LoopedConnection: Sendable {
             access: AccessControl(rules: .open(agentUID: 4_000_000))
         )
         let handler = RequestHandler(
-            engine: engine,
-            status: status,
+            context: ConnectionContext(engine: engine, status: status),
             logger: Logger(label: "test"),
             stallTimeout: stallTimeout
         )

@@ -37,7 +37,7 @@ struct EngineOverSegmentsTests {
             limits: limits,
             logger: Logger(label: "test")
         )
-        let engine = TokenEngine(providers: ["vehicle": provider], mirror: segments)
+        let engine = TokenEngine(providers: ["vehicle": provider], storage: segments)
         return (engine, segments, provider)
     }
 

@@ -3,9 +3,9 @@ import Testing
 
 @testable import TokenAgent
 
-/// A mirror that keeps tokens in a dictionary, can refuse them, and lets the test change or drop
+/// Storage that keeps tokens in a dictionary, can refuse them, and lets the test change or drop
 /// what it holds behind the store's back, to show where the store reads its tokens from.
-final class RecordingMirror: TokenMirror, Sendable {
+final class RecordingStorage: TokenStorage, Sendable {
     private struct State {
         var tokens: [String: [UInt8]] = [:]
         var expiries: [String: MonotonicInstant] = [:]
@@ -17,17 +17,17 @@ final class RecordingMirror: TokenMirror, Sendable {
 
     private static func key(_ kind: String, _ id: String) -> String { kind + "\u{0}" + id }
 
-    /// Whether the mirror takes the tokens it is given.
+    /// Whether the storage takes the tokens it is given.
     func setAccepting(_ accepting: Bool) { state.withLock { $0.accepting = accepting } }
     /// The bytes held for a key, as text.
     func token(_ kind: String, _ id: String) -> String? {
         state.withLock { $0.tokens[Self.key(kind, id)].map { String(decoding: $0, as: UTF8.self) } }
     }
-    /// The monotonic expiry the mirror was last given for a key it holds.
+    /// The monotonic expiry the storage was last given for a key it holds.
     func expiry(_ kind: String, _ id: String) -> MonotonicInstant? {
         state.withLock { $0.tokens[Self.key(kind, id)] == nil ? nil : $0.expiries[Self.key(kind, id)] }
     }
-    /// Replaces what the mirror holds for a key, as if its memory said something else.
+    /// Replaces what the storage holds for a key, as if its memory said something else.
     func overwrite(_ kind: String, _ id: String, with token: String) {
         state.withLock { $0.tokens[Self.key(kind, id)] = Array(token.utf8) }
     }
@@ -70,24 +70,24 @@ final class RecordingMirror: TokenMirror, Sendable {
     }
 }
 
-@Suite("Token store: one copy, kept by the mirror")
+@Suite("Token store: one copy, kept by the storage")
 struct MirroredTokenTests {
-    private func makeEngine(_ mirror: RecordingMirror) -> (TokenEngine, ScriptedProvider, ManualClock) {
+    private func makeEngine(_ storage: RecordingStorage) -> (TokenEngine, ScriptedProvider, ManualClock) {
         let clock = ManualClock()
         let provider = ScriptedProvider(clock: clock)
-        let engine = TokenEngine(providers: ["vehicle": provider], clock: clock, random: { 0 }, mirror: mirror)
+        let engine = TokenEngine(providers: ["vehicle": provider], clock: clock, random: { 0 }, storage: storage)
         return (engine, provider, clock)
     }
 
     @Test func aTokenTheMirrorTookIsReadBackFromTheMirror() async throws {
-        let mirror = RecordingMirror()
-        let (engine, provider, _) = makeEngine(mirror)
+        let storage = RecordingStorage()
+        let (engine, provider, _) = makeEngine(storage)
         let first = try await engine.get(kind: "vehicle", id: "v-1").get()
         #expect(first.token == "tok-v-1-1")
-        #expect(mirror.token("vehicle", "v-1") == "tok-v-1-1")
-        // What the mirror holds is what is served, exported and fingerprinted: the store has no
+        #expect(storage.token("vehicle", "v-1") == "tok-v-1-1")
+        // What the storage holds is what is served, exported and fingerprinted: the store has no
         // copy of its own to serve instead.
-        mirror.overwrite("vehicle", "v-1", with: "tok-as-the-segment-says")
+        storage.overwrite("vehicle", "v-1", with: "tok-as-the-segment-says")
         #expect(try await engine.get(kind: "vehicle", id: "v-1").get().token == "tok-as-the-segment-says")
         #expect(engine.exportTokens().map(\.token) == ["tok-as-the-segment-says"])
         let info = try #require(try engine.info(kind: "vehicle", id: "v-1").get())
@@ -96,10 +96,10 @@ struct MirroredTokenTests {
     }
 
     @Test func theFastLookupHandsTheMirrorsBytesWithoutACopyOfItsOwn() async throws {
-        let mirror = RecordingMirror()
-        let (engine, _, clock) = makeEngine(mirror)
+        let storage = RecordingStorage()
+        let (engine, _, clock) = makeEngine(storage)
         _ = try await engine.get(kind: "vehicle", id: "v-1").get()
-        mirror.overwrite("vehicle", "v-1", with: "bytes-in-memory")
+        storage.overwrite("vehicle", "v-1", with: "bytes-in-memory")
         var seen: (text: String, expiresAt: Int64, owned: Bool)?
         let lookup = Array("v-1".utf8).withUnsafeBytes { id in
             engine.lookup(kind: "vehicle", idBytes: id, minValidity: nil) { token in
@@ -116,11 +116,11 @@ struct MirroredTokenTests {
     }
 
     @Test func aTokenTheMirrorRefusedStaysTheStoresOwn() async throws {
-        let mirror = RecordingMirror()
-        mirror.setAccepting(false)
-        let (engine, provider, _) = makeEngine(mirror)
+        let storage = RecordingStorage()
+        storage.setAccepting(false)
+        let (engine, provider, _) = makeEngine(storage)
         #expect(try await engine.get(kind: "vehicle", id: "v-1").get().token == "tok-v-1-1")
-        #expect(mirror.token("vehicle", "v-1") == nil)
+        #expect(storage.token("vehicle", "v-1") == nil)
         var owned = false
         _ = Array("v-1".utf8).withUnsafeBytes { id in
             engine.lookup(kind: "vehicle", idBytes: id, minValidity: nil) { owned = $0.owned != nil }
@@ -132,39 +132,39 @@ struct MirroredTokenTests {
     }
 
     @Test func aTokenTheMirrorLostIsAMissNeverAnEmptyToken() async throws {
-        let mirror = RecordingMirror()
-        let (engine, provider, _) = makeEngine(mirror)
+        let storage = RecordingStorage()
+        let (engine, provider, _) = makeEngine(storage)
         _ = try await engine.get(kind: "vehicle", id: "v-1").get()
-        mirror.lose("vehicle", "v-1")
+        storage.lose("vehicle", "v-1")
         #expect(try await engine.get(kind: "vehicle", id: "v-1").get().token == "tok-v-1-2")
         #expect(provider.fetches == 2)
-        #expect(mirror.token("vehicle", "v-1") == "tok-v-1-2")
+        #expect(storage.token("vehicle", "v-1") == "tok-v-1-2")
         #expect(engine.statistics().misses == 2)
     }
 
     @Test func refreshComparesTheRefusedTokenWithTheMirrorsBytes() async throws {
-        let mirror = RecordingMirror()
-        let (engine, provider, clock) = makeEngine(mirror)
+        let storage = RecordingStorage()
+        let (engine, provider, clock) = makeEngine(storage)
         let first = try await engine.get(kind: "vehicle", id: "v-1").get().token
         clock.advance(10)  // past the re-fetch guard
         // Naming another token: the cached one is newer, answered at once.
         #expect(try await engine.refresh(kind: "vehicle", id: "v-1", refusedToken: "tok-other").get().token == first)
         #expect(provider.fetches == 1)
-        // Naming the cached one: it leaves the mirror and is replaced.
+        // Naming the cached one: it leaves the storage and is replaced.
         let second = try await engine.refresh(kind: "vehicle", id: "v-1", refusedToken: first).get().token
         #expect(second == "tok-v-1-2")
-        #expect(mirror.token("vehicle", "v-1") == second)
+        #expect(storage.token("vehicle", "v-1") == second)
     }
 
     @Test func anExpiredTokenLeavesTheMirrorAndItsFingerprintStays() async throws {
-        let mirror = RecordingMirror()
-        let (engine, provider, clock) = makeEngine(mirror)
+        let storage = RecordingStorage()
+        let (engine, provider, clock) = makeEngine(storage)
         provider.setMode(.succeed(lifetime: 60))
         let token = try await engine.get(kind: "vehicle", id: "v-1").get().token
         provider.setMode(.fail(.failed("down")))
         clock.advance(55)  // under the 10 s serving floor
         engine.maintain()
-        #expect(mirror.token("vehicle", "v-1") == nil, "an unservable token leaves shared memory")
+        #expect(storage.token("vehicle", "v-1") == nil, "an unservable token leaves shared memory")
         let info = try #require(try engine.info(kind: "vehicle", id: "v-1").get())
         #expect(info.fingerprint == TokenFingerprint.of(token), "INFO still names the token the entry held")
         #expect(engine.exportTokens().isEmpty)

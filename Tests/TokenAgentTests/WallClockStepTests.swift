@@ -5,10 +5,10 @@ import Testing
 
 @Suite("A step of the wall clock")
 struct WallClockStepTests {
-    private func makeEngine(mirror: RecordingMirror? = nil) -> (TokenEngine, ScriptedProvider, ManualClock) {
+    private func makeEngine(storage: RecordingStorage? = nil) -> (TokenEngine, ScriptedProvider, ManualClock) {
         let clock = ManualClock()
         let provider = ScriptedProvider(clock: clock)
-        let engine = TokenEngine(providers: ["vehicle": provider], clock: clock, random: { 0 }, mirror: mirror)
+        let engine = TokenEngine(providers: ["vehicle": provider], clock: clock, random: { 0 }, storage: storage)
         return (engine, provider, clock)
     }
 
@@ -68,29 +68,29 @@ struct WallClockStepTests {
     /// The scheduler's pass notices the step: every held token whose `exp` now comes sooner gets
     /// that deadline, in shared memory too (readers judge by it), and a step back moves nothing.
     @Test func theSchedulerMovesDeadlinesAndSharedMemoryToTheSteppedClock() async throws {
-        let mirror = RecordingMirror()
-        let (engine, provider, clock) = makeEngine(mirror: mirror)
+        let storage = RecordingStorage()
+        let (engine, provider, clock) = makeEngine(storage: storage)
         _ = engine.maintain()  // the watch's first look
         _ = try await engine.get(kind: "vehicle", id: "v-1").get()
         _ = try await engine.get(kind: "vehicle", id: "v-2").get()
-        let before = try #require(mirror.expiry("vehicle", "v-1"))
+        let before = try #require(storage.expiry("vehicle", "v-1"))
         #expect(before == engine.now + 3_600)
 
         clock.stepWall(-600)
         _ = engine.maintain()
-        #expect(mirror.expiry("vehicle", "v-1") == before, "a step back moves no deadline")
+        #expect(storage.expiry("vehicle", "v-1") == before, "a step back moves no deadline")
 
         clock.stepWall(600 + 1_800)  // net: the wall clock is 30 minutes ahead of where it was
         _ = engine.maintain()
-        #expect(mirror.expiry("vehicle", "v-1") == engine.now + 1_800, "shared memory has the sooner deadline")
-        #expect(mirror.expiry("vehicle", "v-2") == engine.now + 1_800)
+        #expect(storage.expiry("vehicle", "v-1") == engine.now + 1_800, "shared memory has the sooner deadline")
+        #expect(storage.expiry("vehicle", "v-2") == engine.now + 1_800)
         let info = try #require(try engine.info(kind: "vehicle", id: "v-1").get())
         #expect(info.expiresAt == UnixTime(seconds: clock.wallSeconds + 1_800))
 
         // A step past the `exp`: the pass takes the tokens out of shared memory and refreshes them.
         clock.stepWall(1_800)
         _ = engine.maintain()
-        #expect(mirror.token("vehicle", "v-1") != "tok-v-1-1", "the expired token left shared memory")
+        #expect(storage.token("vehicle", "v-1") != "tok-v-1-1", "the expired token left shared memory")
         try await waitUntil { provider.fetches == 4 }
         let fresh = try await engine.get(kind: "vehicle", id: "v-1").get()
         #expect(fresh.token != "tok-v-1-1" && fresh.token.hasPrefix("tok-v-1-"), "refreshed: \(fresh.token)")

@@ -27,6 +27,19 @@ struct SegmentTests {
 
     private var now: UInt64 { fsm_boottime_ns() }
 
+    /// Runs `body` with every entry of `writer`'s index empty, as if it held no id, then puts the
+    /// index back: what is found then is found without a lookup by hash.
+    private func withIndexEmptied(_ writer: SegmentWriter, _ body: () -> Void) {
+        let index = UnsafeMutableRawBufferPointer(
+            start: writer.base + SegmentLayout.headerSize,
+            count: 8 * writer.indexCount
+        )
+        let saved = Array(index)
+        _ = memset(index.baseAddress!, 0, index.count)
+        body()
+        index.copyBytes(from: saved)
+    }
+
     @Test func aStoredTokenIsReadBackAndAReplacedOneIsGone() throws {
         let writer = try writer()
         let reader = try reader(writer)
@@ -116,10 +129,16 @@ struct SegmentTests {
         #expect(read("k-3", hint: &hint) == "tok-3")
         let k3 = hint
         #expect(k3 != .none)
-        let hashed = writer.hashedLookups
         #expect(read("k-3", hint: &hint) == "tok-3")
         #expect(hint == k3)
-        #expect(writer.hashedLookups == hashed, "served from the hinted slot: no hash, no probe")
+        // Served from the hinted slot: no hash, no probe. With the index emptied, a lookup by
+        // hash finds nothing, and the hint still finds the token.
+        withIndexEmptied(writer) {
+            var unhinted = SlotHint.none
+            #expect(read("k-3", hint: &unhinted) == nil, "the index is what a lookup by hash reads")
+            #expect(read("k-3", hint: &hint) == "tok-3", "served from the hinted slot: no hash, no probe")
+        }
+        #expect(hint == k3)
         k3.prefetch()
         SlotHint(word: .max).prefetch()
         SlotHint(word: 0xffff << 48).prefetch()
@@ -143,11 +162,15 @@ struct SegmentTests {
             SlotHint(word: .max),
         ]
         for wrong in wrongHints {
+            // Never served on the hint's word: without the index, nothing is found.
+            withIndexEmptied(writer) {
+                var unindexed = wrong
+                #expect(read("k-3", hint: &unindexed) == nil, "\(wrong) is not trusted")
+            }
+            // With it, found by its hash: the hint now names k-3's slot, which only the index gave.
             var stale = wrong
-            let before = writer.hashedLookups
             #expect(read("k-3", hint: &stale) == "tok-3", "\(wrong)")
-            #expect(stale == k3, "\(wrong)")
-            #expect(writer.hashedLookups == before + 1, "\(wrong) found by its hash")
+            #expect(stale == k3, "\(wrong) found by its hash")
         }
         // The id removed and its slot reused by another id: the old hint finds nothing for it.
         writer.remove(id: "k-3")

@@ -2,7 +2,7 @@
 /// failures, and when the scheduler looks at it next.
 ///
 /// What a cached GET reads and writes comes first (the token, its expiries, when it was fetched
-/// and last read, the reads, the mirror's hint): those fields share the entry's first cache lines.
+/// and last read, the reads, the storage's hint): those fields share the entry's first cache lines.
 struct CacheEntry {
     /// The token, if the entry holds one, and where it is kept.
     var token = HeldToken.none
@@ -16,9 +16,9 @@ struct CacheEntry {
     var lastRead: MonotonicInstant
     /// GETs of this key since its token was fetched (for `INFO`).
     var reads = 0
-    /// The mirror's note of where it keeps a ``HeldToken/mirrored`` token (see
-    /// ``TokenMirror/withToken(kind:id:hint:_:)``); zero when it has none.
-    var mirrorHint: UInt64 = 0
+    /// The storage's note of where it keeps a ``HeldToken/inStorage`` token (see
+    /// ``TokenStorage/withToken(kind:id:hint:_:)``); zero when it has none.
+    var storageHint: UInt64 = 0
     /// When a background refresh is due.
     var refreshAt = MonotonicInstant.origin
     /// Consecutive provider failures.

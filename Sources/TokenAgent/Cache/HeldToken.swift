@@ -1,17 +1,17 @@
 /// Where an entry's token is kept.
 ///
-/// With a ``TokenMirror`` (the shared-memory segments) the token is kept once on the host: in the
-/// mirror, which every reader maps, and not in the entry as well. The entry keeps its own copy
-/// only when the mirror could not take the token (no segment for the kind, a limit stopped a
-/// segment's growth, or the token is larger than the largest slot), and always without a mirror.
+/// With a ``TokenStorage`` (the shared-memory segments) the token is kept once on the host: in the
+/// storage, which every reader maps, and not in the entry as well. The entry keeps its own copy
+/// only when the storage could not take the token (no segment for the kind, a limit stopped a
+/// segment's growth, or the token is larger than the largest slot), and always without storage.
 enum HeldToken: Equatable {
     /// No token: never fetched, refused, or dropped.
     case none
     /// The store's own copy.
     case owned(String)
-    /// In the mirror only: read back through ``TokenMirror/withToken(kind:id:hint:_:)``.
-    case mirrored
-    /// It can no longer be served, and the mirror let its bytes go; the entry remembers that it
+    /// In the storage only: read back through ``TokenStorage/withToken(kind:id:hint:_:)``.
+    case inStorage
+    /// It can no longer be served, and the storage let its bytes go; the entry remembers that it
     /// held one (for health and `INFO`) by its fingerprint.
     case unservable(fingerprint: String)
 

@@ -35,7 +35,7 @@ extension StoreShard {
             entry.retryAfter = .origin
             entry.rejectedUntil = .origin
             recorded = .stored(fetched)
-            mirrorHeld(&entry, key: key)
+            moveToStorage(&entry, key: key)
         case .failure(let error):
             entry.failures += 1
             entry.lastError = "\(error)"
@@ -58,11 +58,11 @@ extension StoreShard {
         return recorded
     }
 
-    /// Puts the token `entry` owns into the mirror; when the mirror takes it, the entry keeps no
+    /// Puts the token `entry` owns into the storage; when the storage takes it, the entry keeps no
     /// copy of its own.
-    func mirrorHeld(_ entry: inout CacheEntry, key: EntryKey) {
-        guard case .owned(let token) = entry.token, let mirror else { return }
-        let held = mirror.tokenStored(
+    func moveToStorage(_ entry: inout CacheEntry, key: EntryKey) {
+        guard case .owned(let token) = entry.token, let storage else { return }
+        let held = storage.tokenStored(
             kind: key.kind,
             id: key.tokenKey.id,
             token: token,
@@ -70,7 +70,7 @@ extension StoreShard {
             lifetime: entry.lifetime,
             unixExpiry: entry.unixExpiry
         )
-        if held { entry.token = .mirrored }
+        if held { entry.token = .inStorage }
     }
 
     /// Inserts or replaces `key`'s entry and schedules its next look. A new key past the store's
@@ -85,7 +85,7 @@ extension StoreShard {
             if let largest = table.largestGroup(preferring: group), let victim = table.oldestKey(inGroup: largest) {
                 table.remove(victim)
                 evictions += 1
-                mirror?.tokenRemoved(kind: victim.kind, id: victim.tokenKey.id)
+                storage?.tokenRemoved(kind: victim.kind, id: victim.tokenKey.id)
             } else {
                 budget.forceClaim()
             }
@@ -98,7 +98,7 @@ extension StoreShard {
     mutating func forget(_ key: EntryKey) {
         guard let entry = table.remove(key) else { return }
         budget.release()
-        if entry.token.isHeld, let mirror { mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
+        if entry.token.isHeld, let storage { storage.tokenRemoved(kind: key.kind, id: key.tokenKey.id) }
     }
 
     /// Marks the cached ones of `keys` (with their hashes) as read at `now` (TOUCH: keys read

@@ -43,13 +43,13 @@ extension StoreShard {
             table.update(slot: slot) { $0.scheduled = .origin }
             examined += 1
             let active = policy.isActive(lastRead: entry.lastRead, now: now)
-            if entry.token.isHeld, !policy.isServable(remaining: entry.remaining(at: now)), let mirror {
+            if entry.token.isHeld, !policy.isServable(remaining: entry.remaining(at: now)), let storage {
                 // It leaves shared memory; the entry remembers only its fingerprint.
-                if entry.token == .mirrored {
+                if entry.token == .inStorage {
                     let fingerprint = fingerprint(entry, key: key) ?? "-"
                     table.update(slot: slot) { $0.token = .unservable(fingerprint: fingerprint) }
                 }
-                mirror.tokenRemoved(kind: key.kind, id: key.tokenKey.id)
+                storage.tokenRemoved(kind: key.kind, id: key.tokenKey.id)
             }
             if !active, !policy.isServable(remaining: entry.remaining(at: now)), now >= entry.retryAfter {
                 forget(key)
@@ -83,8 +83,8 @@ extension StoreShard {
             updated.expiry = byWall
             updated.fetchedAt = updated.fetchedAt - sooner
             updated.refreshAt = updated.refreshAt - sooner
-            if updated.token == .mirrored, let mirror, let token = tokenText(entry, key: key) {
-                let held = mirror.tokenStored(
+            if updated.token == .inStorage, let storage, let token = tokenText(entry, key: key) {
+                let held = storage.tokenStored(
                     kind: key.kind,
                     id: key.tokenKey.id,
                     token: token,

@@ -13,7 +13,7 @@ struct StoreShard {
     /// The entries held across all shards, against the store's bound.
     let budget: EntryBudget
     /// Told of every change to the servable tokens (the shared-memory segments), if any.
-    let mirror: (any TokenMirror)?
+    let storage: (any TokenStorage)?
     var hits = 0
     var misses = 0
     var servedAfterFailure = 0
@@ -24,10 +24,10 @@ struct StoreShard {
     /// Each kind's group in the table: its own use order, so eviction can pick a kind.
     private var groups: [String: Int] = [:]
 
-    init(runtime: EngineRuntime, budget: EntryBudget, expectedCount: Int, mirror: (any TokenMirror)? = nil) {
+    init(runtime: EngineRuntime, budget: EntryBudget, expectedCount: Int, storage: (any TokenStorage)? = nil) {
         self.runtime = runtime
         self.budget = budget
-        self.mirror = mirror
+        self.storage = storage
         self.table = LRUTable(expectedCount: expectedCount)
     }
 
@@ -60,11 +60,11 @@ struct StoreShard {
             fetched = .origin
             return .fetch
         }
-        let mirror = self.mirror
+        let storage = self.storage
         var reactivated = false
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
             // The token's lines start loading now, and arrive while the request is decided.
-            if entry.mirrorHint != 0 { mirror?.prefetch(hint: entry.mirrorHint) }
+            if entry.storageHint != 0 { storage?.prefetch(hint: entry.storageHint) }
             fetched = entry.fetchedAt
             reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
             entry.lastRead = now
@@ -75,14 +75,14 @@ struct StoreShard {
                 decision = Self.decideGet(&entry, requested: requested, policy: policy, now: now, wall: wall)
             case .warm: decision = Self.decideGet(&entry, requested: nil, policy: policy, now: now, wall: wall)
             case .refresh(let refused):
-                if let refused, Self.holds(&entry, refused, key: key, mirror: mirror) {
+                if let refused, Self.holds(&entry, refused, key: key, storage: storage) {
                     decision = Self.decideReport(&entry, policy: policy, now: now)
                 } else {
                     decision = Self.decideRefresh(entry, refused: refused, policy: policy, now: now, wall: wall)
                 }
             }
-            if case .served = decision, !Self.hand(&entry, key: key, mirror: mirror, to: serve) {
-                // The mirror let it go (it stopped being servable at this very instant): a miss.
+            if case .served = decision, !Self.hand(&entry, key: key, storage: storage, to: serve) {
+                // The storage let it go (it stopped being servable at this very instant): a miss.
                 entry.token = .none
                 decision = Self.holdOff(entry, now: now).map(StoreDecision.fail) ?? .fetch
             }
@@ -166,19 +166,19 @@ struct StoreShard {
         _ entry: inout CacheEntry,
         _ token: String,
         key: EntryKey,
-        mirror: (any TokenMirror)?
+        storage: (any TokenStorage)?
     ) -> Bool {
         var equal = false
-        return hand(&entry, key: key, mirror: mirror) { equal = $0.bytes.elementsEqual(token.utf8) } && equal
+        return hand(&entry, key: key, storage: storage) { equal = $0.bytes.elementsEqual(token.utf8) } && equal
     }
 
-    /// Hands `entry`'s token to `serve`; `false` when it has none to hand (the mirror let it go).
-    /// A mirrored token is looked up with the entry's hint of where the mirror keeps it, which
-    /// the mirror updates.
+    /// Hands `entry`'s token to `serve`; `false` when it has none to hand (the storage let it go).
+    /// A token in storage is looked up with the entry's hint of where the storage keeps it, which
+    /// the storage updates.
     private static func hand(
         _ entry: inout CacheEntry,
         key: EntryKey,
-        mirror: (any TokenMirror)?,
+        storage: (any TokenStorage)?,
         to serve: (TokenView) -> Void
     ) -> Bool {
         let expiresAt = entry.unixExpiry.wholeSeconds
@@ -187,10 +187,10 @@ struct StoreShard {
             var bytes = text
             bytes.withUTF8 { serve(TokenView(bytes: UnsafeRawBufferPointer($0), expiresAt: expiresAt, owned: text)) }
             return true
-        case .mirrored:
-            guard let mirror else { return false }
+        case .inStorage:
+            guard let storage else { return false }
             return key.withIDBytes { id in
-                mirror.withToken(kind: key.kind, id: id, hint: &entry.mirrorHint) {
+                storage.withToken(kind: key.kind, id: id, hint: &entry.storageHint) {
                     serve(TokenView(bytes: $0, expiresAt: expiresAt, owned: nil))
                 }
             }
@@ -198,12 +198,12 @@ struct StoreShard {
         }
     }
 
-    /// `entry`'s token as a `String` of its own (a copy when the mirror holds it); `nil` when it
+    /// `entry`'s token as a `String` of its own (a copy when the storage holds it); `nil` when it
     /// has none to give.
     func tokenText(_ entry: CacheEntry, key: EntryKey) -> String? {
         var text: String?
         var entry = entry
-        _ = Self.hand(&entry, key: key, mirror: mirror) { text = $0.served.token }
+        _ = Self.hand(&entry, key: key, storage: storage) { text = $0.served.token }
         return text
     }
 
@@ -219,9 +219,9 @@ struct StoreShard {
     /// See ``TokenStore/withdrawReport(_:refused:)``.
     mutating func withdrawReport(_ key: EntryKey, refused: String) {
         guard let slot = table.slot(of: key) else { return }
-        let mirror = self.mirror
+        let storage = self.storage
         table.update(slot: slot) { entry in
-            if Self.holds(&entry, refused, key: key, mirror: mirror) { entry.reportedAt = .origin }
+            if Self.holds(&entry, refused, key: key, storage: storage) { entry.reportedAt = .origin }
         }
     }
 
@@ -232,7 +232,7 @@ struct StoreShard {
             return nil
         }
         var served: ServedToken?
-        _ = Self.hand(&entry, key: key, mirror: mirror) { served = $0.served }
+        _ = Self.hand(&entry, key: key, storage: storage) { served = $0.served }
         if served != nil { servedAfterFailure += 1 }
         return served
     }
@@ -261,12 +261,12 @@ struct StoreShard {
         return info
     }
 
-    /// The fingerprint of `entry`'s token; `nil` when it has none (or the mirror let it go).
+    /// The fingerprint of `entry`'s token; `nil` when it has none (or the storage let it go).
     func fingerprint(_ entry: CacheEntry, key: EntryKey) -> String? {
         if case .unservable(let fingerprint) = entry.token { return fingerprint }
         var fingerprint: String?
         var entry = entry
-        _ = Self.hand(&entry, key: key, mirror: mirror) { fingerprint = TokenFingerprint.of(bytes: $0.bytes) }
+        _ = Self.hand(&entry, key: key, storage: storage) { fingerprint = TokenFingerprint.of(bytes: $0.bytes) }
         return fingerprint
     }
 

@@ -58,7 +58,7 @@ public final class TokenEngine: Sendable {
         fetchLimits: FetchLimits = FetchLimits(),
         clock: any AgentClock = SystemAgentClock(),
         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
-        mirror: (any TokenMirror)? = nil,
+        storage: (any TokenStorage)? = nil,
         logger: Logger = Logger(label: "fleet-tokend.engine"),
         metrics: EngineMetrics = EngineMetrics()
     ) {
@@ -68,7 +68,7 @@ public final class TokenEngine: Sendable {
         self.fetchLimits = fetchLimits
         self.clock = clock
         self.logger = logger
-        self.store = TokenStore(runtime: runtime, maxEntries: self.maxEntries, mirror: mirror, random: random)
+        self.store = TokenStore(runtime: runtime, maxEntries: self.maxEntries, storage: storage, random: random)
         self.fetches = FetchCoordinator(
             runtime: runtime,
             store: store,

@@ -23,7 +23,7 @@ final class TokenStore: Sendable {
     init(
         runtime: EngineRuntime,
         maxEntries: Int,
-        mirror: (any TokenMirror)? = nil,
+        storage: (any TokenStorage)? = nil,
         random: @escaping @Sendable () -> Double
     ) {
         let count = max(1, min(Self.maxShards, maxEntries / 4096))
@@ -31,7 +31,7 @@ final class TokenStore: Sendable {
         // Room for a fair share and a little more: keys do not spread exactly evenly.
         let expected = count == 1 ? maxEntries : maxEntries / count + maxEntries / count / 8
         self.shards = (0..<count).map { _ in
-            Shard(StoreShard(runtime: runtime, budget: budget, expectedCount: expected, mirror: mirror))
+            Shard(StoreShard(runtime: runtime, budget: budget, expectedCount: expected, storage: storage))
         }
         self.random = random
     }
@@ -213,7 +213,7 @@ final class TokenStore: Sendable {
                     policy: policy,
                     jitterUnit: jitter
                 )
-                shard.mirrorHeld(&entry, key: key)
+                shard.moveToStorage(&entry, key: key)
                 shard.store(key, entry, now: now)
                 return true
             }

@@ -9,7 +9,7 @@ import TokenWire
 #endif
 
 /// The agent's shared-memory segments: one per configured kind, kept current by the store
-/// (``TokenMirror``) before any reply, beaten every second, and replaced by a new generation when
+/// (``TokenStorage``) before any reply, beaten every second, and replaced by a new generation when
 /// one fills up, when the kind's rules change, and at least every 15 minutes (docs/SHM.md).
 ///
 /// A replaced segment is retired: flagged, so readers ask again (and are checked again), and
@@ -26,7 +26,7 @@ import TokenWire
 /// The limits and the generations (opening, growth, replacement, reopening, the builds beside the
 /// current segment) are in `SharedSegments+Generations.swift`; the descriptors offered to readers
 /// in `SharedSegments+Descriptors.swift`; the counts in `SharedSegments+Statistics.swift`.
-public final class SharedSegments: TokenMirror, Sendable {
+public final class SharedSegments: TokenStorage, Sendable {
     /// One kind's segments, under their own lock.
     final class KindSegments: Sendable {
         let kind: String
@@ -145,7 +145,7 @@ public final class SharedSegments: TokenMirror, Sendable {
     /// Every kind's entry.
     func entries() -> [KindSegments] { table.withLock { Array($0.values) } }
 
-    // MARK: TokenMirror
+    // MARK: TokenStorage
 
     public func tokenStored(
         kind: String,

@@ -15,7 +15,7 @@ extension RequestHandler {
     /// Appends the METRICS reply: the exposition and its `# EOF` line.
     func encodeMetrics() {
         prepareOutput()
-        output.writeBytes(status.metricsReply())
+        output.writeBytes(context.status.metricsReply())
     }
 
     /// Appends `reply` to the output: a token as `OK `, its stored bytes, a space, the expiry in

@@ -12,8 +12,8 @@ extension RequestHandler {
     /// ``resumeReadingIfPossible()`` lets it go on through ``ConnectionTransport/read()``.
     /// Lingering after the last reply, reading goes on: what the client still sends is dropped.
     func wantsToRead() -> Bool {
-        if closed { return true }
-        if slots.count >= Self.maxPending || !deferred.isEmpty || !transport.isWritable {
+        if state.isClosed { return true }
+        if pendingReplies.count >= Self.maxPending || !deferred.isEmpty || !transport.isWritable {
             readHeld = true
             pausePartialTimer()
             return false
@@ -32,8 +32,8 @@ extension RequestHandler {
         }
     }
 
-    func append(_ slot: Slot) {
-        slots.append(slot)
+    func append(_ reply: PendingReply) {
+        pendingReplies.append(reply)
     }
 
     /// Writes the replies at the head that are ready, in order, and takes the lines kept for
@@ -50,9 +50,9 @@ extension RequestHandler {
             pumpAgain = false
             writeReadyRepliesOnce()
             if processDeferred() { pumpAgain = true }
-        } while pumpAgain && !closed
-        guard !closed else { return }
-        if inputClosed || finishing, slots.isEmpty, deferred.isEmpty {
+        } while pumpAgain && !state.isClosed
+        guard !state.isClosed else { return }
+        if inputClosed || state == .finishing, pendingReplies.isEmpty, deferred.isEmpty {
             close()
             return
         }
@@ -61,62 +61,50 @@ extension RequestHandler {
     }
 
     func writeReadyRepliesOnce() {
-        guard !closed, !descriptors.sending else { return }
+        guard !state.isClosed, !descriptors.sending else { return }
         // Replies that render much (a backlog of STATS or METRICS that a slow fetch at the head
         // held) go out a turn's worth at a time too; the rest wait for the connection's next turn.
-        while !turnSpent, var head = slots.first, head.isReady {
+        replies: while !turnSpent, let head = pendingReplies.first, head.isReady {
             // The output is bounded: while the peer leaves what it was sent unread, the rest waits.
             if !transport.isWritable { break }
-            if let offer = head.offer {
+            switch head {
+            case .offer(let offer):
                 // Everything before it is written first; the rest waits for the descriptor.
                 sendDescriptor(offer)
                 return
-            }
-            if isStale(head), let key = head.key {
-                // Never a token with under 10 s left: ask again now.
-                switch engine.lookup(kind: key.kind, id: key.id, minValidity: key.minValidity, requester: peer?.uid) {
-                case .ready(let outcome):
-                    head.reply = Self.reply(outcome)
-                    if isStale(head) { head.reply = .error(WireError(.unavailable, "token expired while queued")) }
-                case .pending(let wait):
-                    slots[slots.startIndex].reply = nil
-                    deliver(wait, sequence: firstSequence)
+            case .token(let answer):
+                guard let reply = checkedAtHead(answer) else { break replies }
+                removeHead()
+                write(reply, countedAs: answer.verb)
+            case .reply(let reply, let verb):
+                removeHead()
+                write(reply, countedAs: verb)
+            case .info(let kind, let id):
+                removeHead()
+                switch context.engine.info(kind: kind, id: id) {
+                case .failure(let failure): write(.error(failure.wireError), countedAs: .info)
+                case .success(let info): write(.line(.ok(KeyInfoLine.text(info))), countedAs: .info)
                 }
-                if head.reply == nil || slots.first?.reply == nil { break }
-            }
-            if case .token = head.reply, let kind = head.kind, head.rulesVersion != status.access.version {
-                // The rules changed while the reply waited (a fetch, or replies before it): the
-                // token goes out only if they still allow this peer the kind.
-                head.rulesVersion = status.access.version
-                if let denied = status.access.check(peer, kind: kind) { head.reply = .error(denied) }
-            }
-            slots.removeFirst()
-            firstSequence += 1
-            if head.infoWhenDue, let key = head.key {
-                let reply: Reply
-                switch engine.info(kind: key.kind, id: key.id) {
-                case .failure(let failure): reply = .error(failure.wireError)
-                case .success(let info): reply = .line(.ok(KeyInfoLine.text(info)))
-                }
-                encode(reply)
-                status.metrics.requests.count(head.verb, Self.code(of: reply))
                 spend(WorkCost.info)
-            } else if head.metricsWhenDue {
+            case .metrics:
+                removeHead()
                 encodeMetrics()
-                status.metrics.requests.count(head.verb, .ok)
+                context.requests.count(.metrics, .ok)
                 spend(WorkCost.metrics)
-            } else if head.statsWhenDue {
+            case .stats:
+                removeHead()
                 prepareOutput()
-                status.writeStatsReply(into: &output)
-                status.metrics.requests.count(head.verb, .ok)
+                context.status.writeStatsReply(into: &output)
+                context.requests.count(.stats, .ok)
                 spend(WorkCost.stats)
-            } else if let reply = head.reply {
-                encode(reply)
-                status.metrics.requests.count(head.verb, Self.code(of: reply))
-            } else if head.verb == .quit {
-                status.metrics.requests.count(.quit, .ok)
-            }
-            if head.closeAfter {
+            case .quit:
+                removeHead()
+                context.requests.count(.quit, .ok)
+                close()
+                return
+            case .closingError(let error):
+                removeHead()
+                write(.error(error), countedAs: .other)
                 close()
                 return
             }
@@ -125,11 +113,59 @@ extension RequestHandler {
         if !reading { flushOutput() }
     }
 
-    /// Whether `slot` holds a token that has aged under the serving floor while its reply waited
-    /// behind slower replies (replies go out in request order).
-    func isStale(_ slot: Slot) -> Bool {
-        guard case .token(let served) = slot.reply, slot.key != nil else { return false }
-        return Double(served.expiresAt) - clock.wallSeconds < engine.policy.servingFloor
+    /// The head's reply is written (or sent): the next request's is the head now.
+    func removeHead() {
+        pendingReplies.removeFirst()
+        firstSequence += 1
+    }
+
+    /// Encodes `reply` and counts it under `verb`.
+    private func write(_ reply: Reply, countedAs verb: RequestVerb) {
+        encode(reply)
+        context.requests.count(verb, Self.code(of: reply))
+    }
+
+    /// The reply of the token answer at the head, as it may be written now; `nil` when it waits
+    /// for a fetch again. A token that aged under the serving floor while it waited behind
+    /// slower replies is looked up again, and one checked under rules that have changed since is
+    /// checked again.
+    private func checkedAtHead(_ answer: TokenAnswer) -> Reply? {
+        guard var reply = answer.reply else { return nil }
+        if isStale(reply, answering: answer), let key = answer.key {
+            // Never a token with under 10 s left: ask again now.
+            switch context.engine.lookup(
+                kind: key.kind,
+                id: key.id,
+                minValidity: key.minValidity,
+                requester: peer?.uid
+            ) {
+            case .ready(let outcome):
+                reply = Self.reply(outcome)
+                if isStale(reply, answering: answer) {
+                    reply = .error(WireError(.unavailable, "token expired while queued"))
+                }
+            case .pending(let wait):
+                var waiting = answer
+                waiting.reply = nil
+                pendingReplies[pendingReplies.startIndex] = .token(waiting)
+                deliver(wait, sequence: firstSequence)
+                return nil
+            }
+        }
+        if case .token = reply, answer.rulesVersion != context.access.version {
+            // The rules changed while the reply waited (a fetch, or replies before it): the
+            // token goes out only if they still allow this peer the kind.
+            if let denied = context.access.check(peer, kind: answer.kind) { reply = .error(denied) }
+        }
+        return reply
+    }
+
+    /// Whether `reply` is a token that has aged under the serving floor while it waited behind
+    /// slower replies (replies go out in request order): only an answer queued behind another
+    /// keeps its key, and only such can.
+    func isStale(_ reply: Reply, answering answer: TokenAnswer) -> Bool {
+        guard case .token(let served) = reply, answer.key != nil else { return false }
+        return Double(served.expiresAt) - clock.wallSeconds < context.engine.policy.servingFloor
     }
 
     /// The result code a reply is counted under.
@@ -143,13 +179,14 @@ extension RequestHandler {
 
     /// Hands what is encoded to the transport.
     func flushOutput() {
-        guard !outputHandedOver, output.readableBytes > 0, !closed else { return }
+        guard !outputHandedOver, output.readableBytes > 0, !state.isClosed else { return }
         transport.write(output)
         outputHandedOver = true
     }
 
     func resumeReadingIfPossible() {
-        guard readHeld, !closed, slots.count < Self.maxPending, deferred.isEmpty, transport.isWritable else {
+        guard readHeld, !state.isClosed, pendingReplies.count < Self.maxPending, deferred.isEmpty, transport.isWritable
+        else {
             return
         }
         readHeld = false
@@ -162,10 +199,9 @@ extension RequestHandler {
     /// closing with unread input would reset the connection and could destroy replies the client
     /// has not read yet.
     func close() {
-        guard !closed else { return }
+        guard !state.isClosed else { return }
         flushOutput()
-        closed = true
-        acceptingRequests = false
+        state = .closing
         pausePartialTimer()
         let transport = self.transport!
         transport.whenWritten { [self] in
@@ -175,7 +211,7 @@ extension RequestHandler {
                 transport.close()
                 return
             }
-            lingering = true
+            if state == .closing { state = .lingering }
             transport.closeOutput()
             _ = transport.schedule(in: .seconds(1)) { transport.close() }
             transport.read()

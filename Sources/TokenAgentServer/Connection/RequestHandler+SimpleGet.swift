@@ -18,10 +18,10 @@ extension RequestHandler {
                 return false
             }
             // Read before the check: a reload after it makes the reply be checked again.
-            let rulesVersion = status.access.version
+            let rulesVersion = context.access.version
             if !allowedKinds.allows(kind, version: rulesVersion) {
-                if let denied = status.access.check(peer, kind: kind) {
-                    append(Slot(reply: .error(denied), verb: .get))
+                if let denied = context.access.check(peer, kind: kind) {
+                    append(.reply(.error(denied), verb: .get))
                     return true
                 }
                 allowedKinds.remember(kind, version: rulesVersion)
@@ -29,10 +29,15 @@ extension RequestHandler {
             let id = UnsafeRawBufferPointer(rebasing: bytes[get.id])
             // First in line, a cached token is written straight into the output from where the
             // agent keeps it (shared memory, mostly): its one copy. Behind another reply, it is
-            // copied into the reply's slot.
-            let first = slots.isEmpty
+            // copied into its pending reply.
+            let first = pendingReplies.isEmpty
             var queued: ServedToken?
-            let inPlace = engine.lookup(kind: kind, idBytes: id, minValidity: get.minValidity, requester: peer?.uid) {
+            let inPlace = context.engine.lookup(
+                kind: kind,
+                idBytes: id,
+                minValidity: get.minValidity,
+                requester: peer?.uid
+            ) {
                 token in
                 if first {
                     prepareOutput()
@@ -51,16 +56,18 @@ extension RequestHandler {
                 )
             } else if let queued {
                 append(
-                    Slot(
-                        reply: .token(queued),
-                        verb: .get,
-                        key: (kind, String(decoding: id, as: UTF8.self), get.minValidity),
-                        kind: kind,
-                        rulesVersion: rulesVersion
+                    .token(
+                        TokenAnswer(
+                            reply: .token(queued),
+                            verb: .get,
+                            key: (kind, String(decoding: id, as: UTF8.self), get.minValidity),
+                            kind: kind,
+                            rulesVersion: rulesVersion
+                        )
                     )
                 )
             } else {
-                status.metrics.requests.count(.get, .ok)
+                context.requests.count(.get, .ok)
             }
             return true
         }
@@ -68,9 +75,9 @@ extension RequestHandler {
 
     /// The configured kind named by `bytes`, as the engine's own string; `nil` when none is.
     private func configuredKind(_ bytes: UnsafeRawBufferPointer) -> String? {
-        let version = engine.kindsVersion
+        let version = context.engine.kindsVersion
         if version != kindNamesVersion {
-            kindNames = engine.kinds.map { ($0, Array($0.utf8)) }
+            kindNames = context.engine.kinds.map { ($0, Array($0.utf8)) }
             kindNamesVersion = version
         }
         for kind in kindNames where kind.bytes.count == bytes.count {

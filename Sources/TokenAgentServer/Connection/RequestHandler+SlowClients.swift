@@ -8,13 +8,13 @@ extension RequestHandler {
     /// Starts the partial-line clock, unless reading is paused (then the client is not the one
     /// holding the line up) or it already runs.
     func startPartialTimer() {
-        guard partialPending, partialTimer == nil, !readHeld, !closed, acceptingRequests else { return }
+        guard partialPending, partialTimer == nil, !readHeld, state.takesRequests else { return }
         partialTimer = transport.schedule(in: requestTimeout) { [self] in
             partialTimer = nil
-            guard partialPending, acceptingRequests, !closed else { return }
-            acceptingRequests = false
+            guard partialPending, state.takesRequests else { return }
+            stopTakingRequests()
             logger.debug("partial request line timed out")
-            append(Slot(reply: .error(WireError(.badRequest, "request timed out")), closeAfter: true))
+            append(.closingError(WireError(.badRequest, "request timed out")))
             // Counted under `other`.
             writeReadyReplies()
         }
@@ -44,8 +44,7 @@ extension RequestHandler {
                     uniquingKeysWith: { $1 }
                 )
             )
-            closed = true
-            acceptingRequests = false
+            state = .closed
             transport.close()
         }
     }

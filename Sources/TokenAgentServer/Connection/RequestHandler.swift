@@ -14,7 +14,7 @@ import TokenWire
 ///
 /// This file holds the connection itself: its state, framing and back-pressure on reading. The
 /// rest is split by concern into extensions: the ordered writing of replies and closing
-/// (`+Output`), the reply slots (`RequestHandler+Slots.swift`), the verbs (`+Verbs`), the GET fast path (`+SimpleGet`), reply
+/// (`+Output`), the replies owed (`+PendingReplies`), the verbs (`+Verbs`), the GET fast path (`+SimpleGet`), reply
 /// encoding (`+Encoding`), the slow-client clocks (`+SlowClients`) and the shared-memory verbs
 /// (`SharedMemory/RequestHandler+SharedMemory.swift`).
 ///
@@ -33,22 +33,24 @@ final class RequestHandler {
     /// pipelining client loses no throughput to it.
     static let workPerTurn = 64
 
-    let engine: TokenEngine
+    /// What the connection works with: the engine, the access rules, the counters it feeds.
+    let context: ConnectionContext
     /// The connection served. Set by the transport once, before any other call.
     var transport: (any ConnectionTransport)!
     let clock: any AgentClock = SystemAgentClock()
-    let status: AgentStatus
     let logger: Logger
-    var slots = CircularBuffer<Slot>(initialCapacity: 8)
+    /// Where the connection is in its life: taking requests, finishing, closed.
+    var state = ConnectionState.open
+    /// The replies owed, in request order; the first is request `firstSequence`'s.
+    var pendingReplies = CircularBuffer<PendingReply>(initialCapacity: 8)
     var firstSequence = 0
-    var acceptingRequests = true
+    /// The client's end of input came. Independent of ``state``: a half-closed client is still
+    /// answered (its lines kept in `deferred` are still taken), and it decides whether closing
+    /// lingers.
     var inputClosed = false
-    /// After the last reply: our side is shut and the client's input is drained until it ends.
-    var lingering = false
-    /// Graceful shutdown: close once every owed reply is written.
-    var finishing = false
+    /// Reading is held for back-pressure (``wantsToRead()``) until
+    /// ``resumeReadingIfPossible()``. Independent of ``state``: it is the read side's own.
     var readHeld = false
-    var closed = false
     /// Splits what the connection reads into request lines.
     var framer = RequestFramer()
     /// The shared-memory descriptors this connection was sent and asked for (SHM).
@@ -62,22 +64,26 @@ final class RequestHandler {
     let peer: PeerCredentials?
     /// How long a partial line may wait for its end while reading.
     let requestTimeout: TimeAmount
-    /// A partial line waits for its end.
+    /// A partial line waits for its end (the framer's, independent of ``state``): its clock
+    /// runs while reading is not held.
     var partialPending = false
     var partialTimer: (any TransportTimer)?
     /// Replies encoded since the last write; written once per read burst (or at once for replies
     /// that complete outside one). Reused: once the transport has written it, clearing it makes no copy.
     var output = ByteBufferAllocator().buffer(capacity: 4096)
-    /// `output` was handed to the channel; clear it before encoding more.
+    /// `output` was handed to the transport; clear it before encoding more. (Whose the buffer
+    /// is, whatever the connection's state.)
     var outputHandedOver = false
-    /// Inside a burst of reads: replies wait for `channelReadComplete` to be written.
+    /// Inside a burst of reads: replies wait for `readComplete()` to be written together. (The
+    /// transport's delivery, independent of ``state``.)
     var reading = false
     /// The tasks waiting for fetches on this connection's behalf, by request sequence: cancelled
     /// when the connection closes, so a fetch nobody waits for any more can be dropped.
     var waiting: [Int: Task<Void, Never>] = [:]
     /// Lines read while no more requests could be taken, in order.
     var deferred = DeferredInput()
-    /// Inside ``writeReadyReplies()``: a nested call only asks for another round.
+    /// Re-entrancy guard: inside ``writeReadyReplies()``, a nested call (a reply or a close
+    /// made while writing) only asks for another round, `pumpAgain`.
     var pumping = false
     var pumpAgain = false
     /// How long the peer may leave its replies unread (the channel unwritable) before it is closed.
@@ -92,12 +98,12 @@ final class RequestHandler {
     var allowedKinds = AllowedKinds()
     /// The work done in the current turn (``startTurn()``).
     var workDone = 0
-    /// A continuation is asked for (``continueLater(_:)``) and has not run yet.
+    /// A continuation is asked for (``continueLater(_:)``) and has not run yet: at most one is.
+    /// Independent of ``state``: a continuation finds a closed connection and does nothing.
     var continuationPending = false
 
     init(
-        engine: TokenEngine,
-        status: AgentStatus,
+        context: ConnectionContext,
         logger: Logger,
         admission: ServerStatistics.Admission = .admitted,
         peer: PeerCredentials? = nil,
@@ -105,8 +111,7 @@ final class RequestHandler {
         stallTimeout: TimeAmount = .seconds(30),
         descriptorSendTimeout: TimeAmount = DescriptorLedger.sendTimeout
     ) {
-        self.engine = engine
-        self.status = status
+        self.context = context
         self.logger = logger
         self.admission = admission
         self.peer = peer
@@ -123,8 +128,8 @@ final class RequestHandler {
         case .tooManyConnections: refusal = "too many connections"
         case .tooManyForUID(let uid): refusal = "too many connections for uid \(uid)"
         }
-        acceptingRequests = false
-        slots.append(Slot(reply: .error(WireError(.busy, refusal)), closeAfter: true))
+        stopTakingRequests()
+        pendingReplies.append(.closingError(WireError(.busy, refusal)))
         writeReadyReplies()
     }
 
@@ -132,7 +137,7 @@ final class RequestHandler {
 
     /// The bytes of one read.
     func received(_ bytes: ByteBuffer) {
-        guard acceptingRequests, !closed else { return }
+        guard state.takesRequests else { return }
         framer.append(bytes)
         takeFrames()
     }
@@ -140,7 +145,7 @@ final class RequestHandler {
     /// Takes every frame the bytes read so far hold, in order, while the connection takes
     /// requests; those it cannot take yet wait in `deferred`.
     func takeFrames() {
-        while acceptingRequests, !closed, let frame = framer.next() {
+        while state.takesRequests, let frame = framer.next() {
             take(frame)
         }
         writeReadyReplies()
@@ -155,19 +160,19 @@ final class RequestHandler {
         } else {
             deferred.append(frame)
         }
-        // A reply that could not be encoded at once (a slot) goes out as soon as it is ready.
-        if !slots.isEmpty { writeReadyReplies() }
+        // A reply that could not be encoded at once (one owed) goes out as soon as it is ready.
+        if !pendingReplies.isEmpty { writeReadyReplies() }
     }
 
     /// Takes the lines kept while no more requests could be, as far as the connection now can.
     /// Whether it took any.
     func processDeferred() -> Bool {
-        guard acceptingRequests, !closed else {
+        guard state.takesRequests else {
             deferred.removeAll()
             return false
         }
         var took = false
-        while acceptingRequests, !closed, canTakeRequest(), let frame = deferred.next() {
+        while state.takesRequests, canTakeRequest(), let frame = deferred.next() {
             process(frame)
             took = true
         }
@@ -178,7 +183,7 @@ final class RequestHandler {
     /// output under the channel's high-water mark (a cached GET's reply is encoded at once).
     func canTakeRequest() -> Bool {
         if output.readableBytes >= Self.outputFlushBytes { flushOutput() }
-        return slots.count < Self.maxPending && transport.isWritable && !turnSpent
+        return pendingReplies.count < Self.maxPending && transport.isWritable && !turnSpent
     }
 
     /// A new turn of the connection's loop begins: the transport calls it as it delivers the
@@ -197,13 +202,15 @@ final class RequestHandler {
     @inline(__always)
     func continueIfSpent() {
         // The turn first: the one check a connection within its share pays.
-        guard turnSpent, !continuationPending, !closed, !deferred.isEmpty || slots.first?.isReady == true else {
+        guard turnSpent, !continuationPending, !state.isClosed,
+            !deferred.isEmpty || pendingReplies.first?.isReady == true
+        else {
             return
         }
         continuationPending = true
         transport.continueLater { [self] in
             continuationPending = false
-            guard !closed else { return }
+            guard !state.isClosed else { return }
             startTurn()
             writeReadyReplies()
         }
@@ -217,8 +224,8 @@ final class RequestHandler {
             return
         case .tooLong:
             stopPartialTimer()
-            acceptingRequests = false
-            append(Slot(reply: .error(WireError(.badRequest, "line too long")), closeAfter: true))
+            stopTakingRequests()
+            append(.closingError(WireError(.badRequest, "line too long")))
         // Counted under `other`, like a line that timed out.
         case .line(let line):
             stopPartialTimer()
@@ -226,7 +233,7 @@ final class RequestHandler {
             if !handleSimpleGet(line) {
                 switch RequestParser.parse(line.readableBytesView) {
                 case .failure(let error):
-                    append(Slot(reply: .error(error), verb: RequestVerb(failedLine: line.readableBytesView)))
+                    append(.reply(.error(error), verb: RequestVerb(failedLine: line.readableBytesView)))
                 case .success(let request): handle(request)
                 }
             }
@@ -244,15 +251,19 @@ final class RequestHandler {
     func inputEnded() {
         // The lines read before the end of input, and a last one without its LF, are
         // requests too.
-        while acceptingRequests, !closed, let frame = framer.next() { take(frame) }
-        if acceptingRequests, !closed, let last = framer.finish() { take(last) }
+        while state.takesRequests, let frame = framer.next() { take(frame) }
+        if state.takesRequests, let last = framer.finish() { take(last) }
         reading = false
         inputClosed = true
-        if closed {
-            // Lingering after our last reply: the client has read it and closed its side. (Before
-            // the lingering starts, the replies still being written go first: the close follows
-            // them.)
-            if lingering { transport.close() }
+        switch state {
+        case .open, .finishing: break
+        case .lingering:
+            // Lingering after our last reply: the client has read it and closed its side.
+            transport.close()
+            return
+        case .closing, .closed:
+            // (Before the lingering starts, the replies still being written go first: the close
+            // follows them.)
             return
         }
         // No read follows the end of input; the lines read before it are still answered.
@@ -262,14 +273,13 @@ final class RequestHandler {
     /// Graceful shutdown: finish the replies owed, then close.
     func quiesce() {
         reading = false
-        acceptingRequests = false
-        finishing = true
+        stopTakingRequests()
         writeReadyReplies()
     }
 
     /// The connection is closed.
     func inactive() {
-        closed = true
+        state = .closed
         // Nobody will read these answers: the fetches they wait for may be dropped.
         for task in waiting.values { task.cancel() }
         waiting = [:]
@@ -278,6 +288,11 @@ final class RequestHandler {
         stallTimer = nil
         deferred.removeAll()
         closeUnsentDescriptors()
+    }
+
+    /// Takes no more requests: the connection closes once every reply owed is written.
+    func stopTakingRequests() {
+        if state == .open { state = .finishing }
     }
 
     /// The connection failed: close it.

@@ -6,11 +6,15 @@ import TokenAgent
 public struct RefreshScheduler: Service {
     private let engine: TokenEngine
     private let interval: Duration
-    private let heartbeat: Heartbeat
+    private let heartbeat: RefresherHeartbeat
 
     /// Creates a scheduler for `engine` that wakes every `interval` and beats `heartbeat` after
     /// every pass.
-    public init(engine: TokenEngine, interval: Duration = .seconds(1), heartbeat: Heartbeat = Heartbeat()) {
+    public init(
+        engine: TokenEngine,
+        interval: Duration = .seconds(1),
+        heartbeat: RefresherHeartbeat = RefresherHeartbeat()
+    ) {
         self.engine = engine
         self.interval = interval
         self.heartbeat = heartbeat

@@ -7,10 +7,10 @@ public struct AgentHealth: Sendable {
     /// The thresholds.
     public let settings: HealthSettings
     /// The refresher's heartbeat; `nil` when no refresher runs (then it never stalls).
-    public let heartbeat: Heartbeat?
+    public let heartbeat: RefresherHeartbeat?
 
     /// A judge with `settings`, watching `heartbeat`.
-    public init(settings: HealthSettings = HealthSettings(), heartbeat: Heartbeat? = nil) {
+    public init(settings: HealthSettings = HealthSettings(), heartbeat: RefresherHeartbeat? = nil) {
         self.settings = settings
         self.heartbeat = heartbeat
     }

@@ -43,8 +43,9 @@ public struct SocketServerConfiguration: Sendable {
 /// Its connections are served by one ``SocketLoop`` thread.
 public final class TokenSocketServer: Service, Sendable {
     private let configuration: SocketServerConfiguration
-    private let engine: TokenEngine
     private let status: AgentStatus
+    /// What each connection works with.
+    private let connectionContext: ConnectionContext
     private let logger: Logger
     private let onListening: @Sendable () -> Void
     /// The loop while it runs (and after it ended on its own), for ``socketLoopAnswers(within:)``.
@@ -59,8 +60,8 @@ public final class TokenSocketServer: Service, Sendable {
         onListening: @escaping @Sendable () -> Void = {}
     ) {
         self.configuration = configuration
-        self.engine = engine
         self.status = status
+        self.connectionContext = ConnectionContext(engine: engine, status: status)
         self.logger = logger
         self.onListening = onListening
     }
@@ -226,8 +227,7 @@ public final class TokenSocketServer: Service, Sendable {
                 )
             }
             let handler = RequestHandler(
-                engine: server.engine,
-                status: status,
+                context: server.connectionContext,
                 logger: logger,
                 admission: admission,
                 peer: peer,

@@ -38,15 +38,16 @@ struct DescriptorLedger {
 }
 
 extension RequestHandler {
-    /// The reply slot for `SHM <kind> [<layout> ...]`: the kind's segment offered, or why not. A
+    /// The reply owed to `SHM <kind> [<layout> ...]`: the kind's segment offered, or why not. A
     /// reader that does not name the layout the agent writes is offered it all the same (it
     /// refuses the layout and uses the socket) and counted, so a fleet left on the slow path shows.
-    func shmSlot(kind: String, layouts: [Int]) -> Slot {
+    func shmReply(kind: String, layouts: [Int]) -> PendingReply {
+        let engine = context.engine
         guard engine.kinds.contains(kind) else {
-            return Slot(reply: .error(EngineFailure.unknownKind(kind, configured: engine.kinds).wireError))
+            return .reply(.error(EngineFailure.unknownKind(kind, configured: engine.kinds).wireError), verb: .shm)
         }
-        guard let segments = status.segments else {
-            return Slot(reply: .error(WireError(.unavailable, "shared memory is off")))
+        guard let segments = context.segments else {
+            return .reply(.error(WireError(.unavailable, "shared memory is off")), verb: .shm)
         }
         if !layouts.contains(Int(SegmentLayout.version)) { segments.countOldReaderRequest() }
         let now = NIODeadline.now()
@@ -56,20 +57,20 @@ extension RequestHandler {
         }
         guard descriptors.inMinute < DescriptorLedger.maxPerMinute, descriptors.queued < DescriptorLedger.maxQueued
         else {
-            return Slot(reply: .error(WireError(.busy, "too many segment requests on this connection")))
+            return .reply(.error(WireError(.busy, "too many segment requests on this connection")), verb: .shm)
         }
         let sent = descriptors.sent
         let offer: SharedSegments.Offer
         switch segments.offer(kind: kind, unlessAlreadySent: { sent.contains("\(kind)/\($0)") }) {
         case .offered(let offered): offer = offered
-        case .none: return Slot(reply: .error(WireError(.busy, "no segment for kind \(kind) now")))
+        case .none: return .reply(.error(WireError(.busy, "no segment for kind \(kind) now")), verb: .shm)
         case .alreadySent(let generation):
-            return Slot(reply: .error(WireError(.busy, "segment \(generation) of kind \(kind) already sent")))
+            return .reply(.error(WireError(.busy, "segment \(generation) of kind \(kind) already sent")), verb: .shm)
         }
         descriptors.sent.insert("\(kind)/\(offer.generation)")
         descriptors.inMinute += 1
         descriptors.queued += 1
-        return Slot(offer: offer)
+        return .offer(offer)
     }
 
     /// `TOUCH`: marks the cached keys read, if the peer may read the kind and the connection is
@@ -82,13 +83,13 @@ extension RequestHandler {
         }
         descriptors.touchesInSecond += 1
         guard descriptors.touchesInSecond <= DescriptorLedger.maxTouchesPerSecond,
-            status.access.check(peer, kind: kind) == nil,
-            engine.touch(kind: kind, ids: ids) != nil  // nil: the kind is not configured
+            context.access.check(peer, kind: kind) == nil,
+            context.engine.touch(kind: kind, ids: ids) != nil  // nil: the kind is not configured
         else { return }
-        status.server.countTouch()
+        context.server.countTouch()
     }
 
-    /// Sends the head slot's descriptor with its reply line once every earlier reply is written,
+    /// Sends the head reply's descriptor with its reply line once every earlier reply is written,
     /// then goes on with the replies after it.
     func sendDescriptor(_ offer: SharedSegments.Offer) {
         descriptors.sending = true
@@ -96,7 +97,7 @@ extension RequestHandler {
         let line = Array("OK size=\(offer.size) layout=\(SegmentLayout.version) generation=\(offer.generation)\n".utf8)
         let transport = self.transport!
         transport.whenWritten { [self] in
-            guard !closed else {
+            guard !state.isClosed else {
                 descriptorFailed(offer, reason: "connection closed")
                 return
             }
@@ -114,7 +115,7 @@ extension RequestHandler {
         socket: Int32,
         until deadline: NIODeadline
     ) {
-        guard !closed else {
+        guard !state.isClosed else {
             descriptorFailed(offer, reason: "connection closed")
             return
         }
@@ -151,16 +152,18 @@ extension RequestHandler {
             rest.writeBytes(line.dropFirst(sent))
             transport.write(rest)
         }
-        status.metrics.requests.count(.shm, .ok)
+        context.requests.count(.shm, .ok)
         finishDescriptor()
     }
 
     private func descriptorFailed(_ offer: SharedSegments.Offer, reason: String) {
-        // The head slot owns the descriptor until it is sent: a connection that closed first
+        // The head reply owns the descriptor until it is sent: a connection that closed first
         // closed it already (``closeUnsentDescriptors()``), and its number may be another's now.
-        if let head = slots.first, head.offer?.descriptor == offer.descriptor { Glibc.close(offer.descriptor) }
+        if case .offer(let held) = pendingReplies.first, held.descriptor == offer.descriptor {
+            Glibc.close(offer.descriptor)
+        }
         logger.debug("segment descriptor not sent", metadata: ["reason": "\(reason)"])
-        let wasClosed = closed
+        let wasClosed = state.isClosed
         finishDescriptor()
         if !wasClosed { close() }
     }
@@ -168,10 +171,7 @@ extension RequestHandler {
     private func finishDescriptor() {
         descriptors.sending = false
         descriptors.queued -= 1
-        if !slots.isEmpty, slots[slots.startIndex].offer != nil {
-            slots.removeFirst()
-            firstSequence += 1
-        }
+        if case .offer = pendingReplies.first { removeHead() }
         writeReadyReplies()
     }
 
@@ -185,11 +185,10 @@ extension RequestHandler {
         }
     }
 
-    /// Closes the descriptors of offers never sent (the connection ended first).
+    /// Closes the descriptors of offers never sent (the connection ended first), and forgets
+    /// the replies owed: nobody will read them.
     func closeUnsentDescriptors() {
-        for slot in slots {
-            if let offer = slot.offer { Glibc.close(offer.descriptor) }
-        }
-        for index in slots.indices { slots[index].offer = nil }
+        for case .offer(let offer) in pendingReplies { Glibc.close(offer.descriptor) }
+        pendingReplies.removeAll()
     }
 }

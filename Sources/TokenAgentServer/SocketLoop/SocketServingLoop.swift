@@ -11,15 +11,13 @@ import TokenAgent
 /// that measure the path that serves, in-process.
 public final class SocketServingLoop: Sendable {
     private let loop: SocketLoop
-    private let engine: TokenEngine
-    private let status: AgentStatus
+    private let context: ConnectionContext
     private let logger: Logger
 
     /// Starts a loop's thread serving with `engine` and `status`.
     public init(engine: TokenEngine, status: AgentStatus, logger: Logger) throws {
         loop = try SocketLoop(logger: logger)
-        self.engine = engine
-        self.status = status
+        self.context = ConnectionContext(engine: engine, status: status)
         self.logger = logger
         loop.start(name: "serving loop")
     }
@@ -28,7 +26,7 @@ public final class SocketServingLoop: Sendable {
     /// from now on (it is made non-blocking, and closed when the connection ends).
     public func serve(_ socket: Int32) {
         _ = fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK)
-        let handler = RequestHandler(engine: engine, status: status, logger: logger)
+        let handler = RequestHandler(context: context, logger: logger)
         let loop = self.loop
         loop.execute { SocketConnection(socket: socket, loop: loop, handler: handler) {}.open() }
     }

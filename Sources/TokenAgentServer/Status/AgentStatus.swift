@@ -4,7 +4,10 @@ import NIOCore
 import TokenAgent
 import TokenWire
 
-/// What `STATS` reports: the engine's counters, the server's, and the uptime.
+/// The agent's status, as it reports it: the `STATS` line, the `METRICS` exposition, the health
+/// report and the one-line summary for systemd, read from the parts of the agent it was made with
+/// (the engine's counters, the server's, the reloads', the access rules', the segments', health,
+/// and the uptime). It reports; a connection works through its own ``ConnectionContext``.
 public struct AgentStatus: Sendable {
     /// The engine whose counters are reported.
     public let engine: TokenEngine

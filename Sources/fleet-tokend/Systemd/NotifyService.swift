@@ -11,7 +11,7 @@ import TokenAgentServer
 struct NotifyService: Service {
     let notifier: SystemdNotifier
     let status: AgentStatus
-    let heartbeat: Heartbeat
+    let heartbeat: RefresherHeartbeat
     let group: any EventLoopGroup
     /// Whether the socket server's own loop runs a task promptly.
     let socketLoopAnswers: @Sendable () async -> Bool

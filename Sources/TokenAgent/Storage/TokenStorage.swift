@@ -1,15 +1,16 @@
-/// Something that keeps the servable tokens where every process on the host can read them (the
-/// shared-memory segments of docs/SHM.md), told of every change by the store under the shard's
-/// lock, so it is current before the request that caused the change is answered.
+/// Where the store keeps the servable tokens it hands over: the engine's only copy of each token
+/// it takes, kept where every process on the host can read it (the shared-memory segments of
+/// docs/SHM.md). The store tells it of every change under the shard's lock, so it is current
+/// before the request that caused the change is answered.
 ///
-/// The store keeps no copy of a token the mirror took: it reads it back through
-/// ``withToken(kind:id:hint:_:)`` under the same shard lock, so each token is held once. A mirror that
-/// took a token gives it back until the store stores another for the key or removes it, whatever
-/// happens to its segments meanwhile (growth, rotation, a limit). Its calls must not wait or take
-/// the store's locks.
-public protocol TokenMirror: AnyObject, Sendable {
-    /// `token` is now the servable token of (`kind`, `id`). Returns whether the mirror holds it
-    /// (then the store keeps no copy); `false` leaves the key out of the mirror (no segment for
+/// The store keeps no copy of a token the storage took: it reads it back through
+/// ``withToken(kind:id:hint:_:)`` under the same shard lock, so each token is held once. A token
+/// the storage took is given back until the store stores another for the key or removes it,
+/// whatever happens to its segments meanwhile (growth, rotation, a limit). Its calls must not
+/// wait or take the store's locks.
+public protocol TokenStorage: AnyObject, Sendable {
+    /// `token` is now the servable token of (`kind`, `id`). Returns whether the storage holds it
+    /// (then the store keeps no copy); `false` leaves the key out of the storage (no segment for
     /// the kind, or none could take the token) and the store keeps its own copy.
     /// - Parameters:
     ///   - expiry: its expiry on the agent's monotonic clock (`CLOCK_BOOTTIME`).
@@ -27,13 +28,13 @@ public protocol TokenMirror: AnyObject, Sendable {
     /// (`kind`, `id`) has no servable token any more: dropped, evicted, refused, expired or forgotten.
     func tokenRemoved(kind: String, id: String)
 
-    /// Calls `body` with the bytes of the token the mirror holds for `kind` and the id whose UTF-8
+    /// Calls `body` with the bytes of the token the storage holds for `kind` and the id whose UTF-8
     /// bytes are `id` (valid only during the call); returns whether it holds one (`false`: `body`
     /// was not called). Not generic: it is called through the protocol on every socket GET, and a
     /// generic call through an existential looks up its type metadata at run time.
     ///
-    /// `hint` is the mirror's own note of where it found the token last time (zero at first),
-    /// which the store keeps with the entry and passes back: a mirror may try that place first,
+    /// `hint` is the storage's own note of where it found the token last time (zero at first),
+    /// which the store keeps with the entry and passes back: the storage may try that place first,
     /// and updates the note. It must never serve a token on a hint's word alone.
     func withToken(
         kind: String,
@@ -43,12 +44,12 @@ public protocol TokenMirror: AnyObject, Sendable {
     ) -> Bool
 
     /// The store has an entry's `hint` and will soon call ``withToken(kind:id:hint:_:)`` with it:
-    /// the mirror may start loading what the hint points to (never reading it: the hint may be
+    /// the storage may start loading what the hint points to (never reading it: the hint may be
     /// stale). Called under the shard's lock; it must not block.
     func prefetch(hint: UInt64)
 }
 
-extension TokenMirror {
+extension TokenStorage {
     /// ``withToken(kind:id:hint:_:)`` without a hint.
     public func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         var hint: UInt64 = 0

@@ -1,8 +1,10 @@
 import Synchronization
 import TokenAgent
 
-/// When a background loop last completed a pass, so a watchdog can tell it is alive.
-public final class Heartbeat: Sendable {
+/// When the refresher (``RefreshScheduler``) last completed a pass, so the watchdog and the health
+/// judge can tell it is alive. (Not the shared-memory segments' own heartbeat, `SegmentHeartbeat`,
+/// which readers check.)
+public final class RefresherHeartbeat: Sendable {
     private let lastBeat: Atomic<Int64>
     private let clock: any AgentClock
 
