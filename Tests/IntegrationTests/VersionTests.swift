@@ -45,6 +45,8 @@ struct VersionTests {
         #expect(printed.stdout == FleetTokendVersion.version + "\n")
         let daemonSet = try DocText.read("packaging/kubernetes/daemonset.yaml")
         #expect(daemonSet.contains("image: localhost/fleet-tokend:\(FleetTokendVersion.version)\n"))
+        let changelog = try DocText.read("CHANGELOG.md").components(separatedBy: "\n")
+        #expect(changelog.first { $0.hasPrefix("## ") } == "## \(FleetTokendVersion.version)", "CHANGELOG's top entry")
         for script in ["packaging/build-deb", "packaging/build-image", "scripts/e2e-containers"] {
             #expect(try DocText.read(script).contains("version=$(bash packaging/version)"), "\(script)")
         }
