@@ -13,7 +13,7 @@ struct StatsLineTests {
         line.add("most", Int.max)
         line.add("least", Int.min)
         line.add("signs_", kind: "vehicle-2", 7)
-        line.add("shm", word: "off")
+        line.add("shm", text: "off")
         var output = ByteBuffer(string: "before\n")
         line.write(to: &output)
         #expect(

@@ -35,6 +35,18 @@ public final class AgentMetrics: Sendable {
         static func series(_ name: String, _ labels: [(String, String)]) -> String {
             labels.reduce(into: name) { key, label in key += "\u{1}\(label.0)=\(label.1)" }
         }
+
+        /// The instrument of series `key` in `made`, made by `make` the first time.
+        static func instrument<Instrument>(
+            _ key: String,
+            in made: inout [String: Instrument],
+            _ make: () -> Instrument
+        ) -> Instrument {
+            if let instrument = made[key] { return instrument }
+            let instrument = make()
+            made[key] = instrument
+            return instrument
+        }
     }
 
     /// An empty registry.
@@ -71,13 +83,9 @@ public final class AgentMetrics: Sendable {
             func counter(_ name: String, _ labels: [(String, String)] = [], total: Int) {
                 let key = CollectedState.series(name, labels)
                 let previous = state.totals[key] ?? 0
-                let counter =
-                    state.counters[key]
-                    ?? {
-                        let made = Counter(label: name, dimensions: labels, factory: factory)
-                        state.counters[key] = made
-                        return made
-                    }()
+                let counter = CollectedState.instrument(key, in: &state.counters) {
+                    Counter(label: name, dimensions: labels, factory: factory)
+                }
                 if total > previous {
                     counter.increment(by: total - previous)
                     state.totals[key] = total
@@ -85,13 +93,9 @@ public final class AgentMetrics: Sendable {
             }
             func gauge(_ name: String, _ labels: [(String, String)], _ value: Double) {
                 let key = CollectedState.series(name, labels)
-                let meter =
-                    state.meters[key]
-                    ?? {
-                        let made = Meter(label: name, dimensions: labels, factory: factory)
-                        state.meters[key] = made
-                        return made
-                    }()
+                let meter = CollectedState.instrument(key, in: &state.meters) {
+                    Meter(label: name, dimensions: labels, factory: factory)
+                }
                 meter.set(value)
             }
             counter("fleet_tokend_cache_hits_total", total: stats.hits)

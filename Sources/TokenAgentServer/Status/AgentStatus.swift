@@ -96,7 +96,7 @@ public struct AgentStatus: Sendable {
             text.add("sign_timeouts_", kind: kind, counters.timedOut)
         }
         guard let segments else {
-            text.add("shm", word: "off")
+            text.add("shm", text: "off")
             return
         }
         let shared = segments.statistics()

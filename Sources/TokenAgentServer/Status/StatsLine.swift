@@ -30,20 +30,12 @@ struct StatsLine {
         appendDecimal(value)
     }
 
-    /// Adds `name=text` for a text without spaces or control characters (a version).
+    /// Adds `name=text` for a text without spaces or control characters (a version, `off`).
     mutating func add(_ name: StaticString, text: String) {
         append(" ")
         append(name)
         append("=")
         bytes.append(contentsOf: text.utf8)
-    }
-
-    /// Adds `name=word`.
-    mutating func add(_ name: StaticString, word: StaticString) {
-        append(" ")
-        append(name)
-        append("=")
-        append(word)
     }
 
     /// Writes the line and its LF to `output`.
