@@ -324,7 +324,11 @@ final class SocketLoop: @unchecked Sendable {
                     {
                         connection.handle(events: events[index].events)
                     } else {
-                        staleEvents &+= 1
+                        // Closed earlier in this batch, its descriptor number perhaps reused.
+                        logger.debug(
+                            "dropped an event for a closed connection",
+                            metadata: ["descriptor": "\(socket)"]
+                        )
                     }
                 case .listener:
                     if let accept = listeners[socket] { acceptAll(on: socket, accept) }
@@ -348,10 +352,6 @@ final class SocketLoop: @unchecked Sendable {
             runSoonWork()
         }
     }
-
-    /// Events dropped because their connection had closed (its descriptor perhaps reused) since
-    /// epoll reported them.
-    private(set) var staleEvents = 0
 
     /// When the loop ends: every connection and listening socket is closed.
     private func closeEverything() {
