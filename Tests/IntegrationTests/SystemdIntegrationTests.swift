@@ -1,6 +1,7 @@
 import Foundation
 import Systemd
 import Testing
+import TokenWire
 
 @Suite("systemd: socket activation, notify, fd store")
 struct SystemdIntegrationTests {
@@ -169,7 +170,10 @@ struct SystemdIntegrationTests {
         // Without --pid: the agent answering on the socket is the one signalled.
         let applied = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
         #expect(applied.status == 0, "\(applied.stderr)")
-        #expect(applied.stdout == "reload applied by the agent on \(agent.socketPath) (process \(agent.pid))\n")
+        #expect(
+            applied.stdout
+                == "reload applied by the agent on \(agent.socketPath) (process \(agent.pid)): provider or issuer changed (tokens dropped): trip\n"
+        )
         #expect(agent.log.contains("configuration reloaded"), "reload returns once the reload is applied")
         let stats = try await agent.stats()
         #expect(stats["reloads"] == 1)
@@ -208,6 +212,38 @@ struct SystemdIntegrationTests {
         #expect(sleeper.isRunning, "the other process was not signalled")
         sleeper.terminate()
         #expect((try await agent.stats())["reloads"] == 1, "nor was the agent")
+
+        // What a reload changed, said in words: nothing; then a kind removed, one added, rules,
+        // the log level.
+        let same = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
+        #expect(same.stdout.hasSuffix("(process \(agent.pid)): nothing changed\n"), "\(same.stdout)")
+        try writeConfig(
+            #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}, "task": {"url": "\#(provider.url(kind: "task"))"}}, "log_level": "debug", "allow": {"vehicle": {"users": ["root"]}}}"#
+        )
+        let several = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
+        #expect(several.status == 0, "\(several.stderr)")
+        #expect(
+            several.stdout.hasSuffix(
+                "(process \(agent.pid)): kinds added: task; kinds removed: trip; rules changed: vehicle; log level changed\n"
+            ),
+            "\(several.stdout)"
+        )
+        let base =
+            #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}, "task": {"url": "\#(provider.url(kind: "task"))"}}, "log_level": "debug", "allow": {"vehicle": {"users": ["root"]}}"#
+        // A key read only at start-up is said until the agent restarts, even by a reload that
+        // changes nothing else; `other` is whatever else (here `admin`).
+        for (extra, said) in [
+            (#", "refresh_margin": 900}"#, "refresh policy changed"),
+            (#", "refresh_margin": 900, "request_timeout": 4}"#, "take effect at the next restart: request_timeout"),
+            (#", "refresh_margin": 900, "request_timeout": 4}"#, "take effect at the next restart: request_timeout"),
+            (#", "refresh_margin": 900, "admin": {"users": ["root"]}}"#, "other settings changed"),
+        ] {
+            try writeConfig(base + extra)
+            let reload = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
+            #expect(reload.stdout.hasSuffix("(process \(agent.pid)): \(said)\n"), "\(reload.stdout)")
+        }
+        let changes = try await agent.send("STATS").first.map { WireReply.statsFields(String($0.dropFirst(3))) }
+        #expect(changes?["reload_changes"] == "other")
         #expect(await agent.stop() == 0)
     }
 }
