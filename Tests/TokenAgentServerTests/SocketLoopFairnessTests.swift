@@ -108,10 +108,11 @@ private func send(_ text: String, on socket: Int32) {
     }
 }
 
-/// Reads `count` lines from the blocking socket `socket` (fewer if it ends or 20 s pass, or once
-/// a line `until` arrived).
+/// Reads `count` lines from the blocking socket `socket` (fewer if it ends, or once a line `until`
+/// arrived, or after 60 s without a byte: a hang detector. A miss's reply waits for its fetch on
+/// Swift concurrency's pool, which a loaded parallel run may keep busy for many seconds).
 private func readLines(_ count: Int, until last: String? = nil, from socket: Int32) -> [String] {
-    var timeout = timeval(tv_sec: 20, tv_usec: 0)
+    var timeout = timeval(tv_sec: 60, tv_usec: 0)
     setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     var received: [UInt8] = []
     var lines = 0
