@@ -1,5 +1,4 @@
 import ArgumentParser
-import Foundation
 import TokenAgentServer
 
 /// `fleet-tokend prepare-directories`: gives the socket directory, and the state directory, to the

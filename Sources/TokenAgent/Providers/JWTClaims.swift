@@ -1,4 +1,10 @@
-import Foundation
+import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The few claims of a JWT the agent reads. No signature check: the agent is not the audience,
 /// it only reads `exp` and `authorization` to bound caching and catch a token for the wrong id.
@@ -86,7 +92,7 @@ public struct JWTClaims: Sendable {
     /// reader takes for a JWT is never served as opaque); claims are read through
     /// ``StrictBase64URL`` alone.
     static func mayReadAsObject(_ part: Substring) -> Bool {
-        var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        var base64 = String(part).replacing("-", with: "+").replacing("_", with: "/")
         while base64.count % 4 != 0 { base64.append("=") }
         let bytes = Data(base64Encoded: base64)
         return bytes?.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
@@ -137,9 +143,9 @@ public struct JWTClaims: Sendable {
     /// Encodes bytes as unpadded base64url text.
     public static func base64URLEncode(_ data: some Sequence<UInt8>) -> String {
         Data(data).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+            .replacing("+", with: "-")
+            .replacing("/", with: "_")
+            .replacing("=", with: "")
     }
 
     /// The members of the JSON object `part` spells in strict base64url (``StrictBase64URL``).

@@ -1,5 +1,4 @@
 import CSocketLoop
-import Foundation
 
 #if canImport(Glibc)
     import Glibc
@@ -65,7 +64,7 @@ public struct AgentDirectory: Sendable, Hashable {
     /// `CAP_FSETID` for the set-group-ID bit), then to ``owner`` and ``group`` (Linux keeps a
     /// directory's set-group-ID bit across `chown`). The result is checked on the descriptor.
     public func prepare() throws -> Outcome {
-        let name = (path as NSString).lastPathComponent
+        let name = path.split(separator: "/").last.map(String.init) ?? "/"
         guard path.hasPrefix("/"), !name.isEmpty, name != "/", name != ".", name != ".." else {
             throw SocketPath.Problem(description: "\(label) \(path) is not an absolute path ending in a name")
         }

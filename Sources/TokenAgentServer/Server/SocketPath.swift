@@ -1,4 +1,3 @@
-import Foundation
 import TokenWire
 
 #if canImport(Glibc)
@@ -42,10 +41,16 @@ enum SocketPath {
         }
     }
 
-    /// The directory the socket at `path` goes in: its parent, or `.` for a bare name.
+    /// The directory the socket at `path` goes in: its parent, or `.` for a bare name. Repeated
+    /// slashes count as one and a trailing one is ignored (`/run//a/s/` goes in `/run/a`); the
+    /// parent of `/` is `/`.
     static func directory(of path: String) -> String {
-        let parent = (path as NSString).deletingLastPathComponent
-        return parent.isEmpty ? "." : parent
+        let absolute = path.hasPrefix("/")
+        var components = path.split(separator: "/")
+        guard !components.isEmpty else { return absolute ? "/" : "." }
+        components.removeLast()
+        guard !components.isEmpty else { return absolute ? "/" : "." }
+        return (absolute ? "/" : "") + components.joined(separator: "/")
     }
 
     /// Walks `directory` from `/` one component at a time, as the kernel resolves it, and refuses

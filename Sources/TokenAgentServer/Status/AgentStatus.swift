@@ -1,5 +1,4 @@
 import BuildInfo
-import Foundation
 import NIOCore
 import TokenAgent
 import TokenWire
@@ -135,7 +134,8 @@ public struct AgentStatus: Sendable {
         var text = report.isDegraded ? "degraded: \(report.summary); " : ""
         text += "\(stats.entries) tokens held"
         text +=
-            ", hit ratio " + (stats.hits + stats.misses == 0 ? "n/a" : String(format: "%.1f%%", stats.hitRatio * 100))
+            ", hit ratio "
+            + (stats.hits + stats.misses == 0 ? "n/a" : DecimalText.fixed(stats.hitRatio * 100, digits: 1) + "%")
         text += ", \(stats.fetchErrors) provider errors"
         text += ", \(server.openConnections) clients"
         if let at = stats.lastFailureAt, let failure = stats.lastFailure {

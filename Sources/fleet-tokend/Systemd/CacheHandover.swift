@@ -1,7 +1,12 @@
-import Foundation
 import Logging
 import Systemd
 import TokenAgent
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// Hands the cache to the next agent process through systemd's file-descriptor store, without
 /// touching disk: at stop the tokens go into a sealed memory file stored as `FDNAME=cache`; at
