@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #ifndef SO_PEERPIDFD
@@ -121,3 +122,10 @@ int fsl_pidfd_exited(int pidfd) {
 }
 
 int fsl_name_thread(const char *name) { return pthread_setname_np(pthread_self(), name); }
+
+int fsl_file_system_type(const char *path, int64_t *type) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
+    *type = (int64_t)info.f_type;
+    return 0;
+}
