@@ -106,6 +106,27 @@ struct CacheFileTests {
         #expect(try setup.contents().tokens.map(\.id) == ["z-1"])
     }
 
+    /// A write that fails (here: a directory squats the temporary file's name) is a warning and a
+    /// count; the agent goes on serving, and the next write after the cause is gone succeeds.
+    @Test func aFailedWriteIsAWarningAndACountNeverAStop() async throws {
+        let setup = try CacheFileSetup()
+        defer { setup.remove() }
+        let provider = try await FakeTokenProvider.start()
+        defer { Task { await provider.stop() } }
+        let squatter = setup.path + ".tmp"
+        try FileManager.default.createDirectory(atPath: squatter + "/inside", withIntermediateDirectories: true)
+        let agent = try await AgentProcess(setup.arguments(provider, interval: 1))
+        defer { try? FileManager.default.removeItem(at: agent.directory) }
+        #expect(try await eventually { (try await agent.stats())["snapshot_write_failures"] ?? 0 >= 2 })
+        #expect(agent.log.contains("cannot write the cache snapshot"), "\(agent.log)")
+        #expect(agent.log.contains("destination=file"))
+        #expect(tokenOf(try await agent.send("GET vehicle f-1").first) != nil, "still serving")
+        try FileManager.default.removeItem(atPath: squatter)
+        #expect(try await eventually { (try await agent.stats())["snapshot_tokens"] == 1 })
+        #expect(try setup.contents().tokens.map(\.id) == ["f-1"])
+        #expect(await agent.stop() == 0)
+    }
+
     /// A directory on a disk is refused, naming the key, unless `cache_file_on_disk` allows it.
     @Test func aCacheFileOnADiskIsRefusedUnlessAllowed() async throws {
         let disk = try AgentProcess.makeTemporaryDirectory()  // /tmp: a disk here, or tmpfs elsewhere

@@ -50,6 +50,24 @@ struct SnapshotAdoptionTests {
         #expect(counts.total == contents.tokens.count + contents.malformedLines)
     }
 
+    /// A snapshot large enough to be checked in slices, on every core, gives what one pass would.
+    @Test func aLargeSnapshotIsCheckedInSlicesWithTheSameOutcome() {
+        let rules = SnapshotAdoption(digests: ["vehicle": "d1", "trip": "d2"], acceptance: TokenAcceptance())
+        let tokens = (0..<10_000).map { index -> CachedToken in
+            let id = "v-\(index)"
+            switch index % 4 {
+            case 1: return Self.token("trip", "t-\(index)", Self.jwt("tripid", "t-\(index)"))  // another provider
+            case 2: return Self.token("vehicle", id, Self.jwt("vehicleid", id), expiresAt: Self.now + 1)
+            case 3: return Self.token("vehicle", id, Self.jwt("vehicleid", "other"))
+            default: return Self.token("vehicle", id, Self.jwt("vehicleid", id))
+            }
+        }
+        let contents = CacheSnapshot.Contents(providers: ["vehicle": "d1", "trip": "old"], tokens: tokens)
+        let (taken, counts) = rules.filter(contents, now: Self.now)
+        #expect(taken.map(\.id) == stride(from: 0, to: 10_000, by: 4).map { "v-\($0)" }, "in order")
+        #expect(counts == SnapshotAdoption.Counts(adopted: 2500, changedProvider: 2500, expired: 2500, refused: 2500))
+    }
+
     @Test func aKindsOwnClaimWildcardsAndLifetimeAreThoseOfItsProvider() throws {
         let acceptance = TokenAcceptance(
             claimNames: ["custom": "customid"],

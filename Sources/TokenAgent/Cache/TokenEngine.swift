@@ -416,7 +416,7 @@ public final class TokenEngine: Sendable {
     }
 
     /// The slots one chunk of ``exportTokens(chunkSize:_:)`` copies under a shard's lock.
-    public static let exportChunk = 256
+    public static let exportChunk = 32
 
     /// Calls `body` with the tokens that can still be served, in chunks of at most `chunkSize`
     /// of a shard's slots, each copied out under that shard's lock and handed over after the

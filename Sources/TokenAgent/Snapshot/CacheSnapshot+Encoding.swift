@@ -32,13 +32,16 @@ extension CacheSnapshot {
 
         /// Starts a body with the writing agent's version and the digest of each kind's provider.
         /// `limit` bounds the whole snapshot (tests make it small).
+        /// `expectedBytes`, when known (the last snapshot's size), is reserved up front, so the
+        /// body is not copied as it grows: a doubling array would hold up to three times its bytes.
         public init(
             providers: [String: String],
             agentVersion: String = FleetTokendVersion.version,
-            limit: Int = CacheSnapshot.maxBytes
+            limit: Int = CacheSnapshot.maxBytes,
+            expectedBytes: Int = 0
         ) {
             self.limit = limit - CacheSnapshot.headerBytes
-            body.reserveCapacity(64 * 1024)
+            body.reserveCapacity(min(max(64 * 1024, expectedBytes), self.limit))
             append(line: ["#agent", agentVersion])
             for (kind, digest) in providers.sorted(by: { $0.key < $1.key }) where Self.fits(kind) && Self.fits(digest) {
                 append(line: ["#provider", kind, digest])
@@ -61,7 +64,14 @@ extension CacheSnapshot {
                 leftOut += 1
                 return
             }
-            append(line: [token.kind, token.id, expiry, token.token])
+            body.append(contentsOf: token.kind.utf8)
+            body.append(0x09)
+            body.append(contentsOf: token.id.utf8)
+            body.append(0x09)
+            body.append(contentsOf: expiry.utf8)
+            body.append(0x09)
+            body.append(contentsOf: token.token.utf8)
+            body.append(0x0A)
             tokenCount += 1
         }
 
@@ -86,8 +96,12 @@ extension CacheSnapshot {
             body.append(0x0A)
         }
 
+        /// Whether `field` can be a field: not empty, and without a tab or line break.
         private static func fits(_ field: String) -> Bool {
-            !field.isEmpty && !field.utf8.contains { $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }
+            func clean(_ bytes: some Collection<UInt8>) -> Bool {
+                !bytes.isEmpty && !bytes.contains { $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }
+            }
+            return field.utf8.withContiguousStorageIfAvailable { clean($0) } ?? clean(field.utf8)
         }
     }
 

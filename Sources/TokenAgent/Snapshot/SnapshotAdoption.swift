@@ -1,3 +1,6 @@
+import Dispatch
+import Foundation
+import Synchronization
 import TokenWire
 
 /// Which tokens of a snapshot a starting agent may take: those of kinds whose provider is the one
@@ -50,13 +53,51 @@ public struct SnapshotAdoption: Sendable {
     }
 
     /// The tokens of `contents` to take at wall time `now` (Unix seconds), each with the expiry
-    /// the acceptance gives it (never later than the snapshot's), and the counts.
+    /// the acceptance gives it (never later than the snapshot's), and the counts. A large
+    /// snapshot is checked on every core at once, in slices whose results keep their order: the
+    /// start waits for it, and its checks are those of 100,000 fetched tokens.
     public func filter(_ contents: CacheSnapshot.Contents, now: Double) -> (tokens: [CachedToken], counts: Counts) {
-        var counts = Counts(refused: contents.malformedLines)
+        let tokens = contents.tokens
+        let slices = min(ProcessInfo.processInfo.activeProcessorCount, tokens.count / Self.tokensPerSlice)
         var taken: [CachedToken] = []
-        taken.reserveCapacity(contents.tokens.count)
-        for token in contents.tokens {
-            guard let digest = digests[token.kind], contents.providers[token.kind] == digest else {
+        var counts = Counts(refused: contents.malformedLines)
+        if slices <= 1 {
+            (taken, counts) = filter(tokens[...], providers: contents.providers, now: now, counts: counts)
+        } else {
+            let results = Mutex<[Int: ([CachedToken], Counts)]>([:])
+            DispatchQueue.concurrentPerform(iterations: slices) { slice in
+                let range = (tokens.count * slice / slices)..<(tokens.count * (slice + 1) / slices)
+                let result = filter(tokens[range], providers: contents.providers, now: now, counts: Counts())
+                results.withLock { $0[slice] = result }
+            }
+            let done = results.withLock { $0 }
+            taken.reserveCapacity(tokens.count)
+            for slice in 0..<slices {
+                guard let (part, found) = done[slice] else { continue }
+                taken += part
+                counts.changedProvider += found.changedProvider
+                counts.expired += found.expired
+                counts.refused += found.refused
+            }
+        }
+        counts.adopted = taken.count
+        return (taken, counts)
+    }
+
+    /// The fewest tokens worth a slice of their own.
+    static let tokensPerSlice = 4096
+
+    private func filter(
+        _ tokens: ArraySlice<CachedToken>,
+        providers: [String: String],
+        now: Double,
+        counts start: Counts
+    ) -> ([CachedToken], Counts) {
+        var counts = start
+        var taken: [CachedToken] = []
+        taken.reserveCapacity(tokens.count)
+        for token in tokens {
+            guard let digest = digests[token.kind], providers[token.kind] == digest else {
                 counts.changedProvider += 1
                 continue
             }
@@ -88,7 +129,6 @@ public struct SnapshotAdoption: Sendable {
             }
             taken.append(CachedToken(kind: token.kind, id: token.id, token: token.token, expiresAt: expiresAt))
         }
-        counts.adopted = taken.count
         return (taken, counts)
     }
 }

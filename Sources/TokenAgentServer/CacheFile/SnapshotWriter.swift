@@ -17,7 +17,7 @@ public protocol SnapshotDestination: Sendable {
 ///
 /// A pass never stalls the socket loop, which shares the engine: the tokens are copied out of the
 /// store a chunk at a time (``TokenEngine/exportTokens(chunkSize:_:)``: one shard's lock held for
-/// at most 256 slots' copy), and the encoding, hashing and I/O run on the thread that runs the pass
+/// at most 32 slots' copy), and the encoding, hashing and I/O run on the thread that runs the pass
 /// (``writeOffLoop(reason:)``: NIO's blocking-I/O pool), never the loop's. One pass runs at a time.
 /// A failed write is a warning and a count, never a stop.
 public final class SnapshotWriter: Sendable {
@@ -55,9 +55,11 @@ public final class SnapshotWriter: Sendable {
     /// token is recorded under the digest of a provider that did not make it. `nil` when reloads
     /// kept changing them (the pass is skipped).
     public func snapshot() -> CacheSnapshot.Encoded? {
+        // Room for what the last snapshot took and an eighth more, else about 1 KiB a cached entry.
+        let last = statistics.counts.lastWrite?.bytes ?? engine.statistics().entries * 1024
         for _ in 0..<3 {
             let before = digests()
-            var builder = CacheSnapshot.Builder(providers: before)
+            var builder = CacheSnapshot.Builder(providers: before, expectedBytes: last + last / 8)
             engine.exportTokens { builder.append(contentsOf: $0) }
             if digests() == before { return builder.finish() }
         }
