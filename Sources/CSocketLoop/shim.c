@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #ifndef SO_PEERPIDFD
@@ -131,4 +132,11 @@ int fsl_chmod_descriptor(int fd, mode_t mode) {
     char path[64];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     return chmod(path, mode);
+}
+
+int fsl_file_system_type(const char *path, int64_t *type) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
+    *type = (int64_t)info.f_type;
+    return 0;
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Systemd
 import Testing
+import TokenAgent
 import TokenWire
 
 @Suite("systemd: socket activation, notify, fd store")
@@ -83,10 +84,11 @@ struct SystemdIntegrationTests {
         #expect(stored.fields["FDNAME"] == "cache")
         let cacheFD = try #require(stored.descriptors.first)
         #expect(SealedMemoryFile.isSealed(cacheFD))
-        let snapshot = String(decoding: try SealedMemoryFile.read(cacheFD), as: UTF8.self)
-        #expect(snapshot.hasPrefix("fleet-tokend-cache v2\n#provider\tvehicle\t"))
-        #expect(snapshot.contains("vehicle\tfd-1\t"))
-        #expect(snapshot.contains(token))
+        let snapshot = try CacheSnapshot.read(try SealedMemoryFile.read(cacheFD))
+        #expect(snapshot.formatVersion == 3)
+        #expect(snapshot.providers["vehicle"] != nil)
+        #expect(snapshot.tokens.map(\.id) == ["fd-1"])
+        #expect(snapshot.tokens.first?.token == token)
         #expect(await agent.stop() == 0)
 
         // The next process gets the cache back as a passed descriptor named "cache".

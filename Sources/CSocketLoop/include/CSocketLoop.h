@@ -2,8 +2,9 @@
 #define CSOCKETLOOP_H
 
 // What the agent's socket loop needs from C that Swift's Glibc module does not carry: epoll,
-// eventfd, accept4's flags and struct ucred (SO_PEERCRED); and the O_PATH descriptors through which
-// `fleet-tokend prepare-directories` changes a directory's owner and mode (GNU declarations).
+// eventfd, accept4's flags and struct ucred (SO_PEERCRED); the O_PATH descriptors through which
+// `fleet-tokend prepare-directories` changes a directory's owner and mode (GNU declarations); and
+// statfs, for the cache file's file system.
 
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -20,6 +21,10 @@ static inline struct epoll_event fsl_event(uint32_t events, uint64_t data) {
 
 /// The 64-bit word of an event epoll_wait returned.
 static inline uint64_t fsl_event_data(const struct epoll_event *event) { return event->data.u64; }
+
+/// The statfs f_type of the file system holding `path` (TMPFS_MAGIC, RAMFS_MAGIC, ...). 0, or -1
+/// with errno set.
+int fsl_file_system_type(const char *path, int64_t *type);
 
 /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC: the new socket, or -1 with errno set.
 int fsl_accept(int listener);

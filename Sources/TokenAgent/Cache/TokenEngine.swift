@@ -177,6 +177,9 @@ public final class TokenEngine: Sendable {
     /// The monotonic clock reading the engine uses.
     public var now: MonotonicInstant { clock.now }
 
+    /// The engine's wall clock now (what a token's `exp` is judged by).
+    public var unixNow: UnixTime { clock.unixNow }
+
     /// The current counters.
     public func statistics() -> EngineStatistics {
         var stats = EngineStatistics()
@@ -406,7 +409,21 @@ public final class TokenEngine: Sendable {
     public var retiringProviders: Int { fetches.retiringProviders }
 
     /// The tokens that can still be served, for handing over to the next process.
-    public func exportTokens() -> [CachedToken] { store.servableTokens(now: clock.now) }
+    public func exportTokens() -> [CachedToken] {
+        var tokens: [CachedToken] = []
+        exportTokens { tokens += $0 }
+        return tokens
+    }
+
+    /// The slots one chunk of ``exportTokens(chunkSize:_:)`` copies under a shard's lock.
+    public static let exportChunk = 32
+
+    /// Calls `body` with the tokens that can still be served, in chunks of at most `chunkSize`
+    /// of a shard's slots, each copied out under that shard's lock and handed over after the
+    /// lock is let go: a snapshot of the whole cache delays a request by one chunk's copy at most.
+    public func exportTokens(chunkSize: Int = TokenEngine.exportChunk, _ body: ([CachedToken]) -> Void) {
+        store.forEachServableChunk(now: clock.now, chunkSize: max(1, chunkSize), body)
+    }
 
     /// Takes over tokens an earlier process held: those of configured kinds that can still be
     /// served are cached as if fetched now. Returns how many were taken.

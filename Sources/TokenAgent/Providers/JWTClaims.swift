@@ -39,7 +39,7 @@ public struct JWTClaims: Sendable {
     /// first two strict unpadded base64url (``StrictBase64URL``) of a JSON object header with
     /// `alg` and of a JSON object payload).
     public init?(token: String) {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = Self.dotParts(token)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
             let header = Self.decodeObject(parts[0]), header.contains(where: { $0.name == "alg" }),
             let payload = Self.decodeObject(parts[1])
@@ -81,9 +81,38 @@ public struct JWTClaims: Sendable {
     /// treated as an opaque token: another reader may well read its claims, and see what this one
     /// could not check.
     public static func looksLikeJWT(_ token: String) -> Bool {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = dotParts(token)
         guard parts.count == 3, !parts[0].isEmpty else { return false }
         return mayReadAsObject(parts[0])
+    }
+
+    /// `token`'s dot-separated parts, exactly as `split(separator: ".", omittingEmptySubsequences:
+    /// false)` gives them. An ASCII token (every token the agent accepts is printable ASCII) is
+    /// split on its bytes, which for ASCII is the same split without walking `Character`s: that
+    /// walk was most of the time a cache snapshot's 100,000 tokens took to check at start. Other
+    /// text takes the `Character` split, where a `.` joined by a combining mark is no separator.
+    static func dotParts(_ token: String) -> [Substring] {
+        let utf8 = token.utf8
+        let dots: [Int]? =
+            utf8.withContiguousStorageIfAvailable { bytes in
+                var dots: [Int] = []
+                for (offset, byte) in bytes.enumerated() {
+                    if byte >= 0x80 { return nil }
+                    if byte == UInt8(ascii: ".") { dots.append(offset) }
+                }
+                return dots
+            } ?? nil
+        guard let dots else { return token.split(separator: ".", omittingEmptySubsequences: false) }
+        var parts: [Substring] = []
+        parts.reserveCapacity(dots.count + 1)
+        var start = utf8.startIndex
+        for offset in dots {
+            let dot = utf8.index(utf8.startIndex, offsetBy: offset)
+            parts.append(token[start..<dot])
+            start = utf8.index(after: dot)
+        }
+        parts.append(token[start..<utf8.endIndex])
+        return parts
     }
 
     /// Whether a lenient reader may take `part` for base64 of a JSON object: decoded as many JWT
@@ -92,10 +121,18 @@ public struct JWTClaims: Sendable {
     /// reader takes for a JWT is never served as opaque); claims are read through
     /// ``StrictBase64URL`` alone.
     static func mayReadAsObject(_ part: Substring) -> Bool {
+        // Strict base64url, as every JWT part the agent accepts is, decodes to the bytes the
+        // lenient reader decodes (it takes a superset, with the same bytes for these); only
+        // another spelling needs Foundation's decoder.
+        if let strict = StrictBase64URL.decode(part) { return startsLikeAnObject(strict) }
         var base64 = String(part).replacing("-", with: "+").replacing("_", with: "/")
         while base64.count % 4 != 0 { base64.append("=") }
-        let bytes = Data(base64Encoded: base64)
-        return bytes?.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
+        return Data(base64Encoded: base64).map(startsLikeAnObject) ?? false
+    }
+
+    /// Whether `bytes` start, past whitespace and a byte-order mark, with `{`.
+    private static func startsLikeAnObject(_ bytes: some Collection<UInt8>) -> Bool {
+        bytes.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
     }
 
     /// Whether any entry of the `authorization` claim is `*` (Fleet Engine's wildcard).

@@ -87,7 +87,7 @@ public struct TokenAcceptance: Sendable {
     /// What makes the header of `token` unfit, when `token` is a signed JWT (three parts, its
     /// header or payload an object); `nil` when it fits or `token` is opaque.
     static func headerProblem(_ token: String) -> String? {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = JWTClaims.dotParts(token)
         guard parts.count == 3 else { return nil }
         guard JWTClaims.mayReadAsObject(parts[0]) || JWTClaims.mayReadAsObject(parts[1]) else { return nil }
         guard let bytes = StrictBase64URL.decode(parts[0]) else {

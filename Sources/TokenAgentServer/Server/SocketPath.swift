@@ -20,6 +20,21 @@ enum SocketPath {
     /// The mode of a directory the agent creates for its socket.
     static let directoryMode: mode_t = 0o755
 
+    /// What a checked directory is for: its name in messages, and the mode of a directory the
+    /// agent creates on the way to it. The socket's directory and the cache file's follow the
+    /// same rules.
+    struct DirectoryRole: Sendable {
+        /// How messages name the directory (`socket directory`).
+        var name: String
+        /// The mode of a directory the agent creates for it.
+        var mode: mode_t
+
+        /// The socket's directory: created 0755, so that workers can reach the socket.
+        static let socket = DirectoryRole(name: "socket directory", mode: SocketPath.directoryMode)
+        /// The cache file's directory: created 0700, for the agent alone.
+        static let cacheFile = DirectoryRole(name: "cache file directory", mode: 0o700)
+    }
+
     /// The most symbolic links followed in a socket directory's path, as the kernel's `ELOOP`.
     static let maxSymbolicLinks = 40
 
@@ -56,9 +71,14 @@ enum SocketPath {
     /// Walks `directory` from `/` one component at a time, as the kernel resolves it, and refuses
     /// it unless every directory on the way is safe and the directory it ends at is not writable
     /// by group or others (``checkSocketDirectoryMode(_:_:of:)``): ``resolveSafely(_:uid:naming:label:)``.
-    static func secureDirectory(_ directory: String, uid: uid_t = geteuid()) throws {
-        let final = try resolveSafely(directory, uid: uid, naming: directory)
-        try checkSocketDirectoryMode(try status(of: final, socketDirectory: directory), final, of: directory)
+    static func secureDirectory(_ directory: String, uid: uid_t = geteuid(), role: DirectoryRole = .socket) throws {
+        let final = try resolveSafely(directory, uid: uid, naming: directory, label: role.name, creatingWith: role.mode)
+        try checkSocketDirectoryMode(
+            try status(of: final, socketDirectory: directory, label: role.name),
+            final,
+            of: directory,
+            label: role.name
+        )
     }
 
     /// Walks `directory` from `/` one component at a time, as the kernel resolves it, and refuses
@@ -70,12 +90,14 @@ enum SocketPath {
     /// - Parameters:
     ///   - subject: the directory a refusal names (`directory` itself, or one below it that is
     ///     being checked through its parent), after `label` ("socket directory").
+    ///   - mode: the mode of a directory created on the way.
     /// - Returns: the directory's path with every symbolic link resolved.
     static func resolveSafely(
         _ directory: String,
         uid: uid_t,
         naming subject: String,
-        label: String = "socket directory"
+        label: String = "socket directory",
+        creatingWith mode: mode_t = directoryMode
     ) throws -> String {
         let absolute = directory.hasPrefix("/") ? directory : currentDirectory() + "/" + directory
         var pending = components(of: absolute)
@@ -92,7 +114,7 @@ enum SocketPath {
                 continue
             }
             let candidate = "/" + (resolved + [name]).joined(separator: "/")
-            info = try statusCreatingDirectory(candidate, socketDirectory: subject, label: label)
+            info = try statusCreatingDirectory(candidate, socketDirectory: subject, label: label, mode: mode)
             try checkOwner(info, candidate, of: subject, uid: uid, label: label)
             switch info.st_mode & S_IFMT {
             case S_IFLNK:
@@ -146,26 +168,41 @@ enum SocketPath {
 
     /// Refuses the socket's own directory when group or others may write it, sticky bit or not:
     /// they could take the socket's name before the agent binds it.
-    static func checkSocketDirectoryMode(_ info: stat, _ path: String, of socketDirectory: String) throws {
+    static func checkSocketDirectoryMode(
+        _ info: stat,
+        _ path: String,
+        of socketDirectory: String,
+        label: String = "socket directory"
+    ) throws {
         guard info.st_mode & 0o022 != 0 else { return }
-        throw refusal(socketDirectory, path, "is writable by group or others (mode \(octal(info.st_mode)))")
+        throw refusal(
+            socketDirectory,
+            path,
+            "is writable by group or others (mode \(octal(info.st_mode)))",
+            label: label
+        )
     }
 
-    /// Creates the directory `path` (mode ``directoryMode``, owned by the agent), whose parent has
-    /// been checked. `mkdir` never follows a symbolic link; one that exists already (made by
-    /// someone else in the meantime) is left for the caller to check.
-    static func createDirectory(_ path: String, socketDirectory: String, label: String = "socket directory") throws {
-        guard mkdir(path, directoryMode) == 0 else {
+    /// Creates the directory `path` (mode `mode`, ``directoryMode`` unless said, owned by the
+    /// agent), whose parent has been checked. `mkdir` never follows a symbolic link; one that
+    /// exists already (made by someone else in the meantime) is left for the caller to check.
+    static func createDirectory(
+        _ path: String,
+        socketDirectory: String,
+        label: String = "socket directory",
+        mode: mode_t = directoryMode
+    ) throws {
+        guard mkdir(path, mode) == 0 else {
             if errno == EEXIST { return }
             throw Problem(
                 description: "cannot create directory \(path) for \(label) \(socketDirectory): \(errorText())"
             )
         }
-        // The umask may have taken bits away: set exactly 0755 on the directory just made.
+        // The umask may have taken bits away: set exactly `mode` on the directory just made.
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw Problem(description: "cannot open directory \(path): \(errorText())") }
         defer { close(fd) }
-        guard fchmod(fd, directoryMode) == 0 else {
+        guard fchmod(fd, mode) == 0 else {
             throw Problem(description: "cannot set the mode of directory \(path): \(errorText())")
         }
     }
@@ -226,13 +263,18 @@ enum SocketPath {
     // MARK: - Helpers
 
     /// The `lstat` of `path`, creating it as a directory first when it is missing.
-    private static func statusCreatingDirectory(_ path: String, socketDirectory: String, label: String) throws -> stat {
+    private static func statusCreatingDirectory(
+        _ path: String,
+        socketDirectory: String,
+        label: String,
+        mode: mode_t
+    ) throws -> stat {
         var info = stat()
         if lstat(path, &info) == 0 { return info }
         guard errno == ENOENT else {
             throw refusal(socketDirectory, path, "cannot be examined (\(errorText()))", label: label)
         }
-        try createDirectory(path, socketDirectory: socketDirectory, label: label)
+        try createDirectory(path, socketDirectory: socketDirectory, label: label, mode: mode)
         return try status(of: path, socketDirectory: socketDirectory, label: label)
     }
 

@@ -24,6 +24,8 @@ public struct AgentStatus: Sendable {
     public let health: AgentHealth
     /// Whether the demo issuer runs.
     public let issuerMode: IssuerMode
+    /// The cache snapshots adopted at start and written since.
+    public let snapshots: SnapshotStatistics
     private let startedAt: Double
     /// The clock uptime is counted on.
     let clock: any AgentClock
@@ -38,9 +40,11 @@ public struct AgentStatus: Sendable {
         metrics: AgentMetrics = AgentMetrics(),
         health: AgentHealth = AgentHealth(),
         issuerMode: IssuerMode = IssuerMode(),
+        snapshots: SnapshotStatistics = SnapshotStatistics(),
         clock: any AgentClock = SystemAgentClock()
     ) {
         self.issuerMode = issuerMode
+        self.snapshots = snapshots
         self.access = access
         self.segments = segments
         self.metrics = metrics
@@ -88,6 +92,15 @@ public struct AgentStatus: Sendable {
         text.add("warm_fetches", stats.warmFetches)
         text.add("demo", issuerMode.isDemo ? 1 : 0)
         text.add("version", text: BuildInfo.version)
+        let snapshot = snapshots.counts
+        text.add("snapshot_adopted", snapshot.adoption.adopted)
+        text.add("snapshot_skipped", snapshot.adoption.total - snapshot.adoption.adopted)
+        text.add("snapshot_writes", snapshot.writes)
+        text.add("snapshot_write_failures", snapshot.failureCount)
+        text.add("snapshot_written_at", Int(saturating: (snapshot.lastWrite?.endedAt ?? 0).rounded(.down)))
+        text.add("snapshot_bytes", snapshot.lastWrite?.bytes ?? 0)
+        text.add("snapshot_tokens", snapshot.lastWrite?.tokens ?? 0)
+        text.add("snapshot_write_ms", Int(saturating: ((snapshot.lastWrite?.duration ?? 0) * 1000).rounded()))
         // Four fields for each kind whose provider has a signature budget; none for the others.
         for (kind, counters) in engine.signatureBudgets() {
             text.add("signs_", kind: kind, counters.signatures)
