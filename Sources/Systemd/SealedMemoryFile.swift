@@ -1,5 +1,10 @@
 import CSystemd
-import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// A sealed anonymous memory file (`memfd`): bytes that live only in memory, cannot change once
 /// sealed, and can be handed to the service manager's file-descriptor store.

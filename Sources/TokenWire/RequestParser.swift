@@ -41,7 +41,7 @@ public enum RequestParser {
         switch verb {
         case .get:
             guard arguments.count == 2 || arguments.count == 3 else {
-                return .failure(WireError(.badRequest, "usage: GET <kind> <id> [<min-validity-s>]"))
+                return .failure(usage("GET <kind> <id> [<min-validity-s>]", tooMany: arguments.count > 3))
             }
             let kind = arguments[arguments.startIndex]
             let id = arguments[arguments.startIndex + 1]
@@ -74,7 +74,7 @@ public enum RequestParser {
             return .success(.get(kind: String(kind), id: String(id), minValiditySeconds: minValidity))
         case .refresh:
             guard arguments.count == 2 || arguments.count == 3 else {
-                return .failure(WireError(.badRequest, "usage: REFRESH <kind> <id> [<refused-token>]"))
+                return .failure(usage("REFRESH <kind> <id> [<refused-token>]", tooMany: arguments.count > 3))
             }
             let kind = arguments[arguments.startIndex]
             let id = arguments[arguments.startIndex + 1]
@@ -90,7 +90,7 @@ public enum RequestParser {
             return .success(.refresh(kind: String(kind), id: String(id), refusedToken: refused))
         case .drop:
             guard arguments.count == 2 else {
-                return .failure(WireError(.badRequest, "usage: DROP <kind> <id>"))
+                return .failure(usage("DROP <kind> <id>", tooMany: arguments.count > 2))
             }
             let kind = arguments[arguments.startIndex]
             let id = arguments[arguments.startIndex + 1]
@@ -139,7 +139,7 @@ public enum RequestParser {
             return .success(.warm(kind: String(kind), ids: ids))
         case .info:
             guard arguments.count == 2 else {
-                return .failure(WireError(.badRequest, "usage: INFO <kind> <id>"))
+                return .failure(usage("INFO <kind> <id>", tooMany: arguments.count > 2))
             }
             let kind = arguments[arguments.startIndex]
             let id = arguments[arguments.startIndex + 1]
@@ -157,6 +157,15 @@ public enum RequestParser {
             default: return .success(.quit)
             }
         }
+    }
+
+    /// The usage of a verb that takes a kind and one id, for a line with too few or too many
+    /// fields: too many most often means an id with a space in it, so that is said too.
+    private static func usage(_ syntax: String, tooMany: Bool) -> WireError {
+        WireError(
+            .badRequest,
+            tooMany ? "usage: \(syntax) (too many fields: an id cannot contain whitespace)" : "usage: \(syntax)"
+        )
     }
 
     private static func keyProblem(kind: Substring, id: Substring) -> WireError? {

@@ -1,6 +1,5 @@
 import ArgumentParser
 import BuildInfo
-import Foundation
 import Logging
 import NIOPosix
 import ServiceLifecycle

@@ -1,7 +1,12 @@
 import ArgumentParser
-import Foundation
 import Logging
 import TokenAgent
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// `fleet-tokend check-config`: checks a configuration as `serve` would at start (and a reload
 /// would: ``ConfigurationCheck``), reading the files it names but starting nothing and calling
@@ -64,7 +69,7 @@ struct CheckConfigCommand: AsyncParsableCommand {
                 who = "allowed: any peer that can open the socket"
             }
             lines.append(
-                "  \(kind.padding(toLength: 18, withPad: " ", startingAt: 0))\(TerminalText.escaped(providers[kind]!.summary)); \(TerminalText.escaped(who))"
+                "  \(TerminalText.padded(kind, to: 18))\(TerminalText.escaped(providers[kind]!.summary)); \(TerminalText.escaped(who))"
             )
         }
         if let admin = configuration.access.admin {

@@ -1,8 +1,14 @@
 import ArgumentParser
 import CSocketLoop
 import FleetTokenClient
-import Foundation
+import TokenAgent
 import TokenWire
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// `fleet-tokend reload [--pid PID]`: asks the agent answering on the socket to reload (SIGHUP)
 /// and waits for the outcome, so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration
@@ -69,20 +75,36 @@ struct ReloadCommand: AsyncParsableCommand {
         let deadline = ContinuousClock.now + .milliseconds(Int64(saturating: timeout * 1000))
         while ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(50))
-            guard let now = try? await client.stats() else { continue }
-            if (now["reloads"] ?? 0) > applied {
-                print("reload applied by the agent on \(path) (process \(pid))")
+            guard let now = try? await Self.statsFields(path) else { continue }
+            if (now["reloads"].flatMap { Int($0) } ?? 0) > applied {
+                // An agent of another version may not say what changed, or say it otherwise.
+                let changes = now["reload_changes"].flatMap { ReloadChanges.describe(field: $0) }
+                print("reload applied by the agent on \(path) (process \(pid))" + (changes.map { ": \($0)" } ?? ""))
                 return
             }
-            if (now["reload_failures"] ?? 0) > refused {
+            if (now["reload_failures"].flatMap { Int($0) } ?? 0) > refused {
                 fail("the agent refused the new configuration and kept the old one; see its log")
             }
         }
         fail("no reload outcome within \(timeout) s")
     }
 
+    /// Every STATS field as text (the client's `stats()` keeps only the numbers), on a connection
+    /// of its own, off Swift concurrency's pool.
+    private static func statsFields(_ path: String) async throws -> [String: String] {
+        try await Task.detached {
+            var connection = try AgentLineSocket(path: path, timeout: 2)
+            defer { connection.close() }
+            try connection.write("STATS\n")
+            guard case .ok(let text) = WireReply.parse(Substring(try connection.readLine())) else {
+                throw AgentLineSocket.InvalidReply(description: "unexpected STATS reply")
+            }
+            return WireReply.statsFields(text)
+        }.value
+    }
+
     private func fail(_ message: String) -> Never {
         StandardError.write("fleet-tokend: \(message)\n")
-        Foundation.exit(1)
+        exitProcess(1)
     }
 }

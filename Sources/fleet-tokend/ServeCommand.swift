@@ -1,9 +1,20 @@
 import ArgumentParser
-import Foundation
 import Logging
 import Systemd
 import TokenAgent
 import TokenAgentServer
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// `fleet-tokend serve`: runs the agent.
 struct ServeCommand: AsyncParsableCommand {

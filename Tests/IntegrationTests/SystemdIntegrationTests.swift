@@ -2,6 +2,7 @@ import Foundation
 import Systemd
 import Testing
 import TokenAgent
+import TokenWire
 
 @Suite("systemd: socket activation, notify, fd store")
 struct SystemdIntegrationTests {
@@ -54,7 +55,7 @@ struct SystemdIntegrationTests {
 
         // AgentProcess waits for a PING answer; start it concurrently and watch READY arrive.
         async let started = AgentProcess(arguments, socketPath: socketPath, environment: environment)
-        let ready = try await notify.waitFor(timeout: 20) { $0.fields["READY"] == "1" }
+        let ready = try await notify.waitFor(timeout: 60) { $0.fields["READY"] == "1" }
         let readyMessage = try #require(ready)
         // READY=1 only once the socket answers: a request right now must succeed.
         let answer = try await SocketClient.exchange(socketPath, "PING\n", lines: 1)
@@ -63,8 +64,11 @@ struct SystemdIntegrationTests {
         let agent = try await started
 
         let token = try #require(tokenOf(try await agent.send("GET vehicle fd-1").first))
+        // Two pings come within a minute (at half of the 0.6 s WatchdogSec on a quiet machine; the
+        // minute only catches an agent that stopped pinging).
         var pings: [NotifyListener.Message] = []
-        for _ in 0..<8 {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while pings.count < 2, ContinuousClock.now < deadline {
             if let message = try await notify.next(timeout: 1), message.fields["WATCHDOG"] == "1" {
                 pings.append(message)
             }
@@ -72,14 +76,14 @@ struct SystemdIntegrationTests {
         #expect(pings.count >= 2, "WATCHDOG=1 at half of the 0.6 s WatchdogSec")
 
         kill(agent.pid, SIGHUP)
-        let reloading = try await notify.waitFor(timeout: 5) { $0.fields["RELOADING"] == "1" }
+        let reloading = try await notify.waitFor(timeout: 60) { $0.fields["RELOADING"] == "1" }
         #expect(reloading?.fields["MONOTONIC_USEC"].flatMap(UInt64.init) != nil)
-        #expect(try await notify.waitFor(timeout: 5) { $0.fields["READY"] == "1" } != nil, "READY=1 after the reload")
+        #expect(try await notify.waitFor(timeout: 60) { $0.fields["READY"] == "1" } != nil, "READY=1 after the reload")
         #expect(try await agent.send("GET vehicle fd-1").first.flatMap(tokenOf) == token, "the reload kept the token")
 
         kill(agent.pid, SIGTERM)
-        #expect(try await notify.waitFor(timeout: 5) { $0.fields["STOPPING"] == "1" } != nil)
-        let stored = try #require(try await notify.waitFor(timeout: 10) { $0.fields["FDSTORE"] == "1" })
+        #expect(try await notify.waitFor(timeout: 60) { $0.fields["STOPPING"] == "1" } != nil)
+        let stored = try #require(try await notify.waitFor(timeout: 60) { $0.fields["FDSTORE"] == "1" })
         #expect(stored.fields["FDNAME"] == "cache")
         let cacheFD = try #require(stored.descriptors.first)
         #expect(SealedMemoryFile.isSealed(cacheFD))
@@ -106,14 +110,16 @@ struct SystemdIntegrationTests {
             "served from the handed-over cache"
         )
         #expect(provider.requests(for: "fd-1") == 1, "no new provider fetch")
-        #expect(try await notify.waitFor(timeout: 5) { $0.fields["FDSTOREREMOVE"] == "1" }?.fields["FDNAME"] == "cache")
+        #expect(
+            try await notify.waitFor(timeout: 60) { $0.fields["FDSTOREREMOVE"] == "1" }?.fields["FDNAME"] == "cache"
+        )
         #expect(next.log.contains("cache taken over from the previous process"))
         #expect(!next.log.contains(token))
 
         // A process whose vehicle provider is another (here: another max_lifetime) takes none of
         // its tokens: they came from the old one, under its rules.
         kill(next.pid, SIGTERM)
-        let second = try #require(try await notify.waitFor(timeout: 10) { $0.fields["FDSTORE"] == "1" })
+        let second = try #require(try await notify.waitFor(timeout: 60) { $0.fields["FDSTORE"] == "1" })
         let secondFD = try #require(second.descriptors.first)
         #expect(await next.stop() == 0)
         let config = directory.appendingPathComponent("other.json").path
@@ -171,7 +177,10 @@ struct SystemdIntegrationTests {
         // Without --pid: the agent answering on the socket is the one signalled.
         let applied = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
         #expect(applied.status == 0, "\(applied.stderr)")
-        #expect(applied.stdout == "reload applied by the agent on \(agent.socketPath) (process \(agent.pid))\n")
+        #expect(
+            applied.stdout
+                == "reload applied by the agent on \(agent.socketPath) (process \(agent.pid)): provider or issuer changed (tokens dropped): trip\n"
+        )
         #expect(agent.log.contains("configuration reloaded"), "reload returns once the reload is applied")
         let stats = try await agent.stats()
         #expect(stats["reloads"] == 1)
@@ -210,6 +219,38 @@ struct SystemdIntegrationTests {
         #expect(sleeper.isRunning, "the other process was not signalled")
         sleeper.terminate()
         #expect((try await agent.stats())["reloads"] == 1, "nor was the agent")
+
+        // What a reload changed, said in words: nothing; then a kind removed, one added, rules,
+        // the log level.
+        let same = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
+        #expect(same.stdout.hasSuffix("(process \(agent.pid)): nothing changed\n"), "\(same.stdout)")
+        try writeConfig(
+            #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}, "task": {"url": "\#(provider.url(kind: "task"))"}}, "log_level": "debug", "allow": {"vehicle": {"users": ["root"]}}}"#
+        )
+        let several = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
+        #expect(several.status == 0, "\(several.stderr)")
+        #expect(
+            several.stdout.hasSuffix(
+                "(process \(agent.pid)): kinds added: task; kinds removed: trip; rules changed: vehicle; log level changed\n"
+            ),
+            "\(several.stdout)"
+        )
+        let base =
+            #"{"providers": {"vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}, "task": {"url": "\#(provider.url(kind: "task"))"}}, "log_level": "debug", "allow": {"vehicle": {"users": ["root"]}}"#
+        // A key read only at start-up is said until the agent restarts, even by a reload that
+        // changes nothing else; `other` is whatever else (here `admin`).
+        for (extra, said) in [
+            (#", "refresh_margin": 900}"#, "refresh policy changed"),
+            (#", "refresh_margin": 900, "request_timeout": 4}"#, "take effect at the next restart: request_timeout"),
+            (#", "refresh_margin": 900, "request_timeout": 4}"#, "take effect at the next restart: request_timeout"),
+            (#", "refresh_margin": 900, "admin": {"users": ["root"]}}"#, "other settings changed"),
+        ] {
+            try writeConfig(base + extra)
+            let reload = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
+            #expect(reload.stdout.hasSuffix("(process \(agent.pid)): \(said)\n"), "\(reload.stdout)")
+        }
+        let changes = try await agent.send("STATS").first.map { WireReply.statsFields(String($0.dropFirst(3))) }
+        #expect(changes?["reload_changes"] == "other")
         #expect(await agent.stop() == 0)
     }
 }

@@ -67,6 +67,15 @@ struct ConfigDocsTests {
         expectSame(keys, ConfigurationFile.topLevelKeys, "CONFIG.md reload table")
     }
 
+    /// The keys `fleet-tokend reload` says take effect at the next restart are the table's
+    /// right-hand column.
+    @Test func theStartUpColumnIsWhatAReloadSaysNeedsARestart() throws {
+        let section = try #require(DocText.section("Reload", in: config))
+        let table = try #require(DocText.tables(section).first { $0.header.first == "Applied on reload" })
+        let keys = table.rows.flatMap { DocText.codeSpans($0[1]) }
+        expectSame(keys, ReloadChanges.startupOnlyKeys.map(\.name), "CONFIG.md reload table, start-up column")
+    }
+
     @Test func theFlagColumnIsTheKeyWithDashes() throws {
         let section = try #require(DocText.section("Top-level keys", in: config))
         let table = try #require(DocText.tables(section).first { $0.header.first == "Key" })

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TokenAgent
+import TokenWire
 
 /// Replies a provider could send to hurt the agent: expiries at and past every edge, JWTs whose
 /// claims say two things at once or act for everyone. Each is refused with a clear error or

@@ -78,14 +78,26 @@ struct SharedSegmentsTests {
     }
 
     /// Vehicle segments under the default limits as `adjust` changes them.
-    private func makeSegments(_ adjust: (inout SharedSegments.Limits) -> Void) -> SharedSegments {
+    private func makeSegments(
+        limitClock: SteppedBootClock? = nil,
+        _ adjust: (inout SharedSegments.Limits) -> Void
+    ) -> SharedSegments {
         var limits = SharedSegments.Limits()
         adjust(&limits)
+        guard let limitClock else {
+            return SharedSegments(
+                kinds: ["vehicle"],
+                policy: RefreshPolicy(),
+                limits: limits,
+                logger: Logger(label: "test")
+            )
+        }
         return SharedSegments(
             kinds: ["vehicle"],
             policy: RefreshPolicy(),
             limits: limits,
-            logger: Logger(label: "test")
+            logger: Logger(label: "test"),
+            limitClock: { limitClock.now }
         )
     }
 
@@ -199,14 +211,13 @@ struct SharedSegmentsTests {
         for index in 0..<48 { #expect(try readerSees(segments, "v-\(index)") == "tok-v-\(index)") }
     }
 
-    @Test func aGrowthALimitRefusedStartsOnceTheLimitAllows() async throws {
-        // One generation a window of 1.5 s: a change of rules takes it, so the growth at three
-        // quarters is refused, and tried again (a second later at the soonest) once the window
-        // has passed.
-        let segments = makeSegments {
+    @Test func aGrowthALimitRefusedStartsOnceTheLimitAllows() throws {
+        // One generation a minute: a change of rules takes it, so the growth at three quarters is
+        // refused, and tried again (a second later at the soonest) once the window has passed.
+        let clock = SteppedBootClock()
+        let segments = makeSegments(limitClock: clock) {
             $0.initialSlots = 64
             $0.maxGenerationsPerMinute = 1
-            $0.generationWindow = 1.5
         }
         defer { segments.retireAll() }
         for index in 0..<10 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
@@ -215,17 +226,15 @@ struct SharedSegmentsTests {
         #expect(segments.statistics().generations == 2)
         for index in 10..<48 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
         #expect(segments.statistics().generations == 2, "refused: the window's one generation is used")
-        var index = 48
-        let deadline = ContinuousClock.now + .seconds(30)
         // Under 64, so the one-step growth of a full segment is never what makes it.
-        while segments.statistics().generations == 2, index < 63, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(store(segments, "v-\(index)", "tok-v-\(index)"))
-            index += 1
-        }
+        clock.advance(seconds: 59)
+        #expect(store(segments, "v-48", "tok-v-48"))
+        #expect(segments.statistics().generations == 2, "still within the minute")
+        clock.advance(seconds: 2)
+        #expect(store(segments, "v-49", "tok-v-49"))
         #expect(segments.statistics().generations == 3, "the growth started once the window allowed")
         while segments.advanceBuilding(batch: 64) {}
-        for stored in 0..<index { #expect(try readerSees(segments, "v-\(stored)") == "tok-v-\(stored)") }
+        for stored in 0..<50 { #expect(try readerSees(segments, "v-\(stored)") == "tok-v-\(stored)") }
     }
 
     @Test func aSegmentThatFillsBeforeItsGrowthIsBuiltFinishesTheBuild() throws {
@@ -364,12 +373,9 @@ struct SharedSegmentsTests {
     }
 
     @Test func aKindALimitLeftWithoutASegmentKeepsItsTokensUntilOneTakesThemAgain() async throws {
-        // One generation a window; the window is long enough that the two changes below fall in
-        // one even on a loaded machine, and short enough to wait out.
-        let segments = makeSegments {
-            $0.maxGenerationsPerMinute = 1
-            $0.generationWindow = 1.5
-        }
+        // One generation a minute, on a clock the test steps.
+        let clock = SteppedBootClock()
+        let segments = makeSegments(limitClock: clock) { $0.maxGenerationsPerMinute = 1 }
         defer { segments.retireAll() }
         for index in 0..<20 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
         // A change of rules makes a new generation (the one the window allows), then another
@@ -390,9 +396,16 @@ struct SharedSegmentsTests {
         #expect(store(segments, "v-1", "tok-v-1-new"), "kept with the others, for the next segment")
         #expect(read(segments, "v-1") == "tok-v-1-new", "the older token is gone")
         #expect(segments.statistics().heldOutside == 19)
-        // Once the window allows a generation again, a beat makes one holding the rest.
-        let deadline = Date().addingTimeInterval(30)
-        while segments.statistics().segments == 0, Date() < deadline {
+        // Within the window, a beat makes none; once it allows a generation again, a beat makes
+        // one holding the rest.
+        clock.advance(seconds: 59)
+        segments.beat()
+        #expect(segments.statistics().segments == 0, "still within the minute")
+        clock.advance(seconds: 2)
+        // A retired generation counts until the kernel has let its memory go: beat until then
+        // (the deadline only catches a hang).
+        let deadline = ContinuousClock.now + .seconds(60)
+        while segments.statistics().segments == 0, ContinuousClock.now < deadline {
             segments.beat()
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -406,6 +419,15 @@ struct SharedSegmentsTests {
             #expect(try readerSees(segments, "v-\(index)") == "tok-v-\(index)", "back in shared memory")
         }
     }
+}
+
+/// A boot clock in nanoseconds that moves only when the test steps it.
+final class SteppedBootClock: Sendable {
+    private let nanoseconds = Atomic<UInt64>(fsm_boottime_ns())
+
+    var now: UInt64 { nanoseconds.load(ordering: .relaxed) }
+
+    func advance(seconds: UInt64) { nanoseconds.add(seconds * 1_000_000_000, ordering: .relaxed) }
 }
 
 /// Each id's hint from its last read, as a test's store would keep it.

@@ -206,6 +206,28 @@ struct TokenEngineTests {
         #expect(token(await engine.get(kind: "vehicle", id: "v-1")) == "tok-v-1-2", "GET still serves the cached one")
     }
 
+    /// Twenty REFRESHes past the guard while its fetch is held: one fetch, one token for all.
+    /// One that comes after the fetch ended is within the guard (the clock does not move) and gets
+    /// the same token, so the outcome holds however the tasks interleave.
+    @Test func concurrentRefreshesPastTheGuardShareOneFetch() async throws {
+        let engine = engine()
+        _ = await engine.get(kind: "vehicle", id: "v-1")
+        clock.advance(6)
+        provider.hold()
+        let tokens = try await withThrowingTaskGroup(of: String?.self) { group in
+            for _ in 0..<20 {
+                group.addTask { [self] in token(await engine.refresh(kind: "vehicle", id: "v-1")) }
+            }
+            #expect(await eventually { provider.heldCount == 1 }, "the fetch started")
+            provider.release()
+            return try await group.reduce(into: Set<String?>()) { $0.insert($1) }
+        }
+        #expect(tokens == ["tok-v-1-2"])
+        #expect(provider.fetches == 2, "twenty REFRESHes, one fetch")
+        clock.advance(6)
+        #expect(token(await engine.refresh(kind: "vehicle", id: "v-1")) == "tok-v-1-3", "past the guard again")
+    }
+
     @Test func dropForgetsTheToken() async {
         let engine = engine()
         _ = await engine.get(kind: "vehicle", id: "v-1")

@@ -27,6 +27,15 @@ struct SegmentTests {
 
     private var now: UInt64 { fsm_boottime_ns() }
 
+    /// Now, after `writer` beats as the agent's heartbeat keeps it: a read compares the heartbeat
+    /// with its own time, and a loaded machine may take seconds between a segment's making and
+    /// a read.
+    private func beatNow(_ writer: SegmentWriter) -> UInt64 {
+        let time = now
+        writer.beat(now: time)
+        return time
+    }
+
     /// Runs `body` with every entry of `writer`'s index empty, as if it held no id, then puts the
     /// index back: what is found then is found without a lookup by hash.
     private func withIndexEmptied(_ writer: SegmentWriter, _ body: () -> Void) {
@@ -51,17 +60,18 @@ struct SegmentTests {
             unixExpiry: 1_900_000_000
         )
         #expect(
-            reader.lookup(id: "v-1", minimumValidity: nil, now: now)
+            reader.lookup(id: "v-1", minimumValidity: nil, now: beatNow(writer))
                 == .hit(token: "first-token-" + String(repeating: "a", count: 300), unixExpiry: 1_900_000_000)
         )
-        #expect(reader.lookup(id: "v-2", minimumValidity: nil, now: now) == .miss)
+        #expect(reader.lookup(id: "v-2", minimumValidity: nil, now: beatNow(writer)) == .miss)
         writer.put(id: "v-1", token: "second", expiry: now + hour, lifetime: hour, unixExpiry: 1_900_000_001)
         #expect(
-            reader.lookup(id: "v-1", minimumValidity: nil, now: now) == .hit(token: "second", unixExpiry: 1_900_000_001)
+            reader.lookup(id: "v-1", minimumValidity: nil, now: beatNow(writer))
+                == .hit(token: "second", unixExpiry: 1_900_000_001)
         )
         #expect(!segmentBytes(writer).contains(Array("first-token".utf8)), "the replaced token's bytes are zeroed")
         writer.remove(id: "v-1")
-        #expect(reader.lookup(id: "v-1", minimumValidity: nil, now: now) == .miss)
+        #expect(reader.lookup(id: "v-1", minimumValidity: nil, now: beatNow(writer)) == .miss)
         #expect(!segmentBytes(writer).contains(Array("second".utf8)), "the removed token's bytes are zeroed")
     }
 
@@ -105,7 +115,7 @@ struct SegmentTests {
         for index in 0..<150 {
             let id = "k-\(index)"
             let expected: SegmentReader.Lookup = live[id].map { .hit(token: $0, unixExpiry: 7) } ?? .miss
-            #expect(reader.lookup(id: id, minimumValidity: nil, now: now) == expected, "\(id)")
+            #expect(reader.lookup(id: id, minimumValidity: nil, now: beatNow(writer)) == expected, "\(id)")
         }
         #expect(writer.count == live.count)
     }
@@ -224,7 +234,8 @@ struct SegmentTests {
             "a removed key's slot is reused"
         )
         #expect(
-            try reader(writer).lookup(id: "f-64", minimumValidity: nil, now: now) == .hit(token: "t", unixExpiry: 1)
+            try reader(writer).lookup(id: "f-64", minimumValidity: nil, now: beatNow(writer))
+                == .hit(token: "t", unixExpiry: 1)
         )
         #expect(
             writer.put(id: "f-1", token: "u", expiry: now + hour, lifetime: hour, unixExpiry: 1) == .stored,
@@ -247,7 +258,7 @@ struct SegmentTests {
         writer.put(id: "v-1", token: "retired-secret", expiry: now + hour, lifetime: hour, unixExpiry: 1)
         writer.retire()
         #expect(reader.isRetired)
-        #expect(reader.lookup(id: "v-1", minimumValidity: nil, now: now) == .unusable("segment retired"))
+        #expect(reader.lookup(id: "v-1", minimumValidity: nil, now: beatNow(writer)) == .unusable("segment retired"))
         #expect(!segmentBytes(writer).contains(Array("retired-secret".utf8)))
     }
 

@@ -29,7 +29,30 @@ struct RequestParserTests {
     @Test func metricsAndInfoCheckTheirFields() {
         #expect(parse("METRICS now") == .failure(WireError(.badRequest, "METRICS takes no arguments")))
         #expect(parse("INFO vehicle") == .failure(WireError(.badRequest, "usage: INFO <kind> <id>")))
-        #expect(parse("INFO vehicle v-1 600") == .failure(WireError(.badRequest, "usage: INFO <kind> <id>")))
+        #expect(
+            parse("INFO vehicle v-1 600")
+                == .failure(
+                    WireError(.badRequest, "usage: INFO <kind> <id> (too many fields: an id cannot contain whitespace)")
+                )
+        )
+        // An id with two spaces: four fields after the verb.
+        for (line, syntax) in [
+            ("GET vehicle v 1 2", "GET <kind> <id> [<min-validity-s>]"),
+            ("REFRESH vehicle v 1 2", "REFRESH <kind> <id> [<refused-token>]"),
+            ("DROP vehicle v 1", "DROP <kind> <id>"),
+        ] {
+            #expect(
+                parse(line)
+                    == .failure(
+                        WireError(.badRequest, "usage: \(syntax) (too many fields: an id cannot contain whitespace)")
+                    ),
+                "\(line)"
+            )
+        }
+        #expect(
+            parse("DROP vehicle") == .failure(WireError(.badRequest, "usage: DROP <kind> <id>")),
+            "too few: usage alone"
+        )
         #expect(code("INFO Vehicle v-1") == .badKind)
         #expect(code("INFO vehicle v/1") == .badID)
         for request in [WireRequest.metrics, .info(kind: "trip", id: "t-1")] {

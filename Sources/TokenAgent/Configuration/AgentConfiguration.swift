@@ -1,5 +1,10 @@
-import Foundation
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Everything `fleet-tokend serve` is configured with: the config file's keys, overridden by flags.
 public struct AgentConfiguration: Sendable, Hashable {
@@ -310,6 +315,12 @@ public struct AgentConfiguration: Sendable, Hashable {
             guard provider.url.contains("{id}") else {
                 throw ConfigurationError(key: key + ".url", "must contain {id} where the id goes")
             }
+            guard Self.hasASCIIHost(provider.url) else {
+                throw ConfigurationError(
+                    key: key + ".url",
+                    "host must be ASCII: write an internationalized name in its xn-- (punycode) form"
+                )
+            }
             if let value = provider.maxLifetime, !(value >= 60 && value <= Self.longestMaxLifetime) {
                 throw ConfigurationError(key: key + ".max_lifetime", "must be seconds from 60 to 2592000")
             }
@@ -329,5 +340,16 @@ public struct AgentConfiguration: Sendable, Hashable {
         if !demo, !hasTokenSource {
             throw ConfigurationError(key: "providers", Self.nothingToServe)
         }
+    }
+
+    /// Whether the host of `url` (between `://` and the path, query or fragment, past any
+    /// user-info) is ASCII: the agent does not convert an internationalized name to its `xn--`
+    /// form.
+    static func hasASCIIHost(_ url: String) -> Bool {
+        let rest = url.utf8.firstRange(of: "://".utf8).map { url.utf8[$0.upperBound...] } ?? url.utf8[...]
+        let authority = rest.prefix { $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }
+        let host =
+            authority.lastIndex(of: UInt8(ascii: "@")).map { authority[authority.index(after: $0)...] } ?? authority
+        return host.allSatisfy { $0 < 0x80 }
     }
 }

@@ -1,4 +1,10 @@
-import Foundation
+import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The JSON config file: the same settings as the flags, with `_` for `-` in their names, and one
 /// object per kind under `providers`. Unknown keys are refused, so a typo cannot pass silently.

@@ -1,5 +1,10 @@
 import Crypto
-import Foundation
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Builds the provider of each kind from a configuration, and tells on reload which kinds'
 /// providers changed.
@@ -219,6 +224,6 @@ public enum ProviderSet {
     }
 
     static func digest(_ bytes: [UInt8]) -> String {
-        SHA256.hash(data: bytes).prefix(8).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: bytes).prefix(8).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
     }
 }

@@ -1,4 +1,10 @@
-import Foundation
+import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The few claims of a JWT the agent reads. No signature check: the agent is not the audience,
 /// it only reads `exp` and `authorization` to bound caching and catch a token for the wrong id.
@@ -125,7 +131,7 @@ public struct JWTClaims: Sendable {
         // lenient reader decodes (it takes a superset, with the same bytes for these); only
         // another spelling needs Foundation's decoder.
         if let strict = StrictBase64URL.decode(part) { return startsLikeAnObject(strict) }
-        var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        var base64 = String(part).replacing("-", with: "+").replacing("_", with: "/")
         while base64.count % 4 != 0 { base64.append("=") }
         return Data(base64Encoded: base64).map(startsLikeAnObject) ?? false
     }
@@ -190,9 +196,9 @@ public struct JWTClaims: Sendable {
     /// Encodes bytes as unpadded base64url text.
     public static func base64URLEncode(_ data: some Sequence<UInt8>) -> String {
         Data(data).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+            .replacing("+", with: "-")
+            .replacing("/", with: "_")
+            .replacing("=", with: "")
     }
 
     /// The members of the JSON object `part` spells in strict base64url (``StrictBase64URL``).

@@ -1,7 +1,12 @@
 import Dispatch
-import Foundation
 import Synchronization
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Which tokens of a snapshot a starting agent may take: those of kinds whose provider is the one
 /// that made them, under the rules a fetched token passes (``TokenAcceptance``: printable, a

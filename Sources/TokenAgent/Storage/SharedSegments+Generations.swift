@@ -163,8 +163,8 @@ extension SharedSegments {
         warn: Bool = true,
         limited: Bool = true
     ) -> SegmentWriter? {
-        shared.withLock { shared -> SegmentWriter? in
-            let now = fsm_boottime_ns()
+        let now = limitClock()
+        return shared.withLock { shared -> SegmentWriter? in
             var recent = shared.recentGenerations[kind, default: []].filter {
                 now &- $0 < UInt64(saturatingNanoseconds: limits.generationWindow)
             }
@@ -273,7 +273,7 @@ extension SharedSegments {
         guard state.build == nil, let current = state.writer, current.count * 4 >= current.slotCount * 3 else {
             return
         }
-        let now = fsm_boottime_ns()
+        let now = limitClock()
         guard now >= state.growthNotBefore else { return }
         let started = startBuild(
             kind,

@@ -94,6 +94,9 @@ public final class SharedSegments: TokenStorage, Sendable {
     private let table: Mutex<[String: KindSegments]>
     let shared: Mutex<Shared>
     let limits: Limits
+    /// The boot clock, in nanoseconds, the generation limits count with: how many generations a
+    /// kind made within `generationWindow`, and when a refused growth may be tried again.
+    let limitClock: @Sendable () -> UInt64
     let logger: Logger
     let descriptorCount = Atomic(0)
     let oldReaderCount = Atomic(0)
@@ -110,9 +113,17 @@ public final class SharedSegments: TokenStorage, Sendable {
     public let upkeep: AsyncStream<Upkeep>
     private let upkeepContinuation: AsyncStream<Upkeep>.Continuation
 
-    /// Segments for `kinds` under the agent's serving rule `policy`.
-    public init(kinds: some Sequence<String>, policy: RefreshPolicy, limits: Limits = Limits(), logger: Logger) {
+    /// Segments for `kinds` under the agent's serving rule `policy`; `limitClock` is the boot
+    /// clock the generation limits count with (a test's, to step past a window).
+    public init(
+        kinds: some Sequence<String>,
+        policy: RefreshPolicy,
+        limits: Limits = Limits(),
+        logger: Logger,
+        limitClock: @escaping @Sendable () -> UInt64 = { fsm_boottime_ns() }
+    ) {
         self.limits = limits
+        self.limitClock = limitClock
         self.logger = logger
         (upkeep, upkeepContinuation) = AsyncStream.makeStream(of: Upkeep.self, bufferingPolicy: .bufferingNewest(8))
         // Generations count from the milliseconds since boot, so a restarted agent's are higher.

@@ -19,10 +19,6 @@ struct DescriptorLedger {
     /// How long a descriptor may wait for room in a full socket before the connection is closed.
     static let sendTimeout = TimeAmount.seconds(10)
 
-    /// `sendmsg` calls made for descriptors on this connection (a client that does not read
-    /// costs one more each time its socket turns writable, never one per timer tick).
-    var sendAttempts = 0
-
     /// (kind, generation) pairs sent: each at most once per connection.
     var sent: Set<String> = []
     /// Offers queued and not yet sent.
@@ -119,7 +115,6 @@ extension RequestHandler {
             descriptorFailed(offer, reason: "connection closed")
             return
         }
-        descriptors.sendAttempts += 1
         let sent = line.withUnsafeBytes { fsm_send_with_descriptor(socket, $0.baseAddress, $0.count, offer.descriptor) }
         if sent < 0 {
             let now = NIODeadline.now()
@@ -130,6 +125,10 @@ extension RequestHandler {
             // The client is not reading: try again once its socket can take more (epoll says
             // so), later replies still waiting; give up at the deadline. Whichever comes first
             // goes on; the other finds it gone.
+            logger.debug(
+                "a segment descriptor waits for the client's socket to take more",
+                metadata: ["kind": "\(offer.kind)"]
+            )
             let pending = PendingSend()
             let timer = transport.schedule(in: deadline - now) { [self] in
                 guard pending.take() else { return }

@@ -1,5 +1,4 @@
 import BuildInfo
-import Foundation
 import NIOCore
 import TokenAgent
 import TokenWire
@@ -87,6 +86,7 @@ public struct AgentStatus: Sendable {
         text.add("connections_refused", server.refusedConnections)
         text.add("reloads", reloads.reloads)
         text.add("reload_failures", reloads.failures)
+        text.add("reload_changes", text: reloads.lastChanges)
         text.add("denied", access.denied)
         text.add("provider_clock_skew_s", Int(saturating: (stats.providerClockSkew ?? 0).rounded()))
         text.add("warm_fetches", stats.warmFetches)
@@ -147,7 +147,8 @@ public struct AgentStatus: Sendable {
         var text = report.isDegraded ? "degraded: \(report.summary); " : ""
         text += "\(stats.entries) tokens held"
         text +=
-            ", hit ratio " + (stats.hits + stats.misses == 0 ? "n/a" : String(format: "%.1f%%", stats.hitRatio * 100))
+            ", hit ratio "
+            + (stats.hits + stats.misses == 0 ? "n/a" : DecimalText.fixed(stats.hitRatio * 100, digits: 1) + "%")
         text += ", \(stats.fetchErrors) provider errors"
         text += ", \(server.openConnections) clients"
         if let at = stats.lastFailureAt, let failure = stats.lastFailure {

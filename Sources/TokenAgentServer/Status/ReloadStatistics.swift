@@ -1,4 +1,5 @@
 import Synchronization
+import TokenAgent
 
 /// Counts configuration reloads, so `STATS` (and `fleet-tokend reload`) can tell whether the last
 /// one was applied or refused.
@@ -7,6 +8,7 @@ public final class ReloadStatistics: Sendable {
     private let refused = Atomic<Int>(0)
     /// 0 before any reload, 1 when the last was applied, 2 when it was refused.
     private let last = Atomic<Int>(0)
+    private let changes = Mutex(ReloadChanges.beforeAnyReload)
 
     /// Creates zeroed counters.
     public init() {}
@@ -25,8 +27,13 @@ public final class ReloadStatistics: Sendable {
         }
     }
 
-    /// Counts an applied reload.
-    public func recordApplied() {
+    /// What the last applied reload changed, in STATS' `reload_changes` form; `-` before any.
+    public var lastChanges: String { changes.withLock { $0 } }
+
+    /// Counts an applied reload that made `changes` (STATS' `reload_changes` form: printable
+    /// ASCII without spaces).
+    public func recordApplied(changes: String) {
+        self.changes.withLock { $0 = changes }
         last.store(1, ordering: .relaxed)
         applied.add(1, ordering: .relaxed)
     }

@@ -1,4 +1,3 @@
-import Foundation
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -26,6 +25,8 @@ final class ReloadService: Service, Sendable {
     private let logger: Logger
     /// The configuration in force: the starting one, then each one a reload applied.
     private let applied: Mutex<AgentConfiguration>
+    /// The configuration the process started with: the keys only read at start-up come from it.
+    private let startup: AgentConfiguration
     /// Held for the whole of a reload, so a signal and the watcher never reload at once.
     private let serial = Mutex(())
 
@@ -46,6 +47,7 @@ final class ReloadService: Service, Sendable {
     ) {
         self.issuerMode = issuerMode
         self.applied = Mutex(configuration)
+        self.startup = configuration
         self.logLevel = logLevel
         self.statistics = statistics
         self.load = load
@@ -115,6 +117,15 @@ final class ReloadService: Service, Sendable {
                 segments: segments
             )
             if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
+            let changes = ReloadChanges(
+                startup: startup,
+                from: applied.withLock { $0 },
+                previousKinds: Set(previous.providers.keys),
+                to: configuration,
+                kinds: Set(built.providers.keys),
+                providerChanged: changed,
+                rulesChanged: rulesChanged
+            )
             current.withLock { $0 = built }
             applied.withLock { $0 = configuration }
             if let old = previous.credentials, built.credentials.map({ $0 as AnyObject }) !== (old as AnyObject) {
@@ -125,7 +136,7 @@ final class ReloadService: Service, Sendable {
                     await old.shutdown()
                 }
             }
-            statistics.recordApplied()
+            statistics.recordApplied(changes: changes.field)
             issuerMode.set(demo: configuration.usesDemoIssuer, logger: logger)
             WildcardWarning.log(configuration, logger: logger)
             logger.notice(
@@ -134,6 +145,7 @@ final class ReloadService: Service, Sendable {
                     "reason": "\(reason)",
                     "kinds": "\(built.providers.keys.sorted().joined(separator: ","))",
                     "changed_kinds": "\(changed.sorted().joined(separator: ","))",
+                    "changes": "\(changes.field)",
                     "log_level": "\(configuration.logLevel)",
                 ]
             )

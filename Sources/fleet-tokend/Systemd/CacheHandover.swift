@@ -1,8 +1,13 @@
-import Foundation
 import Logging
 import Systemd
 import TokenAgent
 import TokenAgentServer
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// Hands the cache to the next agent process through systemd's file-descriptor store, without
 /// touching disk: the snapshot goes into a sealed memory file stored as `FDNAME=cache` (at start,

@@ -1,9 +1,14 @@
 import AsyncHTTPClient
-import Foundation
 import Logging
 import NIOCore
 import Synchronization
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Mints Fleet Engine JWTs without a key: the claims are signed by Google as a service account,
 /// through the IAM Credentials API `signJwt`
@@ -62,7 +67,7 @@ public final class IAMSigner: TokenProvider {
         self.signatureBudget = signatureBudget
         // `@` stays as it is (a path may hold it, and Google's libraries send it so); anything
         // that could end the path segment (`/`, `?`, `#`) is escaped.
-        let segment = HTTPTokenProvider.percentEncode(account).replacingOccurrences(of: "%40", with: "@")
+        let segment = HTTPTokenProvider.percentEncode(account).replacing("%40", with: "@")
         self.url = endpoint.url("/v1/projects/-/serviceAccounts/" + segment + ":signJwt")
         self.claims = claims
         self.credentials = credentials
@@ -196,7 +201,7 @@ public final class IAMSigner: TokenProvider {
         if let project = credentials.quotaProject { request.headers.add(name: "x-goog-user-project", value: project) }
         let body: Data
         do {
-            body = try JSONSerialization.data(withJSONObject: ["payload": payload], options: [.withoutEscapingSlashes])
+            body = try RS256Signer.compactJSON(["payload": payload])
         } catch {
             throw ProviderError.failed("the signJwt request could not be encoded")
         }

@@ -71,7 +71,7 @@ final class RecordingStorage: TokenStorage, Sendable {
 }
 
 @Suite("Token store: one copy, kept by the storage")
-struct MirroredTokenTests {
+struct TokenStorageTests {
     private func makeEngine(_ storage: RecordingStorage) -> (TokenEngine, ScriptedProvider, ManualClock) {
         let clock = ManualClock()
         let provider = ScriptedProvider(clock: clock)
@@ -79,7 +79,7 @@ struct MirroredTokenTests {
         return (engine, provider, clock)
     }
 
-    @Test func aTokenTheMirrorTookIsReadBackFromTheMirror() async throws {
+    @Test func aTokenTheStorageTookIsReadBackFromTheStorage() async throws {
         let storage = RecordingStorage()
         let (engine, provider, _) = makeEngine(storage)
         let first = try await engine.get(kind: "vehicle", id: "v-1").get()
@@ -95,7 +95,7 @@ struct MirroredTokenTests {
         #expect(provider.fetches == 1)
     }
 
-    @Test func theFastLookupHandsTheMirrorsBytesWithoutACopyOfItsOwn() async throws {
+    @Test func theFastLookupHandsTheStoragesBytesWithoutACopyOfItsOwn() async throws {
         let storage = RecordingStorage()
         let (engine, _, clock) = makeEngine(storage)
         _ = try await engine.get(kind: "vehicle", id: "v-1").get()
@@ -112,10 +112,10 @@ struct MirroredTokenTests {
         }
         #expect(seen?.text == "bytes-in-memory")
         #expect(seen?.expiresAt == Int64(clock.wallSeconds + 3600))
-        #expect(seen?.owned == false, "the store keeps no String of a mirrored token")
+        #expect(seen?.owned == false, "the store keeps no String of a token the storage holds")
     }
 
-    @Test func aTokenTheMirrorRefusedStaysTheStoresOwn() async throws {
+    @Test func aTokenTheStorageRefusedStaysTheStoresOwn() async throws {
         let storage = RecordingStorage()
         storage.setAccepting(false)
         let (engine, provider, _) = makeEngine(storage)
@@ -131,7 +131,7 @@ struct MirroredTokenTests {
         #expect(provider.fetches == 1)
     }
 
-    @Test func aTokenTheMirrorLostIsAMissNeverAnEmptyToken() async throws {
+    @Test func aTokenTheStorageLostIsAMissNeverAnEmptyToken() async throws {
         let storage = RecordingStorage()
         let (engine, provider, _) = makeEngine(storage)
         _ = try await engine.get(kind: "vehicle", id: "v-1").get()
@@ -142,7 +142,7 @@ struct MirroredTokenTests {
         #expect(engine.statistics().misses == 2)
     }
 
-    @Test func refreshComparesTheRefusedTokenWithTheMirrorsBytes() async throws {
+    @Test func refreshComparesTheRefusedTokenWithTheStoragesBytes() async throws {
         let storage = RecordingStorage()
         let (engine, provider, clock) = makeEngine(storage)
         let first = try await engine.get(kind: "vehicle", id: "v-1").get().token
@@ -156,7 +156,7 @@ struct MirroredTokenTests {
         #expect(storage.token("vehicle", "v-1") == second)
     }
 
-    @Test func anExpiredTokenLeavesTheMirrorAndItsFingerprintStays() async throws {
+    @Test func anExpiredTokenLeavesTheStorageAndItsFingerprintStays() async throws {
         let storage = RecordingStorage()
         let (engine, provider, clock) = makeEngine(storage)
         provider.setMode(.succeed(lifetime: 60))
