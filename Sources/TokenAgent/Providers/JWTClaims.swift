@@ -31,8 +31,8 @@ public struct JWTClaims: Sendable {
     public var issuedAt: Double?
     /// The `authorization` claim.
     public var authorization: Authorization
-    /// Why the payload as a whole cannot be trusted, if it cannot: a claim given twice, or an
-    /// `exp` that is not a finite number.
+    /// Why the payload as a whole cannot be trusted, if it cannot: a claim given twice, an `exp`
+    /// that is not a finite number, or any number past a Double's range (`1e400`) in any claim.
     public var problem: String?
 
     /// Decodes the payload of a compact JWS; `nil` when `token` is not a JWT (three parts, the
@@ -68,6 +68,12 @@ public struct JWTClaims: Sendable {
             default:
                 continue
             }
+        }
+        // A number past a Double's range (`1e400`) anywhere in the payload: the strict reader
+        // takes it as infinite, but Foundation's reader, and Go's into a float64, refuse the whole
+        // payload, so its claims might be read no further by Fleet Engine either.
+        if problem == nil, let member = payload.first(where: { Self.holdsNonFiniteNumber($0.value) }) {
+            problem = "claim \(Self.printable(member.name)) holds a number that is not finite"
         }
         self.expiresAt = expiresAt
         self.issuedAt = issuedAt
@@ -133,6 +139,16 @@ public struct JWTClaims: Sendable {
     /// Whether `bytes` start, past whitespace and a byte-order mark, with `{`.
     private static func startsLikeAnObject(_ bytes: some Collection<UInt8>) -> Bool {
         bytes.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
+    }
+
+    /// Whether `value` is, or holds at any depth, a number that is not finite.
+    static func holdsNonFiniteNumber(_ value: StrictJSON) -> Bool {
+        switch value {
+        case .number(let number): return !number.isFinite
+        case .array(let items): return items.contains(where: holdsNonFiniteNumber)
+        case .object(let members): return members.contains { holdsNonFiniteNumber($0.value) }
+        default: return false
+        }
     }
 
     /// Whether any entry of the `authorization` claim is `*` (Fleet Engine's wildcard).

@@ -42,7 +42,8 @@ public struct TokenAcceptance: Sendable {
     ///   unsigned token, or one whose header readers may read differently, is never served.
     /// - For a JWT, the payload is read strictly (``JWTClaims``, through ``StrictBase64URL``; a
     ///   payload only a lenient reader decodes makes the token a refusal): a claim given twice or
-    ///   an `exp` that is not a finite number fails the reply; an `authorization` claim that is not an
+    ///   an `exp` that is not a finite number, or a number past a Double's range in any claim,
+    ///   fails the reply; an `authorization` claim that is not an
     ///   object of distinct string entries, holds `*` in any entry, lacks the kind's entry (when
     ///   the kind has one) or names another id makes the token a refusal of this id
     ///   (``ProviderError/rejected(_:)``), unless the kind accepts wildcards.
