@@ -48,15 +48,18 @@ final class SegmentReaderProcess: @unchecked Sendable {
     /// The reader's first line: `SEGMENT generation=… size=…`, or why it has none.
     private(set) var greeting: String?
 
-    init(socket: String, kind: String, runAs user: String? = nil) async throws {
+    /// A reader of `kind`'s segment on the agent at `socket`, run as `user` when given. A reader
+    /// that will read flat out (`STRESS`) runs `yielding`: at the lowest CPU priority (nice 19),
+    /// so that its busy loop takes only the CPU nothing else wants. Eight of them at normal
+    /// priority starved a whole parallel test run of CPU for the minute or two they read, until
+    /// unrelated tests' hang detectors fired.
+    init(socket: String, kind: String, runAs user: String? = nil, yielding: Bool = false) async throws {
         let reader = try await CReader.path()
-        if let user {
-            process.executableURL = URL(fileURLWithPath: which("runuser")!)
-            process.arguments = ["-u", user, "--", reader, socket, kind]
-        } else {
-            process.executableURL = URL(fileURLWithPath: reader)
-            process.arguments = [socket, kind]
-        }
+        var command = [reader, socket, kind]
+        if let user { command = [which("runuser")!, "-u", user, "--"] + command }
+        if yielding { command = [which("nice")!, "-n", "19"] + command }
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
         process.standardInput = input
         process.standardOutput = output
         try process.run()

@@ -2,6 +2,7 @@ import Dispatch
 import FleetTokenClient
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @Suite("FleetTokenClient against the real agent")
@@ -214,7 +215,7 @@ struct ClientTests {
     /// Waits until `count` has grown by 6, for at most 60 s (a hang detector).
     private static func waitForProgress(of count: @Sendable () -> Int) async throws {
         let target = count() + 6
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + hangLimitDuration
         while count() < target, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(20))
         }

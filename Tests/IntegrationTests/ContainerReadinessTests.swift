@@ -83,14 +83,14 @@ struct ContainerReadinessTests {
         // A half-written generation (broken JSON) is refused and the old rules stay.
         try directory.swap(to: #"{"trust_root": false, "allow": {"vehicle": "#)
         #expect(
-            await eventually(within: 60, every: .milliseconds(50)) { agent.log.contains("reload refused") },
+            await eventually(every: .milliseconds(50)) { agent.log.contains("reload refused") },
             "\(agent.log)"
         )
         #expect(try await agent.send("GET vehicle k-1") == ["ERR denied not allowed to ask for kind vehicle"])
 
         // The next swap names uid 0: reloaded without a signal, by the watcher.
         try directory.swap(to: Self.rules(vehicleUsers: [0]))
-        let allowed = try await eventually(within: 60, every: .milliseconds(50)) {
+        let allowed = try await eventually(every: .milliseconds(50)) {
             try await agent.send("GET vehicle k-1").first?.hasPrefix("OK ") == true
         }
         #expect(allowed, "\(agent.log)")
@@ -104,7 +104,7 @@ struct ContainerReadinessTests {
         // Watching turned off by a reload: a later swap is not applied.
         try directory.swap(to: Self.rules(vehicleUsers: [0], watch: false))
         #expect(
-            try await eventually(within: 60, every: .milliseconds(50)) { (try await agent.stats())["reloads"] == 2 }
+            try await eventually(every: .milliseconds(50)) { (try await agent.stats())["reloads"] == 2 }
         )
         try directory.swap(to: Self.rules(vehicleUsers: [4_000_123], watch: false))
         try await Task.sleep(for: .milliseconds(600))
@@ -126,14 +126,14 @@ struct ContainerReadinessTests {
         #expect(
             // At least one: a slow run may see the refused configuration tried again (watch-retry)
             // before it looks.
-            try await eventually(within: 60, every: .milliseconds(50)) {
+            try await eventually(every: .milliseconds(50)) {
                 (try await agent.stats())["reload_failures"] ?? 0 >= 1
             },
             "\(agent.log)"
         )
         try "X-Api-Key: k1\n".write(toFile: headers, atomically: true, encoding: .utf8)
         #expect(
-            try await eventually(within: 60, every: .milliseconds(50)) { (try await agent.stats())["reloads"] == 1 },
+            try await eventually(every: .milliseconds(50)) { (try await agent.stats())["reloads"] == 1 },
             "\(agent.log)"
         )
         #expect(agent.log.contains("reason=watch-retry"))

@@ -45,7 +45,7 @@ struct DemoIssuerTests {
         #expect(ping.status == 0 && ping.stdout == "PONG (demo issuer: Fleet Engine refuses its tokens)\n")
         #expect(agent.log.components(separatedBy: "DEMO ISSUER").count == 2, "once at start")
         #expect(kill(agent.pid, SIGHUP) == 0)
-        #expect(try await eventually(within: 60, every: .milliseconds(50)) { try await agent.stats()["reloads"] == 1 })
+        #expect(try await eventually(every: .milliseconds(50)) { try await agent.stats()["reloads"] == 1 })
         #expect(agent.log.components(separatedBy: "DEMO ISSUER").count == 3, "and again at a reload")
     }
 

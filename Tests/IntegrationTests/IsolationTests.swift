@@ -178,7 +178,7 @@ struct IsolationTests {
         for (index, flooder) in flooders.enumerated() {
             try await flooder.send((0..<101).map { "GET custom delay600000-\(index * 101 + $0)" })
         }
-        let queued = await eventually(within: 120, every: .milliseconds(50)) {
+        let queued = await eventually(every: .milliseconds(50)) {
             ((try? await agent.stats())?["inflight"] ?? 0) >= 300
         }
         #expect(queued, "the flood is queued, up to its uid's bound")
@@ -205,7 +205,7 @@ struct IsolationTests {
         // provider hold the kind's lane), and only those two are left.
         for flooder in flooders { flooder.stop() }
         late.stop()
-        let drained = await eventually(within: 120, every: .milliseconds(50)) {
+        let drained = await eventually(every: .milliseconds(50)) {
             ((try? await agent.stats())?["inflight"] ?? .max) <= 2
         }
         #expect(drained, "only the fetches at the provider are left")

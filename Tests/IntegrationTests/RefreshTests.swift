@@ -12,7 +12,7 @@ struct RefreshTests {
             #expect(try await agent.send("GET vehicle r-1").first.flatMap(tokenOf) == first, "cached")
             // The refresh has ended once the agent counts one started and none in flight (the
             // provider counts the request before the agent holds its reply).
-            let refreshed = try await eventually(within: 120, every: .milliseconds(50)) {
+            let refreshed = try await eventually(every: .milliseconds(50)) {
                 let stats = try await agent.stats()
                 return stats["refreshes"] == 1 && stats["inflight"] == 0
             }
@@ -52,7 +52,7 @@ struct RefreshTests {
             // (the subject is the time-out of the fetch below, not this one).
             var first: String?
             #expect(
-                try await eventually(within: 120, every: .milliseconds(200)) {
+                try await eventually(every: .milliseconds(200)) {
                     first = tokenOf(try await agent.send("GET vehicle h-1").first)
                     return first != nil
                 }

@@ -99,9 +99,9 @@ struct SharedMemoryTests {
         kill(agent.pid, SIGKILL)
         _ = await agent.stop()
         // The heartbeat is 3 s old at most a second after the kill's last beat: the reader's
-        // answer turns as soon as it is. Waited for as an event (60 s only catch a hang).
+        // answer turns as soon as it is. Waited for as an event (`hangLimit` only catches a hang).
         var answer = ""
-        _ = try await eventually(within: 60, every: .milliseconds(50)) {
+        _ = try await eventually(every: .milliseconds(50)) {
             answer = try await reader.ask("k-1") ?? ""
             return answer.hasPrefix("UNUSABLE")
         }
@@ -191,7 +191,7 @@ struct SharedMemoryTests {
             let first = try #require(try await generation())
             // The heartbeat (every second) replaces a segment older than a second: a new
             // generation within a few beats (each `send` is a new connection).
-            let rotated = try await eventually(within: 60) { (try await generation() ?? first) != first }
+            let rotated = try await eventually { (try await generation() ?? first) != first }
             #expect(rotated, "no new generation with shared_memory_rotation 1")
         }
     }
@@ -298,7 +298,11 @@ struct SharedMemoryTests {
             }
             try await cache(0..<keys)
             var started: [SegmentReaderProcess] = []
-            for _ in 0..<8 { started.append(try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle")) }
+            for _ in 0..<8 {
+                started.append(
+                    try await SegmentReaderProcess(socket: agent.socketPath, kind: "vehicle", yielding: true)
+                )
+            }
             let readers = started
             defer { for reader in readers { reader.stop() } }
             let results = Task {

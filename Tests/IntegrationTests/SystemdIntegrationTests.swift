@@ -1,5 +1,6 @@
 import Foundation
 import Systemd
+import TestSupport
 import Testing
 import TokenAgent
 import TokenWire
@@ -67,7 +68,7 @@ struct SystemdIntegrationTests {
         // Two pings come within a minute (at half of the 0.6 s WatchdogSec on a quiet machine; the
         // minute only catches an agent that stopped pinging).
         var pings: [NotifyListener.Message] = []
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + hangLimitDuration
         while pings.count < 2, ContinuousClock.now < deadline {
             if let message = try await notify.next(timeout: 1), message.fields["WATCHDOG"] == "1" {
                 pings.append(message)

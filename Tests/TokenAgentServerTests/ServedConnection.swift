@@ -236,7 +236,7 @@ final class ServedConnection: Sendable {
     }
 
     /// Waits, blocking the calling thread, up to `seconds` for `condition` to hold of the state.
-    func waitNow(within seconds: Double = 60, for condition: (State) -> Bool) -> Bool {
+    func waitNow(within seconds: Double = hangLimit, for condition: (State) -> Bool) -> Bool {
         let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
         while ContinuousClock.now < deadline {
             if condition(stateNow()) { return true }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import Synchronization
+import TestSupport
 import Testing
 import TokenAgent
 
@@ -92,9 +93,9 @@ private final class LoopedConnection: Sendable {
         return true
     }
 
-    /// Everything the agent sends until it closes (or 60 s pass: a hang detector).
+    /// Everything the agent sends until it closes (or `hangLimit` passes: a hang detector).
     func readToEnd() -> String {
-        var timeout = timeval(tv_sec: 60, tv_usec: 0)
+        var timeout = timeval(tv_sec: Int(hangLimit), tv_usec: 0)
         setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var received: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
@@ -168,7 +169,7 @@ struct SocketLoopTests {
                 }
             }
         }
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + hangLimitDuration
         while count.value.load(ordering: .relaxed) < 8000, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -179,12 +180,12 @@ struct SocketLoopTests {
     @Test func aLoopStuckInOneJobDoesNotAnswerTheWatchdogsProbe() async throws {
         let loop = try SocketLoop(logger: Logger(label: "test"))
         loop.start(name: "test loop")
-        #expect(await loop.answers(within: 60))
+        #expect(await loop.answers(within: hangLimit))
         let release = DispatchSemaphore(value: 0)
         loop.execute { release.wait() }  // the loop's own thread blocks, not the test's
         #expect(await loop.answers(within: 0.3) == false, "a stuck loop fails the probe")
         release.signal()
-        #expect(await loop.answers(within: 60), "and answers again once it is free")
+        #expect(await loop.answers(within: hangLimit), "and answers again once it is free")
         await loop.stop()
     }
 

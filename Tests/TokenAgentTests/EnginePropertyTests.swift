@@ -367,7 +367,7 @@ final class Schedule: @unchecked Sendable {
 
     /// Waits until every request is answered or waits on a fetch that the test has not resolved.
     private func settle() async {
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + hangLimitDuration
         while ContinuousClock.now < deadline {
             let waitingKeys = Set(everyProvider.flatMap { $0.unresolved.values })
             let blocked = outstanding.withLock { $0.values.allSatisfy(waitingKeys.contains) }

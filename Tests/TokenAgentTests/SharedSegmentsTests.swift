@@ -406,7 +406,7 @@ struct SharedSegmentsTests {
         clock.advance(seconds: 2)
         // A retired generation counts until the kernel has let its memory go: beat until then
         // (the deadline only catches a hang).
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + hangLimitDuration
         while segments.statistics().segments == 0, ContinuousClock.now < deadline {
             segments.beat()
             try await Task.sleep(for: .milliseconds(20))
