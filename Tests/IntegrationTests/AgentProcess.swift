@@ -65,6 +65,13 @@ final class AgentProcess: @unchecked Sendable {
         throw AgentError("agent did not answer PING in time:\n\(self.log)")
     }
 
+    /// An agent still running when its test lets go of it (a test that threw before `stop()`)
+    /// is killed, so it does not outlive the run holding its socket and its fetches. Its reaper
+    /// thread collects it.
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
     /// Everything the agent wrote to stdout and stderr so far.
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 

@@ -12,14 +12,9 @@ import TokenAgent
 /// a wrong token.
 @Suite("Cache-snapshot corpus replay")
 struct CacheSnapshotCorpusTests {
-    static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Fuzz/cache-snapshots-corpus")
+    static let corpus = FuzzCorpus.directory(named: "cache-snapshots-corpus")
 
-    static func corpusFiles() throws -> [[UInt8]] {
-        try FileManager.default.contentsOfDirectory(at: corpus, includingPropertiesForKeys: nil)
-            .sorted { $0.lastPathComponent < $1.lastPathComponent }
-            .map { Array(try Data(contentsOf: $0)) }
-    }
+    static func corpusFiles() throws -> [[UInt8]] { try FuzzCorpus.contents(named: "cache-snapshots-corpus") }
 
     @Test func everyCorpusFilePassesTheOracle() throws {
         let files = try Self.corpusFiles()

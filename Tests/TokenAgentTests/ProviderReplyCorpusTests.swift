@@ -11,14 +11,9 @@ import TokenAgent
 /// the fuzzer checks.
 @Suite("Provider-reply corpus replay")
 struct ProviderReplyCorpusTests {
-    static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Fuzz/provider-replies-corpus")
+    static let corpus = FuzzCorpus.directory(named: "provider-replies-corpus")
 
-    static func corpusFiles() throws -> [[UInt8]] {
-        try FileManager.default.contentsOfDirectory(at: corpus, includingPropertiesForKeys: nil)
-            .sorted { $0.lastPathComponent < $1.lastPathComponent }
-            .map { Array(try Data(contentsOf: $0)) }
-    }
+    static func corpusFiles() throws -> [[UInt8]] { try FuzzCorpus.contents(named: "provider-replies-corpus") }
 
     @Test func everyCorpusFilePassesTheOracle() throws {
         let files = try Self.corpusFiles()

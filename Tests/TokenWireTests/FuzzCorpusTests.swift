@@ -10,16 +10,11 @@ import TokenWire
 /// file's stream cut as the file asks, in one chunk, a byte at a time and in random chunks.
 @Suite("Fuzz corpus replay")
 struct FuzzCorpusTests {
-    /// `Tests/Fuzz/corpus`, found from this file's path.
-    static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Fuzz/corpus")
+    /// `Tests/Fuzz/corpus`.
+    static let corpus = FuzzCorpus.directory(named: "corpus")
 
     /// The corpus files, sorted by name; throws when the directory cannot be read.
-    static func corpusFiles() throws -> [URL] {
-        try FileManager.default.contentsOfDirectory(at: corpus, includingPropertiesForKeys: [.isRegularFileKey])
-            .filter { try $0.resourceValues(forKeys: [.isRegularFileKey]).isRegularFile == true }
-            .sorted { $0.lastPathComponent < $1.lastPathComponent }
-    }
+    static func corpusFiles() throws -> [URL] { try FuzzCorpus.files(named: "corpus") }
 
     @Test func everyCorpusFilePassesTheOracle() throws {
         let files = try Self.corpusFiles()
