@@ -75,6 +75,28 @@ struct FailureTests {
         }
     }
 
+    /// A connection closed before any answer (a server's keep-alive time-out racing the pool's
+    /// reuse of the connection) costs a GET nothing: it is sent once more on another connection.
+    /// A server that closes every connection unanswered is asked twice, and the fetch fails.
+    @Test func aGETWhoseConnectionClosesUnansweredIsSentOnceMore() async throws {
+        try await withFake { fake in
+            try await withSource(.metadataServer(host: fake.metadataHost)) { source in
+                fake.inject(.dropConnection, into: .metadata)
+                _ = try await source.accessToken()
+                #expect(fake.metadataRequests.count == 2, "the dropped request and the one sent again")
+            }
+        }
+        try await withFake { fake in
+            try await withSource(.metadataServer(host: fake.metadataHost)) { source in
+                fake.inject(.dropConnection, into: .metadata, times: 2)
+                let error = try #require(await fetchError(source))
+                #expect(error.fault == .transient)
+                #expect(error.message.contains("Remote connection closed"), "\(error.message)")
+                #expect(fake.metadataRequests.count == 2, "asked twice, no more")
+            }
+        }
+    }
+
     @Test func metadataServerDown() async throws {
         try await withFake { fake in
             fake.inject(.serverError(status: 503), into: .metadata, times: nil)
