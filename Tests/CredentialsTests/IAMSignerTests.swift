@@ -1,6 +1,7 @@
 import FakeGoogle
 import Foundation
 import Logging
+import TestSupport
 import Testing
 import TokenAgent
 
@@ -246,7 +247,7 @@ struct IAMSignerTests {
             if fetches > 0 { #expect(fake.openConnections == 2, "kept alive: the metadata server's and IAM's") }
         }
         func closed() async throws -> Bool {
-            let deadline = ContinuousClock.now + .seconds(30)
+            let deadline = ContinuousClock.now + hangLimitDuration
             while fake.openConnections > 0, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(10))
             }
