@@ -5,7 +5,7 @@
 #   bash Benchmarks/report.sh                         # every row (about 16 min on 2 cores, built)
 #   bash Benchmarks/report.sh --only memory           # some groups: --only a,b or --only a --only b
 # Groups (in the table's order): shm, socket, instructions, allocations, client, memory, stall,
-# startup, keyless.
+# startup, cachefile, keyless.
 # Environment (defaults in brackets), to trade time for noise while iterating:
 #   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated)
 #   SHM_ITERATIONS [400000]  CLIENT_ITERATIONS [20000]            token-bench --iterations
@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 
-all_groups="shm socket instructions allocations client memory stall startup keyless"
+all_groups="shm socket instructions allocations client memory stall startup cachefile keyless"
 groups=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -139,6 +139,11 @@ if wants startup; then
     RUNS="$STARTUP_RUNS" HANDOVER_TOKENS="$HANDOVER_TOKENS" \
         bash Benchmarks/startup.sh --json "$(realpath "$out")/startup.json" >"$out/startup.txt"
 fi
+if wants cachefile; then
+    step "the cache file: replacement, crash and the write's cost ($HANDOVER_TOKENS tokens; cache-file.sh)"
+    TOKENS="$HANDOVER_TOKENS" AGENT_BINARY="$AGENT_BINARY" \
+        bash Benchmarks/cache-file.sh --json "$(realpath "$out")/cachefile.json" >"$out/cachefile.txt"
+fi
 if wants keyless; then
     step "key-less signing through fake-google ($KEYLESS_IDS ids, IAM latency $IAM_LATENCY_MS ms; keyless.py)"
     python3 Benchmarks/keyless.py --agent "$AGENT_BINARY" --fake .build-bench-release/release/fake-google \
@@ -168,7 +173,7 @@ began, built, ended = int(env["BEGAN"]), int(env["BUILT"]), int(env["ENDED"])
 memory_keys, readers, handover_tokens = int(env["MEMORY_KEYS"]), int(env["READERS"]), int(env["HANDOVER_TOKENS"])
 minutes = lambda seconds: f"{seconds / 60:.0f} min"
 run_note = minutes(ended - built) + (f" (and {minutes(built - began)} of builds)" if built - began >= 60 else "")
-subset = "" if len(groups) == 8 else f" --only {','.join(groups)}"
+subset = "" if len(groups) == 9 else f" --only {','.join(groups)}"
 redis = ""
 if os.path.exists(f"{out}/redis-version.txt"):
     match = re.search(r"v=([0-9.]+)", open(f"{out}/redis-version.txt").read())
@@ -382,6 +387,29 @@ if "startup" in groups:
             f"| {ms(median(passed))} ms against {ms(median(via_sh))} ms without; snapshot "
             f"{startup['snapshot_bytes'] / 1048576:.1f} MiB |"
         )
+
+if "cachefile" in groups:
+    cache = json.load(open(f"{out}/cachefile.json"))
+    adopted = [name for name in cache if name.endswith("-token cache file")][0]
+    with_file, without = cache[adopted]["ready_ms"], cache["no cache file"]["ready_ms"]
+    print(
+        f"| replacement with a cache file of {n(handover_tokens)} tokens | READY median {ms(median(with_file))} ms "
+        f"(max {ms(max(with_file))}), then fetches for all of them: {max(cache['fetches_after_replacement'])} "
+        f"| without the file: median {ms(median(without))} ms; file {cache['cache_bytes'] / 1048576:.1f} MiB |"
+    )
+    crash = cache["crash"]
+    print(
+        f"| SIGKILL after a periodic write (every 1 s) | adopted {n(crash['adopted'])}, fetched "
+        f"**{n(crash['fetched'])}** | {n(crash['late'])} keys came after the last write |"
+    )
+    writing = [run["p999_us"] for run in cache["write_cost"]["writing every 1 s"]]
+    quiet = [run["p999_us"] for run in cache["write_cost"]["writing only at stop"]]
+    write_ms = median(run["write_ms"] for run in cache["write_cost"]["writing every 1 s"])
+    print(
+        f"| socket GET 64 x 1, p99.9 while the cache file is written every 1 s | {lat(median(writing))} µs "
+        f"({n(handover_tokens)} keys; a write {n(write_ms)} ms) | written only at stop: {lat(median(quiet))} µs, "
+        f"**{median(writing) / median(quiet):.2f}x** |"
+    )
 
 if "keyless" in groups:
     runs = [json.loads(line) for line in open(f"{out}/keyless.jsonl")]
