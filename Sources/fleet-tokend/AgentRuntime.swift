@@ -62,6 +62,7 @@ struct AgentRuntime {
             ? SharedSegments(
                 kinds: providers.providers.keys,
                 policy: configuration.policy,
+                servingFloors: providers.servingFloors,
                 limits: segmentLimits,
                 logger: Logger(label: "fleet-tokend.shm")
             ) : nil

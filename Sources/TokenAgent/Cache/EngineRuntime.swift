@@ -10,12 +10,27 @@ final class EngineRuntime: Sendable {
     let generations: [String: Int]
     /// The configured kinds, sorted.
     let kinds: [String]
+    /// The policy of each kind whose provider asks a serving floor above the policy's
+    /// (``TokenProvider/servingFloor``: access tokens); every other kind has ``policy``.
+    private let raisedFloors: [(kind: String, policy: RefreshPolicy)]
 
     init(providers: [String: any TokenProvider], policy: RefreshPolicy, generations: [String: Int]) {
         self.providers = providers
         self.policy = policy
         self.generations = generations
         self.kinds = providers.keys.sorted()
+        raisedFloors = providers.compactMap { kind, provider in
+            guard let floor = provider.servingFloor, floor > policy.servingFloor else { return nil }
+            return (kind, policy.raisingServingFloor(to: floor))
+        }
+    }
+
+    /// The policy of `kind`: ``policy``, or its own when its provider raises the serving floor.
+    /// With no such kind configured, this costs a test of an empty array.
+    @inline(__always)
+    func policy(for kind: String) -> RefreshPolicy {
+        if raisedFloors.isEmpty { return policy }
+        return raisedFloors.first(named: kind, by: \.kind)?.policy ?? policy
     }
 
     /// Whether `kind` is configured: a scan of the few kinds, which on the hit path costs less

@@ -83,6 +83,9 @@ public final class TokenEngine: Sendable {
     public var providers: [String: any TokenProvider] { fetches.runtime.providers }
     /// The refresh policy.
     public var policy: RefreshPolicy { fetches.runtime.policy }
+    /// The refresh policy of `kind`: ``policy``, with a higher serving floor when its provider
+    /// asks one (``TokenProvider/servingFloor``).
+    public func policy(for kind: String) -> RefreshPolicy { fetches.runtime.policy(for: kind) }
     /// The configured kinds, sorted.
     public var kinds: [String] { fetches.runtime.kinds }
     /// A number raised by every reload, read without a lock: when it has not moved, ``kinds`` has not.
@@ -405,14 +408,33 @@ public final class TokenEngine: Sendable {
     /// Providers replaced by a reload whose last fetches have not ended yet.
     public var retiringProviders: Int { fetches.retiringProviders }
 
-    /// The tokens that can still be served, for handing over to the next process.
-    public func exportTokens() -> [CachedToken] { store.servableTokens(now: clock.now) }
+    /// The tokens that can still be served, for handing over to the next process through
+    /// `medium`: to ``TokenCacheMedium/disk``, never those of a kind whose tokens stay in memory
+    /// (``TokenProvider/tokensStayInMemory``: access tokens).
+    public func exportTokens(to medium: TokenCacheMedium) -> [CachedToken] {
+        let tokens = store.servableTokens(now: clock.now)
+        guard medium == .disk else { return tokens }
+        let providers = fetches.runtime.providers
+        return tokens.filter { providers[$0.kind]?.tokensStayInMemory == false }
+    }
 
-    /// Takes over tokens an earlier process held: those of configured kinds that can still be
-    /// served are cached as if fetched now. Returns how many were taken.
+    /// Takes over tokens an earlier process held, read from `medium`: those of configured kinds
+    /// that can still be served are cached as if fetched now; from ``TokenCacheMedium/disk``,
+    /// never those of a kind whose tokens stay in memory. Returns how many were taken.
     @discardableResult
-    public func importTokens(_ tokens: [CachedToken]) -> Int {
-        store.take(tokens, now: clock.now, unixNow: clock.unixNow)
+    public func importTokens(_ tokens: [CachedToken], from medium: TokenCacheMedium) -> Int {
+        var tokens = tokens
+        if medium == .disk {
+            let providers = fetches.runtime.providers
+            tokens.removeAll { providers[$0.kind]?.tokensStayInMemory != false }
+        }
+        return store.take(tokens, now: clock.now, unixNow: clock.unixNow)
+    }
+
+    /// Whether `kind`'s tokens stay in memory, never written to disk
+    /// (``TokenProvider/tokensStayInMemory``); `false` for a kind not configured.
+    public func tokensStayInMemory(kind: String) -> Bool {
+        fetches.runtime.providers[kind]?.tokensStayInMemory ?? false
     }
 
     /// Shuts the providers down (closes HTTP connections), those still retiring after a reload

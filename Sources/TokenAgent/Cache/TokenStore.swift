@@ -172,10 +172,10 @@ final class TokenStore: Sendable {
         var tokens: [CachedToken] = []
         for shard in shards {
             shard.state.withLock { shard in
-                let policy = shard.runtime.policy
+                let runtime = shard.runtime
                 var own: [CachedToken] = []
                 shard.table.forEachKey { key, entry in
-                    guard policy.isServable(remaining: entry.remaining(at: now)),
+                    guard runtime.policy(for: key.kind).isServable(remaining: entry.remaining(at: now)),
                         let token = shard.tokenText(entry, key: key)
                     else {
                         return
@@ -200,7 +200,7 @@ final class TokenStore: Sendable {
             let key = EntryKey(kind: cached.kind, id: cached.id)
             let jitter = random()
             let took = shard(key).state.withLock { shard -> Bool in
-                let policy = shard.runtime.policy
+                let policy = shard.runtime.policy(for: cached.kind)
                 guard shard.runtime.providers[cached.kind] != nil else { return false }
                 let remaining = Double(cached.expiresAt) - unixNow.seconds
                 guard policy.isServable(remaining: remaining) else { return false }

@@ -18,6 +18,10 @@ public enum ProviderSet {
         /// takes a kind's tokens only from the same provider (no URL or setting in clear).
         public var digests: [String: String] { identities.mapValues { ProviderSet.digest(Array($0.utf8)) } }
 
+        /// The serving floor of each kind whose provider asks one above the agent's
+        /// (``TokenProvider/servingFloor``).
+        public var servingFloors: [String: Double] { providers.compactMapValues(\.servingFloor) }
+
         /// The kinds whose provider differs in `other`, or that `other` lacks.
         public func changedKinds(since previous: Built) -> Set<String> {
             Set(previous.identities.keys.filter { identities[$0] != previous.identities[$0] })

@@ -36,7 +36,7 @@ enum CacheHandover {
                     providers[token.kind].map { $0 == contents.providers[token.kind] } ?? false
                 }
                 skipped += contents.tokens.count - same.count
-                taken += engine.importTokens(same)
+                taken += engine.importTokens(same, from: .memory)
             } catch {
                 logger.warning("cannot read the cache from the fd store", metadata: ["error": "\(error)"])
             }
@@ -52,7 +52,7 @@ enum CacheHandover {
     /// provider of each kind (`providers`).
     static func save(_ engine: TokenEngine, providers: [String: String], notifier: SystemdNotifier, logger: Logger) {
         guard notifier.isEnabled else { return }
-        let tokens = engine.exportTokens()
+        let tokens = engine.exportTokens(to: .memory)
         guard !tokens.isEmpty else { return }
         do {
             let fd = try SealedMemoryFile.create(
