@@ -44,6 +44,7 @@ struct AgentRuntime {
         let issuerMode = IssuerMode()
         issuerMode.set(demo: configuration.usesDemoIssuer, logger: logger)
         WildcardWarning.log(configuration, logger: logger)
+        HostIdentityWarning.log(configuration, logger: logger)
         if let credentials = providers.credentials {
             logger.info("host credentials for key-less issuers", metadata: ["credentials": "\(credentials.summary)"])
         }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import TokenAgent
+import TokenWire
 
 /// `fleet-tokend check-config`: checks a configuration as `serve` would at start (and a reload
 /// would: ``ConfigurationCheck``), reading the files it names but starting nothing and calling
@@ -54,17 +55,20 @@ struct CheckConfigCommand: AsyncParsableCommand {
         for warning in checked.warnings { lines.append("warning: \(TerminalText.escaped(warning))") }
         lines.append("kinds:")
         let providers = checked.providers.providers
+        let rules = configuration.accessRules
         for kind in providers.keys.sorted() {
             let who: String
-            if let list = configuration.access.allow[kind] {
+            if let list = rules.allow[kind] {
                 let users = list.users.map(\.description).joined(separator: ",")
                 let groups = list.groups.map(\.description).joined(separator: ",")
                 who = "allowed: users [\(users)] groups [\(groups)]"
             } else {
                 who = "allowed: any peer that can open the socket"
             }
+            // An access token as a request names it: `access <name>`.
+            let named = AccessTokenKind.name(ofKind: kind).map { "\(AccessTokenKind.wireKind) \($0)" } ?? kind
             lines.append(
-                "  \(kind.padding(toLength: 18, withPad: " ", startingAt: 0))\(TerminalText.escaped(providers[kind]!.summary)); \(TerminalText.escaped(who))"
+                "  \(named.padding(toLength: max(18, named.count + 1), withPad: " ", startingAt: 0))\(TerminalText.escaped(providers[kind]!.summary)); \(TerminalText.escaped(who))"
             )
         }
         if let admin = configuration.access.admin {

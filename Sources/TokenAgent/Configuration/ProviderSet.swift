@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import TokenWire
 
 /// Builds the provider of each kind from a configuration, and tells on reload which kinds'
 /// providers changed.
@@ -98,6 +99,9 @@ public enum ProviderSet {
                 issuers[kind]!.identity += " credentials=\(credentialsIdentity)"
                 identities[kind] = issuers[kind]!.identity
             }
+            for (kind, identity) in accessTokenIdentities(configuration) {
+                identities[kind] = identity + " credentials=\(credentialsIdentity)"
+            }
         }
         var issuer: LocalIssuer?
         var issuerIdentity = ""
@@ -121,6 +125,16 @@ public enum ProviderSet {
         for (kind, identity) in identities {
             if let previous, previous.identities[kind] == identity, let reused = previous.providers[kind] {
                 providers[kind] = reused
+                continue
+            }
+            if let name = AccessTokenKind.name(ofKind: kind), let credentials {
+                providers[kind] = try makeAccessTokens(
+                    name: String(name),
+                    configuration: configuration,
+                    credentials: credentials,
+                    clock: clock,
+                    previousBudget: previous?.providers[kind]?.signatureBudget
+                )
                 continue
             }
             if let issuer = issuers[kind] {
