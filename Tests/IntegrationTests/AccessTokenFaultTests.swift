@@ -79,6 +79,20 @@ struct AccessTokenFaultTests {
         await fake.stop()
     }
 
+    @Test func aSilentIAMFailsTheFetchWithinItsTimeOutAndTheNextCallWorks() async throws {
+        let fake = try await Agent.fake()
+        let agent = try await Agent.start(fake, entries: #""ops": \#(Agent.entry(Agent.other))"#)
+        fake.inject(.hang, into: .generateAccessToken, account: Agent.other)
+        let started = ContinuousClock.now
+        let reply = try #require(try await agent.send("GET access ops").first)
+        #expect(reply.hasPrefix("ERR unavailable IAM generateAccessToken request failed"), "\(reply)")
+        #expect(ContinuousClock.now - started < .seconds(20), "ended by the call's 10 s time-out")
+        #expect(try await agent.send("DROP access ops") == ["OK"])
+        #expect(tokenOf(try await agent.send("GET access ops").first) == fake.generateAccessTokenCalls.last?.issued)
+        await agent.stop()
+        await fake.stop()
+    }
+
     @Test func aReloadThatChangesAnEntrysScopesOrAccountReplacesItsTokenOnly() async throws {
         let fake = try await Agent.fake()
         let directory = try AgentProcess.makeTemporaryDirectory()
