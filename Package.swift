@@ -201,6 +201,7 @@ let package = Package(
             name: "CredentialsTests",
             dependencies: [
                 "TokenAgent",
+                "TokenWire",
                 "FakeGoogle",
                 "TestSupport",
                 agentOnly("Logging", "swift-log"),

@@ -2,6 +2,7 @@
 #include "CSocketLoop.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #ifndef SO_PEERPIDFD
@@ -121,3 +123,20 @@ int fsl_pidfd_exited(int pidfd) {
 }
 
 int fsl_name_thread(const char *name) { return pthread_setname_np(pthread_self(), name); }
+
+int fsl_open_directory_path(const char *path) { return open(path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }
+
+int fsl_chown_descriptor(int fd, uint32_t uid, uint32_t gid) { return fchownat(fd, "", uid, gid, AT_EMPTY_PATH); }
+
+int fsl_chmod_descriptor(int fd, mode_t mode) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return chmod(path, mode);
+}
+
+int fsl_file_system_type(const char *path, int64_t *type) {
+    struct statfs info;
+    if (statfs(path, &info) != 0) return -1;
+    *type = (int64_t)info.f_type;
+    return 0;
+}

@@ -1,5 +1,4 @@
 import Dispatch
-import Foundation
 import Synchronization
 import TokenWire
 
@@ -78,9 +77,7 @@ final class AgentConnection: Sendable {
         // else holds is released (and its socket shut down, which ends the thread).
         let socket = self.socket
         let connection = WeakConnection(self)
-        let thread = Thread { Self.readReplies(socket, for: connection) }
-        thread.name = "fleet-token-client.reader"
-        thread.start()
+        DetachedThread.start { Self.readReplies(socket, for: connection) }
     }
 
     deinit {

@@ -1,6 +1,11 @@
 import Dispatch
-import Foundation
 import Synchronization
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 extension FleetTokenClient {
     /// A token for `subject`, for code that is not async: blocks the calling thread until the

@@ -1,5 +1,10 @@
-import Foundation
 import TokenWire
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 extension FleetTokenClient {
     /// Sends `request` and returns its reply; retries on a new connection while the agent is

@@ -1,7 +1,12 @@
-import Foundation
 import Synchronization
 import TokenSegment
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The client workers link to get Fleet Engine tokens from the host's `fleet-tokend` agent.
 ///

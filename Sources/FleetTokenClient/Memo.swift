@@ -1,6 +1,11 @@
-import Foundation
 import Synchronization
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The tokens a client remembers, under their own lock (never the connection's).
 final class MemoTable: Sendable {
@@ -94,20 +99,32 @@ final class MemoTable: Sendable {
     }
 
     /// The `iat` claim of `jwt` (Unix seconds) when it is a JWT (three base64url parts) whose
-    /// payload is a JSON object with a finite number for `iat`; `nil` otherwise. (A boolean read
-    /// as 0 or 1 only makes the lifetime longer, and the memo stricter.)
+    /// payload is a JSON object (read by ``StrictJSON``, as the agent reads it) with a finite
+    /// number for `iat`, the last one if it is given twice; `nil` otherwise, and for a payload
+    /// that holds a number too large for a `Double` anywhere. (A boolean reads as 0 or 1: that
+    /// only makes the lifetime longer, and the memo stricter.)
     static func issuedAt(ofJWT jwt: String) -> TimeInterval? {
         let parts = jwt.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3, parts[1].count <= 8192 else { return nil }
-        var base64 = String(decoding: parts[1], as: UTF8.self)
-            .replacingOccurrences(of: "-", with: "+")
-            .replacingOccurrences(of: "_", with: "/")
+        var base64 = String(decoding: parts[1], as: UTF8.self).replacing("-", with: "+").replacing("_", with: "/")
         base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
-        guard let payload = Data(base64Encoded: base64),
-            let claims = try? JSONSerialization.jsonObject(with: payload) as? [String: Any],
-            let number = claims["iat"] as? NSNumber
+        guard let payload = Data(base64Encoded: base64), let claims = StrictJSON(bytes: payload),
+            let members = claims.members, allFinite(claims)
         else { return nil }
-        let value = number.doubleValue
-        return value.isFinite ? value : nil
+        switch members.last(where: { $0.name == "iat" })?.value {
+        case .number(let value): return value
+        case .bool(let value): return value ? 1 : 0
+        default: return nil
+        }
+    }
+
+    /// Whether every number in `value` is finite.
+    private static func allFinite(_ value: StrictJSON) -> Bool {
+        switch value {
+        case .number(let number): number.isFinite
+        case .array(let elements): elements.allSatisfy(allFinite)
+        case .object(let members): members.allSatisfy { allFinite($0.value) }
+        case .string, .bool, .null: true
+        }
     }
 }

@@ -1,9 +1,20 @@
 import CSharedMemory
 import Dispatch
-import Foundation
 import Synchronization
 import TokenSegment
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// The client's shared-memory read path: per kind, the agent's segment mapped read-only, read
 /// with no system call; and the keys read that way, reported to the agent (`TOUCH`) off the read

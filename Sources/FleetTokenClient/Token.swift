@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// A Fleet Engine token as the agent served it.
 public struct Token: Sendable, Hashable, CustomStringConvertible {

@@ -1,6 +1,17 @@
 import CSystemd
-import Foundation
 import Logging
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// A swift-log handler that writes structured entries to the journal with `sd_journal_sendv`:
 /// `MESSAGE`, `PRIORITY`, `SYSLOG_IDENTIFIER`, and every metadata key as an upper-case field

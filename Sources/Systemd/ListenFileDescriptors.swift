@@ -1,5 +1,10 @@
 import CSystemd
-import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// A file descriptor passed by the service manager: a listening socket (socket activation) or one
 /// the service stored earlier (the file-descriptor store).

@@ -1,5 +1,10 @@
 import CSystemd
-import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// A sealed anonymous memory file (`memfd`): bytes that live only in memory, cannot change once
 /// sealed, and can be handed to the service manager's file-descriptor store.
@@ -13,16 +18,26 @@ public enum SealedMemoryFile {
     /// Writes `bytes` into a new memory file named `name`, seals it, and returns its descriptor
     /// (the caller closes it).
     public static func create(name: String, bytes: [UInt8]) throws -> Int32 {
+        try create(name: name, parts: [bytes])
+    }
+
+    /// Writes `parts`, one after the other, into a new memory file named `name`, seals it, and
+    /// returns its descriptor (the caller closes it): a header and a large body need not be
+    /// copied into one array first.
+    public static func create(name: String, parts: [[UInt8]]) throws -> Int32 {
         let fd = csystemd_memfd_create(name)
         guard fd >= 0 else { throw Failure(description: "memfd_create: \(String(cString: strerror(errno)))") }
-        var written = 0
-        while written < bytes.count {
-            let n = bytes[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            guard n > 0 else {
-                close(fd)
-                throw Failure(description: "write: \(String(cString: strerror(errno)))")
+        for bytes in parts {
+            var written = 0
+            while written < bytes.count {
+                let n = bytes[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else {
+                    close(fd)
+                    throw Failure(description: "write: \(String(cString: strerror(errno)))")
+                }
+                written += n
             }
-            written += n
         }
         guard csystemd_seal(fd) == 0 else {
             close(fd)

@@ -1,5 +1,16 @@
 import CSystemd
-import Foundation
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// The service manager's notify protocol (`sd_notify`): readiness, status, watchdog, reload and
 /// stop, and the file-descriptor store. Every call is a no-op when `$NOTIFY_SOCKET` is unset
@@ -58,7 +69,8 @@ public struct SystemdNotifier: Sendable {
         _ = sd_notify(0, assignments.joined(separator: "\n"))
     }
 
+    /// `text` with every line feed a space, so it stays one assignment of the notify message.
     private static func oneLine(_ text: String) -> String {
-        text.replacingOccurrences(of: "\n", with: " ")
+        String(String.UnicodeScalarView(text.unicodeScalars.map { $0 == "\n" ? " " : $0 }))
     }
 }

@@ -1,6 +1,5 @@
 import ArgumentParser
 import BuildInfo
-import Foundation
 import Logging
 import NIOPosix
 import ServiceLifecycle
@@ -77,11 +76,24 @@ struct AgentRuntime {
             logger: Logger(label: "fleet-tokend.engine"),
             metrics: metrics.engineMetrics
         )
-        CacheHandover.restore(
-            from: passed.filter { $0.name == CacheHandover.name },
+        // The tokens of the previous process, before the socket listens: from the fd store when
+        // systemd passed one, else from the cache file. Written back at start, every interval and
+        // at stop, to every place the agent keeps them.
+        let cacheFile = configuration.cacheFile.map { CacheFile(path: $0, onDisk: configuration.cacheFileOnDisk) }
+        var destinations: [any SnapshotDestination] = cacheFile.map { [$0] } ?? []
+        if notifier.isEnabled { destinations.append(FDStoreDestination(notifier: notifier)) }
+        let snapshots = SnapshotStatistics(destinations: destinations.map { $0.name })
+        CacheAdoption.adopt(
+            fdStoreFiles: passed.filter { $0.name == CacheHandover.name },
+            cacheFile: cacheFile,
             into: engine,
-            providers: providers.digests,
+            rules: SnapshotAdoption(
+                digests: providers.digests,
+                acceptance: providers.acceptance,
+                servingFloor: configuration.policy.servingFloor
+            ),
             notifier: notifier,
+            statistics: snapshots,
             logger: logger
         )
         let reloads = ReloadStatistics()
@@ -102,7 +114,8 @@ struct AgentRuntime {
             segments: segments,
             metrics: metrics,
             health: health,
-            issuerMode: issuerMode
+            issuerMode: issuerMode,
+            snapshots: snapshots
         )
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
@@ -134,7 +147,22 @@ struct AgentRuntime {
             logLevel: logLevel,
             logger: Logger(label: "fleet-tokend.reload")
         )
+        let snapshotWriter = SnapshotWriter(
+            engine: engine,
+            destinations: destinations,
+            digests: { reload.providerDigests },
+            statistics: snapshots,
+            logger: Logger(label: "fleet-tokend.cache")
+        )
         var optional: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if snapshotWriter.hasDestinations {
+            optional.append(
+                .init(
+                    service: SnapshotService(writer: snapshotWriter, interval: configuration.cacheFileInterval),
+                    serviceName: "cache-snapshot"
+                )
+            )
+        }
         if let listen = configuration.metricsListen, let address = try? MetricsListenAddress(parsing: listen) {
             var limits = MetricsHTTPServer.Limits()
             limits.headTimeout = .milliseconds(Int64(configuration.metricsHeadTimeout * 1000))
@@ -196,9 +224,10 @@ struct AgentRuntime {
             await reload.credentials?.shutdown()
             throw ExitCode(1)
         }
-        // The segments hold the cache's tokens: they are handed over first. Then readers stop
-        // using the segments and ask the next agent; no token stays in them.
-        CacheHandover.save(engine, providers: reload.providerDigests, notifier: notifier, logger: logger)
+        // The segments hold the cache's tokens: they are written out first, now that the socket
+        // takes no more requests. Then readers stop using the segments and ask the next agent; no
+        // token stays in them.
+        snapshotWriter.write(reason: "stop")
         segments?.retireAll()
         await engine.shutdown()
         await reload.credentials?.shutdown()

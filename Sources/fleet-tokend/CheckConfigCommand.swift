@@ -1,8 +1,13 @@
 import ArgumentParser
-import Foundation
 import Logging
 import TokenAgent
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// `fleet-tokend check-config`: checks a configuration as `serve` would at start (and a reload
 /// would: ``ConfigurationCheck``), reading the files it names but starting nothing and calling
@@ -68,7 +73,7 @@ struct CheckConfigCommand: AsyncParsableCommand {
             // An access token as a request names it: `access <name>`.
             let named = AccessTokenKind.name(ofKind: kind).map { "\(AccessTokenKind.wireKind) \($0)" } ?? kind
             lines.append(
-                "  \(named.padding(toLength: max(18, named.count + 1), withPad: " ", startingAt: 0))\(TerminalText.escaped(providers[kind]!.summary)); \(TerminalText.escaped(who))"
+                "  \(TerminalText.padded(named, to: max(18, named.utf16.count + 1)))\(TerminalText.escaped(providers[kind]!.summary)); \(TerminalText.escaped(who))"
             )
         }
         if let admin = configuration.access.admin {

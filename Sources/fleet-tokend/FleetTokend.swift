@@ -10,7 +10,7 @@ struct FleetTokend: AsyncParsableCommand {
         version: "fleet-tokend \(BuildInfo.description)",
         subcommands: [
             ServeCommand.self, CheckConfigCommand.self, GetCommand.self, ReloadCommand.self, StatusCommand.self,
-            PingCommand.self,
+            PingCommand.self, PrepareDirectoriesCommand.self,
         ]
     )
 }

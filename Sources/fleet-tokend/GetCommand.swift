@@ -1,6 +1,11 @@
 import ArgumentParser
 import FleetTokenClient
-import Foundation
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// `fleet-tokend get KIND ID [MIN-VALIDITY]`: asks the running agent for a token and prints just
 /// the token. The minimum validity goes where the protocol's GET has it, or after `--min-validity`.

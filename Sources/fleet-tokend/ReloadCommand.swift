@@ -1,9 +1,14 @@
 import ArgumentParser
 import CSocketLoop
 import FleetTokenClient
-import Foundation
 import TokenAgent
 import TokenWire
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// `fleet-tokend reload [--pid PID]`: asks the agent answering on the socket to reload (SIGHUP)
 /// and waits for the outcome, so `systemctl reload` (the unit's `ExecReload=`) returns once the new configuration
@@ -100,6 +105,6 @@ struct ReloadCommand: AsyncParsableCommand {
 
     private func fail(_ message: String) -> Never {
         StandardError.write("fleet-tokend: \(message)\n")
-        Foundation.exit(1)
+        exitProcess(1)
     }
 }

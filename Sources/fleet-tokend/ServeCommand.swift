@@ -1,9 +1,20 @@
 import ArgumentParser
-import Foundation
 import Logging
 import Systemd
 import TokenAgent
 import TokenAgentServer
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// `fleet-tokend serve`: runs the agent.
 struct ServeCommand: AsyncParsableCommand {
@@ -99,6 +110,15 @@ struct ServeCommand: AsyncParsableCommand {
     )
     var watchConfig: Bool?
 
+    @Option(
+        help:
+            "Keep the cache in this file across restarts (an absolute path on tmpfs; default: none). Written at stop and every --cache-file-interval, adopted at start."
+    )
+    var cacheFile: String?
+
+    @Option(help: "Seconds between writes of the cache file: 0 (only at stop), or 1 to 3600 (default 60).")
+    var cacheFileInterval: Double?
+
     func run() async throws {
         // SIGHUP means reload (ReloadService); never let it end the process before that listens.
         signal(SIGHUP, SIG_IGN)
@@ -144,6 +164,15 @@ struct ServeCommand: AsyncParsableCommand {
             }
             rules = checked.rules
             providers = checked.providers
+            // Before anything is read from it or written to it: its directory's rules, and a
+            // memory-backed file system unless the operator allowed a disk.
+            if let path = configuration.cacheFile {
+                do {
+                    try CacheFile(path: path, onDisk: configuration.cacheFileOnDisk).prepare()
+                } catch {
+                    throw ConfigurationError(key: "cache_file", error.description)
+                }
+            }
         } catch let error as ConfigurationError {
             logger.critical("bad configuration", metadata: ["key": "\(error.key)", "reason": "\(error.reason)"])
             StandardError.write("fleet-tokend: \(error)\n")
@@ -218,6 +247,8 @@ struct ServeCommand: AsyncParsableCommand {
         if let refresherStallAfter { configuration.refresherStallAfter = refresherStallAfter }
         if let metricsHeadTimeout { configuration.metricsHeadTimeout = metricsHeadTimeout }
         if let watchConfig { configuration.watchConfig = watchConfig }
+        if let cacheFile { configuration.cacheFile = cacheFile }
+        if let cacheFileInterval { configuration.cacheFileInterval = cacheFileInterval }
         configuration = configuration.resolvingCredentials(environment: environment)
         try configuration.validate()
         return configuration

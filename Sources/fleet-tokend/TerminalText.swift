@@ -21,6 +21,14 @@ enum TerminalText {
         return escaped
     }
 
+    /// `text` cut or filled with spaces to `width` UTF-16 code units (characters, for the
+    /// printable ASCII ``escaped(_:)`` makes): a column of a table.
+    static func padded(_ text: String, to width: Int) -> String {
+        let units = text.utf16
+        if units.count >= width { return String(decoding: units.prefix(width), as: UTF16.self) }
+        return text + String(repeating: " ", count: width - units.count)
+    }
+
     private static func hex(_ value: UInt32, digits: Int) -> String {
         let text = String(value, radix: 16)
         return String(repeating: "0", count: max(0, digits - text.count)) + text

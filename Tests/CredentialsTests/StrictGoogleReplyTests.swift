@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TokenWire
 import _CryptoExtras
 
 @testable import TokenAgent

@@ -125,7 +125,7 @@ enum SocketClient {
         _ request: String,
         lines expected: Int? = nil,
         halfClose: Bool = false,
-        timeout: Duration = .seconds(20)
+        timeout: Duration = .seconds(60)
     ) async throws -> [String] {
         try await exchange(path, Array(request.utf8), lines: expected, halfClose: halfClose, timeout: timeout)
     }
@@ -135,7 +135,7 @@ enum SocketClient {
         _ request: [UInt8],
         lines expected: Int? = nil,
         halfClose: Bool = false,
-        timeout: Duration = .seconds(20)
+        timeout: Duration = .seconds(60)
     ) async throws -> [String] {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.allowRemoteHalfClosure, value: true)

@@ -211,10 +211,10 @@ struct ClientTests {
         #expect(calls.withLock { $0 } > 20)
     }
 
-    /// Waits until `count` has grown by 6, for at most 20 s.
+    /// Waits until `count` has grown by 6, for at most 60 s (a hang detector).
     private static func waitForProgress(of count: @Sendable () -> Int) async throws {
         let target = count() + 6
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(60)
         while count() < target, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -240,7 +240,7 @@ struct ClientTests {
         // Far under the call's own time-out (120 s): the reconnect deadline ended it, with room
         // for a full test run starving the two-thread pool between retries (19 s seen).
         #expect(
-            elapsed >= .seconds(1.5) && elapsed < .seconds(60),
+            elapsed >= .seconds(1.5) && elapsed < .seconds(110),
             "deadline 2 s, plus scheduling slack on a loaded machine: \(elapsed)"
         )
     }

@@ -62,7 +62,7 @@ struct CommandMessagesTests {
             // The GET's connection is closed by the time it is answered; the agent may count it
             // a moment longer.
             var report = (status: Int32(0), stdout: "", stderr: "")
-            _ = try await eventually(within: 10) {
+            _ = try await eventually {
                 report = try await run(AgentProcess.binary, ["status", "--socket", agent.socketPath])
                 return report.stdout.contains("clients:   0 connected")
             }

@@ -124,8 +124,10 @@ struct ContainerReadinessTests {
                 #"{"watch_config": true, "watch_interval": 0.1, "providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "headers_file": "\#(headers)"}}}"#
         )
         #expect(
+            // At least one: a slow run may see the refused configuration tried again (watch-retry)
+            // before it looks.
             try await eventually(within: 60, every: .milliseconds(50)) {
-                (try await agent.stats())["reload_failures"] == 1
+                (try await agent.stats())["reload_failures"] ?? 0 >= 1
             },
             "\(agent.log)"
         )

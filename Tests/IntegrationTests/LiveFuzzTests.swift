@@ -20,7 +20,9 @@ struct LiveFuzzTests {
         let note = "seed \(seed); replay with LIVE_FUZZ_SEED=\(seed)"
         var random = SeededGenerator(seed: seed)
         let plans = StormPlan.make(connections: 50, randomStrings: 10_000, using: &random)
-        try await withProviderAndAgent { agent, _ in
+        // A partial line's deadline is a hang detector here: under a loaded run a storm connection
+        // took over the default 10 s to finish a line, and was closed as timed out.
+        try await withProviderAndAgent(["--request-timeout", "120"]) { agent, _ in
             let path = agent.socketPath
             let started = Date()
             let results = try await withThrowingTaskGroup(of: (Int, StormResult).self) { group in

@@ -8,6 +8,11 @@ import TokenWire
 
 /// A test-owned `NOTIFY_SOCKET`: a Unix datagram socket that receives sd_notify messages and any
 /// file descriptors passed with them (`FDSTORE=1`).
+///
+/// A thread of its own reads every datagram as it comes, as systemd does, into a queue the test
+/// takes from: the kernel queues only a few datagrams (`net.unix.max_dgram_qlen`, 10), and an agent
+/// whose notification finds the queue full blocks in `sd_notify` (its watchdog pings alone fill it
+/// in 3 s), so a test that waited on something else for a while would stall the agent.
 final class NotifyListener: @unchecked Sendable {
     struct Message: Sendable {
         var fields: [String: String]
@@ -15,17 +20,47 @@ final class NotifyListener: @unchecked Sendable {
         var text: String
     }
 
+    /// What the reading thread has received and not yet been taken, and whether it should stop.
+    private final class Inbox: @unchecked Sendable {
+        let condition = NSCondition()
+        var messages: [Message] = []
+        var stopped = false
+    }
+
     let path: String
-    private let fd: Int32
+    private let inbox = Inbox()
 
     init(directory: URL) throws {
         path = directory.appendingPathComponent("notify.sock").path
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
         let bound = UnixSocketAddress.with(path: path) { bind(fd, $0, $1) } ?? -1
-        guard bound == 0 else { throw AgentError("bind \(path): \(String(cString: strerror(errno)))") }
+        guard bound == 0 else {
+            close(fd)
+            throw AgentError("bind \(path): \(String(cString: strerror(errno)))")
+        }
+        let inbox = inbox
+        Thread.detachNewThread {
+            defer { close(fd) }
+            while true {
+                inbox.condition.lock()
+                let stopped = inbox.stopped
+                inbox.condition.unlock()
+                if stopped { return }
+                var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&descriptor, 1, 100) == 1, let message = Self.receive(fd) else { continue }
+                inbox.condition.lock()
+                inbox.messages.append(message)
+                inbox.condition.broadcast()
+                inbox.condition.unlock()
+            }
+        }
     }
 
-    deinit { close(fd) }
+    deinit {
+        inbox.condition.lock()
+        inbox.stopped = true
+        inbox.condition.unlock()
+    }
 
     /// The next message, waiting at most `timeout` seconds.
     func next(timeout: Double) async throws -> Message? {
@@ -33,8 +68,17 @@ final class NotifyListener: @unchecked Sendable {
     }
 
     private func nextNow(timeout: Double) -> Message? {
-        var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        guard poll(&descriptor, 1, Int32(timeout * 1000)) == 1 else { return nil }
+        let deadline = Date().addingTimeInterval(max(0, timeout))
+        inbox.condition.lock()
+        defer { inbox.condition.unlock() }
+        while inbox.messages.isEmpty {
+            guard inbox.condition.wait(until: deadline) else { return nil }
+        }
+        return inbox.messages.removeFirst()
+    }
+
+    /// One datagram from `fd`, which has one waiting, with the descriptors passed with it.
+    private static func receive(_ fd: Int32) -> Message? {
         var data = [UInt8](repeating: 0, count: 8192)
         var control = [UInt8](repeating: 0, count: 512)
         let (count, controlLength): (Int, Int) = data.withUnsafeMutableBytes { dataBytes in

@@ -273,11 +273,15 @@ struct SharedMemoryTests {
         let keys = 8000
         let added = 5000
         let config = "/tmp/ftd-stress-\(UUID().uuidString.prefix(8)).json"
-        try #"{"refetch_guard": 0, "max_concurrent_fetches": 64}"#.write(
-            toFile: config,
-            atomically: true,
-            encoding: .utf8
-        )
+        // The provider's deadline is a hang detector here (the flag sets its URL, the file its
+        // timeout): under a loaded parallel run, fetches of 13,000 keys outlasted the default 10 s.
+        try
+            #"{"refetch_guard": 0, "max_concurrent_fetches": 64, "providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": 120}}}"#
+            .write(
+                toFile: config,
+                atomically: true,
+                encoding: .utf8
+            )
         try await withProviderAndAgent(["--config", config]) { agent, _ in
             // 8,000 keys cached, then the readers start. While they read, 5,000 more are cached
             // (past the table's load factor: the segment grows to a new generation under them)

@@ -50,6 +50,21 @@ public enum DocText {
         return names.filter { $0.hasSuffix(suffix) }.sorted().map { folder + "/" + $0 }
     }
 
+    /// The Swift files under `folder` (relative to the repository root, at any depth), as paths
+    /// from the root, sorted; symbolic links left out, so each file is counted once, where it is.
+    public static func swiftFiles(under folder: String) throws -> [String] {
+        let base = root().appendingPathComponent(folder).path
+        let manager = FileManager.default
+        let found = try #require(manager.enumerator(atPath: base), "cannot list \(folder)")
+        var files: [String] = []
+        for case let path as String in found where path.hasSuffix(".swift") {
+            let attributes = try manager.attributesOfItem(atPath: base + "/" + path)
+            if attributes[.type] as? FileAttributeType == .typeSymbolicLink { continue }
+            files.append(folder + "/" + path)
+        }
+        return files.sorted()
+    }
+
     /// The documents in docs/, as paths from the repository root.
     public static func docs() throws -> [String] {
         try files(in: "docs", endingWith: ".md")

@@ -108,10 +108,11 @@ private func send(_ text: String, on socket: Int32) {
     }
 }
 
-/// Reads `count` lines from the blocking socket `socket` (fewer if it ends or 20 s pass, or once
-/// a line `until` arrived).
+/// Reads `count` lines from the blocking socket `socket` (fewer if it ends, or once a line `until`
+/// arrived, or after 60 s without a byte: a hang detector. A miss's reply waits for its fetch on
+/// Swift concurrency's pool, which a loaded parallel run may keep busy for many seconds).
 private func readLines(_ count: Int, until last: String? = nil, from socket: Int32) -> [String] {
-    var timeout = timeval(tv_sec: 20, tv_usec: 0)
+    var timeout = timeval(tv_sec: 60, tv_usec: 0)
     setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     var received: [UInt8] = []
     var lines = 0
@@ -319,7 +320,7 @@ struct SocketLoopFairnessTests {
                 }
             }
         }
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(60)
         while await attempts() < 1, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
         #expect(await attempts() == 1, "the first send found the socket full")
         try await Task.sleep(for: .milliseconds(300))
@@ -347,7 +348,7 @@ struct SocketLoopFairnessTests {
     @Test func aLoopThatEndsOnItsOwnSaysSoAndFailsTheProbe() async throws {
         let loop = try SocketLoop(logger: Logger(label: "test"))
         loop.start(name: "test loop")
-        #expect(await loop.answers(within: 10))
+        #expect(await loop.answers(within: 60))
         // The loop's epoll descriptor now names /dev/null: its next wait fails with EINVAL.
         let null = open("/dev/null", O_RDONLY)
         #expect(dup2(null, loop.epoll) == loop.epoll)
@@ -373,12 +374,12 @@ struct SocketLoopFairnessTests {
             onListening: { listening.withLock { $0 = true } }
         )
         let run = Task { try await server.run() }
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(60)
         while !listening.withLock({ $0 }), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
         let loop = try #require(server.runningLoop.withLock { $0 })
-        #expect(await loop.answers(within: 10), "the listener is watched before the loop is broken")
+        #expect(await loop.answers(within: 60), "the listener is watched before the loop is broken")
         let null = open("/dev/null", O_RDONLY)
         #expect(dup2(null, loop.epoll) == loop.epoll)
         close(null)

@@ -92,9 +92,9 @@ private final class LoopedConnection: Sendable {
         return true
     }
 
-    /// Everything the agent sends until it closes (or 10 s pass).
+    /// Everything the agent sends until it closes (or 60 s pass: a hang detector).
     func readToEnd() -> String {
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        var timeout = timeval(tv_sec: 60, tv_usec: 0)
         setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var received: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
@@ -168,7 +168,7 @@ struct SocketLoopTests {
                 }
             }
         }
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(60)
         while count.value.load(ordering: .relaxed) < 8000, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -179,12 +179,12 @@ struct SocketLoopTests {
     @Test func aLoopStuckInOneJobDoesNotAnswerTheWatchdogsProbe() async throws {
         let loop = try SocketLoop(logger: Logger(label: "test"))
         loop.start(name: "test loop")
-        #expect(await loop.answers(within: 10))
+        #expect(await loop.answers(within: 60))
         let release = DispatchSemaphore(value: 0)
         loop.execute { release.wait() }  // the loop's own thread blocks, not the test's
         #expect(await loop.answers(within: 0.3) == false, "a stuck loop fails the probe")
         release.signal()
-        #expect(await loop.answers(within: 10), "and answers again once it is free")
+        #expect(await loop.answers(within: 60), "and answers again once it is free")
         await loop.stop()
     }
 
@@ -196,7 +196,7 @@ struct SocketLoopTests {
             return connection.readToEnd()
         }
         #expect(text == String(repeating: "PONG\n", count: 2000))
-        #expect(await connection.waitUntilClosed(seconds: 10))
+        #expect(await connection.waitUntilClosed(seconds: 60))
         await connection.stop()
     }
 
@@ -212,7 +212,7 @@ struct SocketLoopTests {
         }
         let replies = text.split(separator: "\n").filter { $0.hasPrefix("OK ") }
         #expect(replies.count == 500, "every reply before QUIT, then the end (\(text.utf8.count) bytes)")
-        #expect(await connection.waitUntilClosed(seconds: 10))
+        #expect(await connection.waitUntilClosed(seconds: 60))
         await connection.stop()
     }
 
@@ -228,7 +228,7 @@ struct SocketLoopTests {
         #expect(wrote)
         #expect(!connection.closed, "open while the peer is")
         close(connection.peer)
-        #expect(await connection.waitUntilClosed(seconds: 10), "a peer gone both ways is closed, not polled forever")
+        #expect(await connection.waitUntilClosed(seconds: 60), "a peer gone both ways is closed, not polled forever")
         await connection.loop.stop()
     }
 }

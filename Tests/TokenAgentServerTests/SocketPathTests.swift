@@ -130,4 +130,17 @@ struct SocketPathTests {
         #expect(status(directory + "/new").st_mode & S_IFMT == S_IFDIR)
         #expect(status(directory + "/other").st_mode & 0o7777 == 0o755)
     }
+
+    /// The directory a socket goes in, from its path as given: a bare name, even of one
+    /// character, is in `.`.
+    @Test func socketDirectoryOfAPath() {
+        let cases: [(String, String)] = [
+            ("/run/fleet-tokend/tokens.sock", "/run/fleet-tokend"), ("/tokens.sock", "/"), ("tokens.sock", "."),
+            ("s", "."), ("s/", "."), ("a/s", "a"), ("./s", "."), ("../s", ".."), ("/run//a/s/", "/run/a"),
+            ("//s", "/"), ("/", "/"), ("", "."), ("/é/ü.sock", "/é"),
+        ]
+        for (path, directory) in cases {
+            #expect(SocketPath.directory(of: path) == directory, "\(path)")
+        }
+    }
 }

@@ -169,12 +169,30 @@ struct ConfigurationTests {
         #expect(problem(#"{"providers": {"trip": {"url": "http://x/{id}"}}}"#) == nil)
     }
 
+    /// An internationalized host must be written in its `xn--` form: the agent does not convert
+    /// it, and a host name that is not ASCII resolves nowhere. The rest of the URL may hold
+    /// anything (it is percent-encoded).
+    @Test func providerHostIsASCII() {
+        let refused = problem(#"{"providers": {"trip": {"url": "https://tökens.example/{id}"}}}"#)
+        #expect(refused?.key == "providers.trip.url")
+        #expect(refused?.description.contains("xn--") == true)
+        #expect(problem(#"{"providers": {"trip": {"url": "https://u@tökens.example:8443/{id}"}}}"#) != nil)
+        for url in ["https://xn--tkens-jua.example/{id}", "https://tokens.example/é/{id}", "http://ü@x/{id}?q=ß"] {
+            #expect(problem(#"{"providers": {"trip": {"url": "\#(url)"}}}"#) == nil, "\(url)")
+        }
+    }
+
     @Test func headersFile() throws {
         let headers = try HeadersFile.parse("# comment\nAuthorization: Bearer abc\n\nX-Api-Key:  k:1 \n", key: "h")
         #expect(headers.map(\.0) == ["Authorization", "X-Api-Key"])
         #expect(headers.map(\.1) == ["Bearer abc", "k:1"])
         #expect(throws: ConfigurationError.self) { try HeadersFile.parse("no colon here", key: "h") }
         #expect(throws: ConfigurationError.self) { try HeadersFile.parse("Bad Name: x", key: "h") }
+        // Blanks are Unicode's: no-break, ideographic and zero-width spaces are trimmed too, and
+        // a line's ends lose line breaks (U+0085, U+2028) as well; a blank inside stays.
+        let unicode = try HeadersFile.parse("\u{2028} X-A :\u{A0}v w\u{200B}\u{3000}\t\u{85}\n\u{3000}#x", key: "h")
+        #expect(unicode.map(\.0) == ["X-A"])
+        #expect(unicode.map(\.1) == ["v w"])
     }
 
     @Test func providerSetServesWellKnownKindsFromTheIssuer() async throws {

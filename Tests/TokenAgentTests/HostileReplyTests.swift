@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TokenAgent
+import TokenWire
 
 /// Replies a provider could send to hurt the agent: expiries at and past every edge, JWTs whose
 /// claims say two things at once or act for everyone. Each is refused with a clear error or
@@ -100,6 +101,14 @@ struct HostileReplyTests {
             )
         ) {
             try acceptance.accept(token: jwt(exp: "1e400"), expiresAt: now + 60, for: key, now: now)
+        }
+        // Found by the cache-snapshot fuzzer: a number past a Double's range in any claim makes
+        // Foundation's (and Go's) reader refuse the whole payload, so the token is refused too.
+        for claim in [#""x":1e400"#, #""x":[1,{"y":-1e400}]"#, #""iat":1e309"#] {
+            let payload = #"{"exp":1800000600,"authorization":{"vehicleid":"v-1"},"# + claim + "}"
+            #expect(throws: ProviderError.self, "\(claim)") {
+                try acceptance.accept(token: makeRawJWT(payload: payload), expiresAt: now + 60, for: key, now: now)
+            }
         }
         for exp in [#""1800000600""#, "null", "true", "[1800000600]"] {
             #expect(throws: ProviderError.self, "exp \(exp)") {

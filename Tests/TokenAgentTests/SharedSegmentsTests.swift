@@ -202,7 +202,9 @@ struct SharedSegmentsTests {
         for index in 0..<10 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
         let first = try #require(offeredGeneration(segments))
         for index in 10..<48 { #expect(store(segments, "v-\(index)", "tok-v-\(index)")) }
-        let deadline = ContinuousClock.now + .seconds(30)
+        // The copy runs once the heartbeat's task is scheduled on Swift concurrency's pool, which
+        // a loaded parallel run may keep busy for a long while: the deadline only catches a hang.
+        let deadline = ContinuousClock.now + .seconds(120)
         while offeredGeneration(segments) == first, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(5))
         }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TokenAgent
+import TokenWire
 
 /// One strict path for bytes from outside (issue 33 §5): a provider's reply, the config file and an
 /// issuer's key file are read by `StrictJSON`, and a name given twice, at any depth, is refused

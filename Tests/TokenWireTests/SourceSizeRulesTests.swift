@@ -15,28 +15,12 @@ struct SourceSizeRulesTests {
     /// to be still over the limit so it shrinks once they are split.
     private static let exceptions: [String: String] = [:]
 
-    /// The Swift files under `folder` (relative to the repository root), as paths from the root,
-    /// sorted; symbolic links left out, so each file is
-    /// counted once, where it is.
-    private static func swiftFiles(under folder: String) throws -> [String] {
-        let root = DocText.root().appendingPathComponent(folder).path
-        let manager = FileManager.default
-        let found = try #require(manager.enumerator(atPath: root), "cannot list \(folder)")
-        var files: [String] = []
-        for case let path as String in found where path.hasSuffix(".swift") {
-            let attributes = try manager.attributesOfItem(atPath: root + "/" + path)
-            if attributes[.type] as? FileAttributeType == .typeSymbolicLink { continue }
-            files.append(folder + "/" + path)
-        }
-        return files.sorted()
-    }
-
     private static func lineCount(_ path: String) throws -> Int {
         DocText.lineCount(try DocText.read(path))
     }
 
     @Test func noSwiftFileUnderSourcesOrTestsIsOver450Lines() throws {
-        let files = try Self.swiftFiles(under: "Sources") + Self.swiftFiles(under: "Tests")
+        let files = try DocText.swiftFiles(under: "Sources") + DocText.swiftFiles(under: "Tests")
         #expect(files.contains("Sources/TokenWire/RequestParser.swift"), "the walk found no sources")
         #expect(files.contains("Tests/TokenWireTests/SourceSizeRulesTests.swift"), "the walk found no tests")
         for file in files where Self.exceptions[file] == nil {

@@ -2,7 +2,9 @@
 #define CSOCKETLOOP_H
 
 // What the agent's socket loop needs from C that Swift's Glibc module does not carry: epoll,
-// eventfd, accept4's flags and struct ucred (SO_PEERCRED).
+// eventfd, accept4's flags and struct ucred (SO_PEERCRED); the O_PATH descriptors through which
+// `fleet-tokend prepare-directories` changes a directory's owner and mode (GNU declarations); and
+// statfs, for the cache file's file system.
 
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -19,6 +21,10 @@ static inline struct epoll_event fsl_event(uint32_t events, uint64_t data) {
 
 /// The 64-bit word of an event epoll_wait returned.
 static inline uint64_t fsl_event_data(const struct epoll_event *event) { return event->data.u64; }
+
+/// The statfs f_type of the file system holding `path` (TMPFS_MAGIC, RAMFS_MAGIC, ...). 0, or -1
+/// with errno set.
+int fsl_file_system_type(const char *path, int64_t *type);
 
 /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC: the new socket, or -1 with errno set.
 int fsl_accept(int listener);
@@ -57,5 +63,19 @@ int fsl_name_thread(const char *name);
 /// Writes `length` bytes without blocking and without SIGPIPE (send with MSG_NOSIGNAL). The
 /// bytes written, or -1 with errno set.
 ssize_t fsl_send(int socket, const void *bytes, size_t length);
+
+/// Opens the directory at `path` with O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC: a symbolic
+/// link there fails (ENOTDIR or ELOOP), and no permission on the directory itself is needed (only
+/// search on the one it is in). The descriptor, or -1 with errno set.
+int fsl_open_directory_path(const char *path);
+
+/// Changes the owner and group of what the O_PATH descriptor `fd` names (fchownat with
+/// AT_EMPTY_PATH): the object opened, never a path looked up again. 0, or -1 with errno set.
+int fsl_chown_descriptor(int fd, uint32_t uid, uint32_t gid);
+
+/// Sets the mode of what the O_PATH descriptor `fd` names, through /proc/self/fd/<fd> (an O_PATH
+/// descriptor takes no fchmod; the link there is the object opened, not a path looked up again).
+/// 0, or -1 with errno set (ENOENT without /proc).
+int fsl_chmod_descriptor(int fd, mode_t mode);
 
 #endif

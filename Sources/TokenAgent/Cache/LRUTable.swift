@@ -165,6 +165,9 @@ public struct LRUTable<Key: LRUTableKey, Value> {
     /// The slot holding `key`, whose `tableHash` the caller already has.
     public func slot(of key: Key, hashValue: Int) -> Int? { find(key, hash: hashValue) }
 
+    /// One past the highest slot number: every slot below it is in use or free.
+    public var slotCount: Int { keys.count }
+
     /// The key and value in `slot`, if the slot is in use.
     public func entry(inSlot slot: Int) -> (key: Key, value: Value)? {
         guard slot >= 0, slot < keys.count, let key = keys[slot], let value = values[slot] else { return nil }

@@ -180,6 +180,9 @@ public final class TokenEngine: Sendable {
     /// The monotonic clock reading the engine uses.
     public var now: MonotonicInstant { clock.now }
 
+    /// The engine's wall clock now (what a token's `exp` is judged by).
+    public var unixNow: UnixTime { clock.unixNow }
+
     /// The current counters.
     public func statistics() -> EngineStatistics {
         var stats = EngineStatistics()
@@ -412,10 +415,24 @@ public final class TokenEngine: Sendable {
     /// `medium`: to ``TokenCacheMedium/disk``, never those of a kind whose tokens stay in memory
     /// (``TokenProvider/tokensStayInMemory``: access tokens).
     public func exportTokens(to medium: TokenCacheMedium) -> [CachedToken] {
-        let tokens = store.servableTokens(now: clock.now)
-        guard medium == .disk else { return tokens }
-        let providers = fetches.runtime.providers
-        return tokens.filter { providers[$0.kind]?.tokensStayInMemory == false }
+        var tokens: [CachedToken] = []
+        exportTokens(to: medium) { tokens += $0 }
+        return tokens
+    }
+
+    /// The slots one chunk of ``exportTokens(to:chunkSize:_:)`` copies under a shard's lock.
+    public static let exportChunk = 32
+
+    /// Calls `body` with the tokens that can still be served, for `medium` as
+    /// ``exportTokens(to:)`` chooses them, in chunks of at most `chunkSize` of a shard's slots,
+    /// each copied out under that shard's lock and handed over after the lock is let go: a
+    /// snapshot of the whole cache delays a request by one chunk's copy at most.
+    public func exportTokens(
+        to medium: TokenCacheMedium,
+        chunkSize: Int = TokenEngine.exportChunk,
+        _ body: ([CachedToken]) -> Void
+    ) {
+        store.forEachServableChunk(now: clock.now, chunkSize: max(1, chunkSize), medium: medium, body)
     }
 
     /// Takes over tokens an earlier process held, read from `medium`: those of configured kinds
@@ -425,8 +442,8 @@ public final class TokenEngine: Sendable {
     public func importTokens(_ tokens: [CachedToken], from medium: TokenCacheMedium) -> Int {
         var tokens = tokens
         if medium == .disk {
-            let providers = fetches.runtime.providers
-            tokens.removeAll { providers[$0.kind]?.tokensStayInMemory != false }
+            let runtime = fetches.runtime
+            tokens.removeAll { !runtime.keeps($0.kind, on: .disk) }
         }
         return store.take(tokens, now: clock.now, unixNow: clock.unixNow)
     }
@@ -434,7 +451,7 @@ public final class TokenEngine: Sendable {
     /// Whether `kind`'s tokens stay in memory, never written to disk
     /// (``TokenProvider/tokensStayInMemory``); `false` for a kind not configured.
     public func tokensStayInMemory(kind: String) -> Bool {
-        fetches.runtime.providers[kind]?.tokensStayInMemory ?? false
+        !fetches.runtime.keeps(kind, on: .disk)
     }
 
     /// Shuts the providers down (closes HTTP connections), those still retiring after a reload

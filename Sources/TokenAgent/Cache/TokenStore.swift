@@ -167,28 +167,50 @@ final class TokenStore: Sendable {
         }
     }
 
-    /// The tokens that can still be served at `now`, least recently used first within each shard.
-    func servableTokens(now: MonotonicInstant) -> [CachedToken] {
-        var tokens: [CachedToken] = []
+    /// Calls `body` with the tokens that can still be served at `now`, a chunk of at most
+    /// `chunkSize` slots of one shard at a time: each chunk is copied out under its shard's lock,
+    /// which is let go before `body` runs, so a snapshot of the whole cache holds no lock for
+    /// longer than one chunk's copy (requests for that shard's keys wait at most that long).
+    /// Chunks go by slot, not by use: an entry added to a slot already passed is not seen, one
+    /// changed meanwhile is seen as it is when its chunk is copied. For `medium`
+    /// ``TokenCacheMedium/disk``, the tokens of kinds that stay in memory are left where they are,
+    /// never copied out.
+    func forEachServableChunk(
+        now: MonotonicInstant,
+        chunkSize: Int,
+        medium: TokenCacheMedium,
+        _ body: ([CachedToken]) -> Void
+    ) {
         for shard in shards {
-            shard.state.withLock { shard in
-                let runtime = shard.runtime
-                var own: [CachedToken] = []
-                shard.table.forEachKey { key, entry in
-                    guard runtime.policy(for: key.kind).isServable(remaining: entry.remaining(at: now)),
-                        let token = shard.tokenText(entry, key: key)
-                    else {
-                        return
+            var start = 0
+            while true {
+                let (tokens, next) = shard.state.withLock { shard -> ([CachedToken], Int?) in
+                    let end = min(start + chunkSize, shard.table.slotCount)
+                    guard start < end else { return ([], nil) }
+                    let runtime = shard.runtime
+                    var tokens: [CachedToken] = []
+                    for slot in start..<end {
+                        guard let held = shard.table.entry(inSlot: slot),
+                            runtime.keeps(held.key.kind, on: medium),
+                            runtime.policy(for: held.key.kind).isServable(remaining: held.value.remaining(at: now)),
+                            let token = shard.tokenText(held.value, key: held.key)
+                        else { continue }
+                        tokens.append(
+                            CachedToken(
+                                kind: held.key.kind,
+                                id: held.key.tokenKey.id,
+                                token: token,
+                                expiresAt: held.value.unixExpiry.wholeSeconds
+                            )
+                        )
                     }
-                    let id = key.tokenKey.id
-                    own.append(
-                        CachedToken(kind: key.kind, id: id, token: token, expiresAt: entry.unixExpiry.wholeSeconds)
-                    )
+                    return (tokens, end)
                 }
-                tokens += own.reversed()
+                if !tokens.isEmpty { body(tokens) }
+                guard let next else { break }
+                start = next
             }
         }
-        return tokens
     }
 
     /// Caches `tokens` of configured kinds that can still be served, as if fetched at `now`; an id

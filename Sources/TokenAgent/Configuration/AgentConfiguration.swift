@@ -1,5 +1,10 @@
-import Foundation
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Everything `fleet-tokend serve` is configured with: the config file's keys, overridden by flags.
 public struct AgentConfiguration: Sendable, Hashable {
@@ -95,6 +100,15 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var watchConfig = false
     /// Seconds between two looks at the watched files (`watch_interval`, default 2).
     public var watchInterval: Double = 2
+    /// Where the cache snapshot is kept across restarts (`cache_file`, an absolute path); `nil`:
+    /// no cache file (the default).
+    public var cacheFile: String?
+    /// Seconds between two writes of the cache snapshot (`cache_file_interval`): 0 (only at stop),
+    /// or 1 to 3600; default 60. Under systemd the fd store's snapshot is refreshed as often.
+    public var cacheFileInterval: Double = 60
+    /// Whether the cache file may be on a file system that is not memory-backed
+    /// (`cache_file_on_disk`, default false: tmpfs or ramfs only).
+    public var cacheFileOnDisk = false
 
     /// Creates the default configuration; the socket path comes from `environment`.
     public init(environment: [String: String] = [:]) {
@@ -216,6 +230,31 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// The log levels accepted.
     public static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
 
+    /// Checks `cache_file` and `cache_file_interval`; where the file may go is checked at start
+    /// (`CacheFile.prepare`), with the file system.
+    func validateCacheFile() throws {
+        guard cacheFileInterval.isFinite,
+            cacheFileInterval == 0 || (cacheFileInterval >= 1 && cacheFileInterval <= 3600)
+        else {
+            throw ConfigurationError(key: "cache_file_interval", "must be 0 (only at stop), or seconds from 1 to 3600")
+        }
+        guard let cacheFile else { return }
+        let name = cacheFile.split(separator: "/").last.map(String.init) ?? ""
+        guard cacheFile.hasPrefix("/"), !cacheFile.hasSuffix("/"), cacheFile.utf8.count < 4096,
+            !cacheFile.utf8.contains(0), name != ".", name != ".."
+        else {
+            throw ConfigurationError(key: "cache_file", "must be the absolute path of a file, under 4096 bytes")
+        }
+        let socketDirectory = socketPath.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+        let cacheDirectory = cacheFile.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+        guard !socketPath.hasPrefix("/") || socketDirectory != cacheDirectory else {
+            throw ConfigurationError(
+                key: "cache_file",
+                "must not be in the socket's directory, which workers can reach: use a directory of the agent's own"
+            )
+        }
+    }
+
     /// Checks every value; throws the first problem, naming its key.
     public func validate() throws {
         guard !socketPath.isEmpty, socketPath.utf8.count < 108 else {
@@ -278,6 +317,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         guard watchInterval.isFinite, watchInterval >= 0.1, watchInterval <= 3600 else {
             throw ConfigurationError(key: "watch_interval", "must be seconds from 0.1 to 3600")
         }
+        try validateCacheFile()
         guard Self.logLevels.contains(logLevel) else {
             throw ConfigurationError(key: "log_level", "must be one of \(Self.logLevels.joined(separator: ", "))")
         }
@@ -302,6 +342,12 @@ public struct AgentConfiguration: Sendable, Hashable {
             guard provider.url.contains("{id}") else {
                 throw ConfigurationError(key: key + ".url", "must contain {id} where the id goes")
             }
+            guard Self.hasASCIIHost(provider.url) else {
+                throw ConfigurationError(
+                    key: key + ".url",
+                    "host must be ASCII: write an internationalized name in its xn-- (punycode) form"
+                )
+            }
             if let value = provider.maxLifetime, !(value >= 60 && value <= Self.longestMaxLifetime) {
                 throw ConfigurationError(key: key + ".max_lifetime", "must be seconds from 60 to 2592000")
             }
@@ -321,5 +367,16 @@ public struct AgentConfiguration: Sendable, Hashable {
         if !demo, !hasTokenSource {
             throw ConfigurationError(key: "providers", Self.nothingToServe)
         }
+    }
+
+    /// Whether the host of `url` (between `://` and the path, query or fragment, past any
+    /// user-info) is ASCII: the agent does not convert an internationalized name to its `xn--`
+    /// form.
+    static func hasASCIIHost(_ url: String) -> Bool {
+        let rest = url.utf8.firstRange(of: "://".utf8).map { url.utf8[$0.upperBound...] } ?? url.utf8[...]
+        let authority = rest.prefix { $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }
+        let host =
+            authority.lastIndex(of: UInt8(ascii: "@")).map { authority[authority.index(after: $0)...] } ?? authority
+        return host.allSatisfy { $0 < 0x80 }
     }
 }

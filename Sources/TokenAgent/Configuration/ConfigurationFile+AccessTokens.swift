@@ -1,3 +1,5 @@
+import TokenWire
+
 // The config file's `access_tokens`: one object per entry, read as strictly as the rest.
 extension ConfigurationFile {
     /// The keys each entry of `access_tokens` accepts; any other is refused.

@@ -1,4 +1,10 @@
-import Foundation
+import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The JSON config file: the same settings as the flags, with `_` for `-` in their names, and one
 /// object per kind under `providers`. Unknown keys are refused, so a typo cannot pass silently.
@@ -41,6 +47,9 @@ public enum ConfigurationFile {
         var watchConfig: Bool?
         var watchInterval: Double?
         var demo: Bool?
+        var cacheFile: String?
+        var cacheFileInterval: Double?
+        var cacheFileOnDisk: Bool?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case socket, providers, issuers, demo
@@ -76,6 +85,9 @@ public enum ConfigurationFile {
             case trustRoot = "trust_root"
             case watchConfig = "watch_config"
             case watchInterval = "watch_interval"
+            case cacheFile = "cache_file"
+            case cacheFileInterval = "cache_file_interval"
+            case cacheFileOnDisk = "cache_file_on_disk"
         }
     }
 
@@ -241,6 +253,9 @@ public enum ConfigurationFile {
         if let value = contents.watchConfig { configuration.watchConfig = value }
         if let value = contents.demo { configuration.demo = value }
         if let value = contents.watchInterval { configuration.watchInterval = value }
+        if let value = contents.cacheFile { configuration.cacheFile = value }
+        if let value = contents.cacheFileInterval { configuration.cacheFileInterval = value }
+        if let value = contents.cacheFileOnDisk { configuration.cacheFileOnDisk = value }
         if let value = contents.maxConnectionsPerUid {
             configuration.maxConnectionsPerUID = try whole(value, key: "max_connections_per_uid")
         }

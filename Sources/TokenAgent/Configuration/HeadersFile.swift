@@ -1,5 +1,3 @@
-import Foundation
-
 /// A file of extra request headers for a provider: one `Name: value` a line; blank lines and lines
 /// starting with `#` are skipped. The values are secrets: they are never logged.
 public enum HeadersFile {
@@ -7,17 +5,14 @@ public enum HeadersFile {
     public static func parse(_ text: String, key: String) throws -> [(String, String)] {
         var headers: [(String, String)] = []
         for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = rawLine.trimmingCharacters(in: .whitespacesAndNewlines)
+            let line = rawLine.trimmingWhitespaceAndNewlines()
             if line.isEmpty || line.hasPrefix("#") { continue }
             guard let colon = line.firstIndex(of: ":") else {
                 throw ConfigurationError(key: key, "line \(number + 1) is not 'Name: value'")
             }
-            let name = line[..<colon].trimmingCharacters(in: .whitespaces)
-            let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-            let tokenCharacters = CharacterSet(
-                charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-            )
-            guard !name.isEmpty, name.unicodeScalars.allSatisfy(tokenCharacters.contains) else {
+            let name = line[..<colon].trimmingWhitespace()
+            let value = line[line.index(after: colon)...].trimmingWhitespace()
+            guard !name.isEmpty, name.utf8.allSatisfy(isTokenCharacter) else {
                 throw ConfigurationError(key: key, "line \(number + 1) has an invalid header name")
             }
             guard !value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
@@ -26,5 +21,17 @@ public enum HeadersFile {
             headers.append((name, value))
         }
         return headers
+    }
+
+    /// Whether `byte` may be in a header name: RFC 9110's `tchar`, letters, digits and
+    /// ``!#$%&'*+-.^_`|~``.
+    private static func isTokenCharacter(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return true
+        default:
+            return "!#$%&'*+-.^_`|~".utf8.contains(byte)
+        }
     }
 }

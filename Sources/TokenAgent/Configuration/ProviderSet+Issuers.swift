@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 extension ProviderSet {
     /// One kind's issuer as configured: a key-file issuer already read (it holds no connection),

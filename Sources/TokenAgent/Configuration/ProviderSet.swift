@@ -1,6 +1,11 @@
 import Crypto
-import Foundation
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Builds the provider of each kind from a configuration, and tells on reload which kinds'
 /// providers changed.
@@ -14,6 +19,11 @@ public enum ProviderSet {
         public var identities: [String: String]
         /// The host's credentials, which key-less issuers share; `nil` when no issuer is key-less.
         public var credentials: (any AccessTokenSource)?
+        /// The checks a token of each kind passes when it comes from a cache snapshot instead of
+        /// its provider (``SnapshotAdoption``): an HTTP kind's own (claim, `accept_wildcard`,
+        /// `max_lifetime`), and for an issuer's kind the claim it signs and its lifetime (the
+        /// wildcard kinds accept their `*` entries).
+        public var acceptance = TokenAcceptance()
 
         /// A digest of each kind's identity: what a cache hand-over records, so the next process
         /// takes a kind's tokens only from the same provider (no URL or setting in clear).
@@ -179,7 +189,38 @@ public enum ProviderSet {
                 }
             }
         }
-        return Built(providers: providers, identities: identities, credentials: credentials)
+        var built = Built(providers: providers, identities: identities, credentials: credentials)
+        built.acceptance = adoptionAcceptance(
+            acceptance,
+            issuers: issuers,
+            localKinds: issuerIdentity.isEmpty
+                ? [] : FleetEngineKinds.all.filter { configuration.providers[$0] == nil && issuers[$0] == nil },
+            localLifetime: configuration.issuerLifetime
+        )
+        return built
+    }
+
+    /// The acceptance of the HTTP kinds (`http`), widened to the issuers' kinds: each per-id kind
+    /// with the claim its issuer signs, each wildcard kind with its `*` entries, and the lifetime
+    /// of its tokens as their longest.
+    private static func adoptionAcceptance(
+        _ http: TokenAcceptance,
+        issuers: [String: ConfiguredIssuer],
+        localKinds: [String],
+        localLifetime: Double
+    ) -> TokenAcceptance {
+        var acceptance = http
+        for (kind, issuer) in issuers {
+            if IssuerClaims.wildcardEntries[kind] != nil {
+                acceptance.claimNames[kind] = nil
+                acceptance.wildcardKinds.insert(kind)
+            } else {
+                acceptance.claimNames[kind] = issuer.claims.claimNames[kind]
+            }
+            acceptance.maxLifetimes[kind] = issuer.lifetime
+        }
+        for kind in localKinds { acceptance.maxLifetimes[kind] = localLifetime }
+        return acceptance
     }
 
     /// The bytes of the file at `path` named by setting `key`, at most `limit` of them
@@ -201,6 +242,6 @@ public enum ProviderSet {
     }
 
     static func digest(_ bytes: [UInt8]) -> String {
-        SHA256.hash(data: bytes).prefix(8).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: bytes).prefix(8).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
     }
 }

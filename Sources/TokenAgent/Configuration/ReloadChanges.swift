@@ -47,7 +47,8 @@ public struct ReloadChanges: Equatable, Sendable {
         StartupKey("shared_memory", \.sharedMemory), StartupKey("shared_memory_max_bytes", \.sharedMemoryMaxBytes),
         StartupKey("shared_memory_rotation", \.sharedMemoryRotation), StartupKey("metrics_listen", \.metricsListen),
         StartupKey("metrics_head_timeout", \.metricsHeadTimeout), StartupKey("degraded_after", \.degradedAfter),
-        StartupKey("refresher_stall_after", \.refresherStallAfter),
+        StartupKey("refresher_stall_after", \.refresherStallAfter), StartupKey("cache_file", \.cacheFile),
+        StartupKey("cache_file_interval", \.cacheFileInterval), StartupKey("cache_file_on_disk", \.cacheFileOnDisk),
     ]
 
     /// The field's value before any reload was applied.

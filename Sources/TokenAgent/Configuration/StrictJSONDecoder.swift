@@ -1,3 +1,5 @@
+import TokenWire
+
 /// Decodes a `Decodable` value from JSON already read by ``StrictJSON``, so a file is parsed once,
 /// strictly, and then decoded: the config file's reader (``ConfigurationFile``).
 ///

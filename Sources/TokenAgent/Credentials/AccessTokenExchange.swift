@@ -1,7 +1,7 @@
 import AsyncHTTPClient
-import Foundation
 import NIOCore
 import Synchronization
+import TokenWire
 
 /// One way of getting an access token over HTTP: which request, to where, and how its reply reads.
 enum AccessTokenGrant: Sendable, CustomStringConvertible {

@@ -1,5 +1,11 @@
-import Foundation
+import TokenWire
 import _CryptoExtras
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// An Application Default Credentials file, read: a service-account key or a gcloud user's
 /// refresh token. Other types are refused at start-up with what to use instead.

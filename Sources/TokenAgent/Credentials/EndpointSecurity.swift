@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// Which URLs may carry Bearer tokens and OAuth secrets: `https` anywhere, plain `http` only to
 /// this host (loopback) or to Google's metadata server.
@@ -96,7 +100,7 @@ public enum EndpointSecurity {
     /// query or fragment, after `scheme://` if any) replaced by `<redacted>`: a password in an
     /// endpoint never reaches a message or a log.
     public static func redactingUserInfo(_ text: String) -> String {
-        let start = text.range(of: "://")?.upperBound ?? text.startIndex
+        let start = text.firstRange(of: "://")?.upperBound ?? text.startIndex
         let rest = text[start...]
         let end = rest.firstIndex(where: { "/?#".contains($0) }) ?? rest.endIndex
         guard let at = rest[..<end].lastIndex(of: "@") else { return text }

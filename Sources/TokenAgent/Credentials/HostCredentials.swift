@@ -1,5 +1,10 @@
-import Foundation
 import Logging
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Finds the host's Application Default Credentials the way Google's client libraries do, and
 /// makes the ``AccessTokenSource`` that reads them.

@@ -1,6 +1,11 @@
-import Foundation
 import Logging
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// Warns when a file holding a secret (a service-account key, a credentials file) can be read by
 /// its group or by others, as sshd and gcloud do: once per file and mode in the process, so a

@@ -1,4 +1,14 @@
-import Foundation
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// An endpoint that carries secrets (`iam_endpoint`, a credentials file's `token_uri`, the
 /// metadata host), held as its parts: a scheme, a host, a port and an optional path prefix, and
@@ -40,7 +50,7 @@ public struct ServiceEndpoint: Sendable, Hashable, CustomStringConvertible {
         guard text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\\") }) else {
             throw refuse("holds a space, a control character, a backslash or non-ASCII text")
         }
-        guard let separator = text.range(of: "://") else {
+        guard let separator = text.firstRange(of: "://") else {
             throw ConfigurationError(key: key, "\(shown) is not an absolute URL with a host")
         }
         let scheme = text[..<separator.lowerBound].lowercased()

@@ -1,9 +1,14 @@
 import AsyncHTTPClient
-import Foundation
 import Logging
 import NIOCore
 import Synchronization
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Fetches tokens from an HTTP token provider: `GET` on a URL template where `{id}` is replaced by
 /// the percent-encoded id, with optional extra headers (the agent's own credentials).
@@ -59,7 +64,7 @@ public final class HTTPTokenProvider: TokenProvider {
 
     /// The URL for `id`: the template with `{id}` replaced by the percent-encoded id.
     public static func url(template: String, id: String) -> String {
-        template.replacingOccurrences(of: "{id}", with: percentEncode(id))
+        template.replacing("{id}", with: percentEncode(id))
     }
 
     /// Percent-encodes every byte of `text` but the unreserved ones (`A-Z a-z 0-9 - . _ ~`).
@@ -79,7 +84,7 @@ public final class HTTPTokenProvider: TokenProvider {
 
     /// The template without any user-info or query (which may carry secrets).
     public static func redactedURL(_ template: String) -> String {
-        guard var components = URLComponents(string: template.replacingOccurrences(of: "{id}", with: "ID")) else {
+        guard var components = URLComponents(string: template.replacing("{id}", with: "ID")) else {
             return "<url>"
         }
         components.user = nil

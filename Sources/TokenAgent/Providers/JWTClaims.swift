@@ -1,4 +1,10 @@
-import Foundation
+import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The few claims of a JWT the agent reads. No signature check: the agent is not the audience,
 /// it only reads `exp` and `authorization` to bound caching and catch a token for the wrong id.
@@ -25,15 +31,15 @@ public struct JWTClaims: Sendable {
     public var issuedAt: Double?
     /// The `authorization` claim.
     public var authorization: Authorization
-    /// Why the payload as a whole cannot be trusted, if it cannot: a claim given twice, or an
-    /// `exp` that is not a finite number.
+    /// Why the payload as a whole cannot be trusted, if it cannot: a claim given twice, an `exp`
+    /// that is not a finite number, or any number past a Double's range (`1e400`) in any claim.
     public var problem: String?
 
     /// Decodes the payload of a compact JWS; `nil` when `token` is not a JWT (three parts, the
     /// first two strict unpadded base64url (``StrictBase64URL``) of a JSON object header with
     /// `alg` and of a JSON object payload).
     public init?(token: String) {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = Self.dotParts(token)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
             let header = Self.decodeObject(parts[0]), header.contains(where: { $0.name == "alg" }),
             let payload = Self.decodeObject(parts[1])
@@ -63,6 +69,12 @@ public struct JWTClaims: Sendable {
                 continue
             }
         }
+        // A number past a Double's range (`1e400`) anywhere in the payload: the strict reader
+        // takes it as infinite, but Foundation's reader, and Go's into a float64, refuse the whole
+        // payload, so its claims might be read no further by Fleet Engine either.
+        if problem == nil, let member = payload.first(where: { Self.holdsNonFiniteNumber($0.value) }) {
+            problem = "claim \(Self.printable(member.name)) holds a number that is not finite"
+        }
         self.expiresAt = expiresAt
         self.issuedAt = issuedAt
         self.authorization = authorization
@@ -75,9 +87,38 @@ public struct JWTClaims: Sendable {
     /// treated as an opaque token: another reader may well read its claims, and see what this one
     /// could not check.
     public static func looksLikeJWT(_ token: String) -> Bool {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = dotParts(token)
         guard parts.count == 3, !parts[0].isEmpty else { return false }
         return mayReadAsObject(parts[0])
+    }
+
+    /// `token`'s dot-separated parts, exactly as `split(separator: ".", omittingEmptySubsequences:
+    /// false)` gives them. An ASCII token (every token the agent accepts is printable ASCII) is
+    /// split on its bytes, which for ASCII is the same split without walking `Character`s: that
+    /// walk was most of the time a cache snapshot's 100,000 tokens took to check at start. Other
+    /// text takes the `Character` split, where a `.` joined by a combining mark is no separator.
+    static func dotParts(_ token: String) -> [Substring] {
+        let utf8 = token.utf8
+        let dots: [Int]? =
+            utf8.withContiguousStorageIfAvailable { bytes in
+                var dots: [Int] = []
+                for (offset, byte) in bytes.enumerated() {
+                    if byte >= 0x80 { return nil }
+                    if byte == UInt8(ascii: ".") { dots.append(offset) }
+                }
+                return dots
+            } ?? nil
+        guard let dots else { return token.split(separator: ".", omittingEmptySubsequences: false) }
+        var parts: [Substring] = []
+        parts.reserveCapacity(dots.count + 1)
+        var start = utf8.startIndex
+        for offset in dots {
+            let dot = utf8.index(utf8.startIndex, offsetBy: offset)
+            parts.append(token[start..<dot])
+            start = utf8.index(after: dot)
+        }
+        parts.append(token[start..<utf8.endIndex])
+        return parts
     }
 
     /// Whether a lenient reader may take `part` for base64 of a JSON object: decoded as many JWT
@@ -86,10 +127,28 @@ public struct JWTClaims: Sendable {
     /// reader takes for a JWT is never served as opaque); claims are read through
     /// ``StrictBase64URL`` alone.
     static func mayReadAsObject(_ part: Substring) -> Bool {
-        var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        // Strict base64url, as every JWT part the agent accepts is, decodes to the bytes the
+        // lenient reader decodes (it takes a superset, with the same bytes for these); only
+        // another spelling needs Foundation's decoder.
+        if let strict = StrictBase64URL.decode(part) { return startsLikeAnObject(strict) }
+        var base64 = String(part).replacing("-", with: "+").replacing("_", with: "/")
         while base64.count % 4 != 0 { base64.append("=") }
-        let bytes = Data(base64Encoded: base64)
-        return bytes?.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
+        return Data(base64Encoded: base64).map(startsLikeAnObject) ?? false
+    }
+
+    /// Whether `bytes` start, past whitespace and a byte-order mark, with `{`.
+    private static func startsLikeAnObject(_ bytes: some Collection<UInt8>) -> Bool {
+        bytes.first(where: { ![0x20, 0x09, 0x0A, 0x0D, 0xEF, 0xBB, 0xBF].contains($0) }) == UInt8(ascii: "{")
+    }
+
+    /// Whether `value` is, or holds at any depth, a number that is not finite.
+    static func holdsNonFiniteNumber(_ value: StrictJSON) -> Bool {
+        switch value {
+        case .number(let number): return !number.isFinite
+        case .array(let items): return items.contains(where: holdsNonFiniteNumber)
+        case .object(let members): return members.contains { holdsNonFiniteNumber($0.value) }
+        default: return false
+        }
     }
 
     /// Whether any entry of the `authorization` claim is `*` (Fleet Engine's wildcard).
@@ -137,9 +196,9 @@ public struct JWTClaims: Sendable {
     /// Encodes bytes as unpadded base64url text.
     public static func base64URLEncode(_ data: some Sequence<UInt8>) -> String {
         Data(data).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+            .replacing("+", with: "-")
+            .replacing("/", with: "_")
+            .replacing("=", with: "")
     }
 
     /// The members of the JSON object `part` spells in strict base64url (``StrictBase64URL``).

@@ -1,4 +1,4 @@
-import Foundation
+import TokenWire
 
 /// How a configured expiry field is to be read.
 public enum ExpiryMode: String, Sendable, Hashable, Codable {
@@ -62,7 +62,7 @@ public struct ProviderReply: Sendable, Hashable {
     public static func expiry(cacheControl: String?, expires: String?, now: Double) -> Double? {
         if let cacheControl {
             for directive in cacheControl.split(separator: ",") {
-                let parts = directive.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
+                let parts = directive.trimmingWhitespace().split(separator: "=", maxSplits: 1)
                 if parts.count == 2, parts[0].lowercased() == "max-age", let seconds = deltaSeconds(parts[1]) {
                     return now + seconds
                 }
@@ -87,7 +87,7 @@ public struct ProviderReply: Sendable, Hashable {
     /// The seconds a `Retry-After` header asks to wait at wall time `now`: whole seconds, or an
     /// HTTP date. `nil` when absent or unreadable; never negative.
     public static func retryAfter(_ header: String?, now: Double) -> Double? {
-        guard let header = header?.trimmingCharacters(in: .whitespaces), !header.isEmpty else { return nil }
+        guard let header = header?.trimmingWhitespace(), !header.isEmpty else { return nil }
         if header.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
             return header.utf8.count <= 9 ? Double(header) : nil
         }
@@ -97,8 +97,8 @@ public struct ProviderReply: Sendable, Hashable {
     private func readBody(_ body: [UInt8], contentType: String?, now: Double) throws -> (
         token: String, expiresAt: Double?
     ) {
-        let mediaType = contentType?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
-        let trimmed = String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let mediaType = contentType?.split(separator: ";").first?.trimmingWhitespace().lowercased()
+        let trimmed = String(decoding: body, as: UTF8.self).trimmingWhitespaceAndNewlines()
         if trimmed.hasPrefix("{") {
             let object: StrictJSON.Object?
             do {
@@ -159,7 +159,7 @@ public struct ProviderReply: Sendable, Hashable {
         case .number(let value):
             number = value
         case .string(let text):
-            if let parsed = Double(text.trimmingCharacters(in: .whitespaces)) {
+            if let parsed = Double(text.trimmingWhitespace()) {
                 number = parsed
             } else if mode == .absolute, let date = Timestamps.rfc3339(text) {
                 return date

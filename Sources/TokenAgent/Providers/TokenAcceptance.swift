@@ -42,7 +42,8 @@ public struct TokenAcceptance: Sendable {
     ///   unsigned token, or one whose header readers may read differently, is never served.
     /// - For a JWT, the payload is read strictly (``JWTClaims``, through ``StrictBase64URL``; a
     ///   payload only a lenient reader decodes makes the token a refusal): a claim given twice or
-    ///   an `exp` that is not a finite number fails the reply; an `authorization` claim that is not an
+    ///   an `exp` that is not a finite number, or a number past a Double's range in any claim,
+    ///   fails the reply; an `authorization` claim that is not an
     ///   object of distinct string entries, holds `*` in any entry, lacks the kind's entry (when
     ///   the kind has one) or names another id makes the token a refusal of this id
     ///   (``ProviderError/rejected(_:)``), unless the kind accepts wildcards.
@@ -87,7 +88,7 @@ public struct TokenAcceptance: Sendable {
     /// What makes the header of `token` unfit, when `token` is a signed JWT (three parts, its
     /// header or payload an object); `nil` when it fits or `token` is opaque.
     static func headerProblem(_ token: String) -> String? {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = JWTClaims.dotParts(token)
         guard parts.count == 3 else { return nil }
         guard JWTClaims.mayReadAsObject(parts[0]) || JWTClaims.mayReadAsObject(parts[1]) else { return nil }
         guard let bytes = StrictBase64URL.decode(parts[0]) else {

@@ -1,7 +1,12 @@
 import AsyncHTTPClient
-import Foundation
 import NIOCore
 import NIOHTTP1
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 extension HTTPClient {
     /// The client every outbound call of the agent uses (token providers, IAM Credentials, the

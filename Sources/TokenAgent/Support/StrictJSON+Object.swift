@@ -1,3 +1,5 @@
+import TokenWire
+
 extension StrictJSON {
     /// A member name given twice in one object: where (the dotted path of the names and array
     /// indices leading to it, the name last, as in `providers.vehicle.url` or

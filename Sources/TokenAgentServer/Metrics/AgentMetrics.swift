@@ -157,6 +157,26 @@ public final class AgentMetrics: Sendable {
             for kind in Set(engine.kinds).union(["admin"]).union(denied.keys) {
                 counter("fleet_tokend_denied_total", [("kind", kind)], total: denied[kind] ?? 0)
             }
+            let snapshot = status.snapshots.counts
+            let adoption = snapshot.adoption
+            for (outcome, count) in [
+                ("adopted", adoption.adopted), ("changed_provider", adoption.changedProvider),
+                ("expired", adoption.expired), ("refused", adoption.refused),
+            ] {
+                gauge("fleet_tokend_snapshot_adopted_tokens", [("outcome", outcome)], Double(count))
+            }
+            counter("fleet_tokend_snapshot_writes_total", total: snapshot.writes)
+            for (destination, failures) in snapshot.failures {
+                counter("fleet_tokend_snapshot_write_failures_total", [("destination", destination)], total: failures)
+            }
+            gauge(
+                "fleet_tokend_snapshot_last_write_timestamp_seconds",
+                [],
+                (snapshot.lastWrite?.endedAt ?? 0).rounded()
+            )
+            gauge("fleet_tokend_snapshot_last_write_bytes", [], Double(snapshot.lastWrite?.bytes ?? 0))
+            gauge("fleet_tokend_snapshot_last_write_tokens", [], Double(snapshot.lastWrite?.tokens ?? 0))
+            gauge("fleet_tokend_snapshot_last_write_duration_seconds", [], snapshot.lastWrite?.duration ?? 0)
             gauge("fleet_tokend_connections_open", [], Double(status.server.openConnections))
             counter("fleet_tokend_connections_total", total: status.server.acceptedConnections)
             counter("fleet_tokend_connections_refused_total", total: status.server.refusedConnections)

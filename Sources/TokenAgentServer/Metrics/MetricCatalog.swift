@@ -222,6 +222,49 @@ public enum MetricCatalog {
             help: "TOUCH lines counted: keys reported read through shared memory."
         ),
         Entry(
+            name: "fleet_tokend_snapshot_adopted_tokens",
+            kind: .gauge,
+            labels: ["outcome"],
+            help:
+                "Tokens of the cache snapshot read at start, by outcome (adopted, changed_provider, expired, refused)."
+        ),
+        Entry(
+            name: "fleet_tokend_snapshot_writes_total",
+            kind: .counter,
+            labels: [],
+            help: "Cache snapshots written to every destination (cache file, fd store)."
+        ),
+        Entry(
+            name: "fleet_tokend_snapshot_write_failures_total",
+            kind: .counter,
+            labels: ["destination"],
+            help: "Cache snapshot writes that failed, by destination (file, fd_store)."
+        ),
+        Entry(
+            name: "fleet_tokend_snapshot_last_write_timestamp_seconds",
+            kind: .gauge,
+            labels: [],
+            help: "Unix time the last cache snapshot was written (0: none yet)."
+        ),
+        Entry(
+            name: "fleet_tokend_snapshot_last_write_bytes",
+            kind: .gauge,
+            labels: [],
+            help: "Bytes of the last cache snapshot written."
+        ),
+        Entry(
+            name: "fleet_tokend_snapshot_last_write_tokens",
+            kind: .gauge,
+            labels: [],
+            help: "Tokens in the last cache snapshot written."
+        ),
+        Entry(
+            name: "fleet_tokend_snapshot_last_write_duration_seconds",
+            kind: .gauge,
+            labels: [],
+            help: "How long the last cache snapshot took: export, encoding and every destination's write."
+        ),
+        Entry(
             name: "fleet_tokend_connections_open",
             kind: .gauge,
             labels: [],

@@ -244,7 +244,7 @@ final class MetricsHTTPHandler: ChannelInboundHandler {
     /// it names (`/` for none).
     static func path(of target: String) -> Substring {
         var rest = Substring(target)
-        if !rest.hasPrefix("/"), let separator = rest.range(of: "://") {
+        if !rest.hasPrefix("/"), let separator = rest.firstRange(of: "://") {
             let scheme = rest[..<separator.lowerBound]
             if !scheme.isEmpty, scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) })
             {

@@ -1,4 +1,3 @@
-import Foundation
 import TokenWire
 
 #if canImport(Glibc)
@@ -21,6 +20,21 @@ enum SocketPath {
     /// The mode of a directory the agent creates for its socket.
     static let directoryMode: mode_t = 0o755
 
+    /// What a checked directory is for: its name in messages, and the mode of a directory the
+    /// agent creates on the way to it. The socket's directory and the cache file's follow the
+    /// same rules.
+    struct DirectoryRole: Sendable {
+        /// How messages name the directory (`socket directory`).
+        var name: String
+        /// The mode of a directory the agent creates for it.
+        var mode: mode_t
+
+        /// The socket's directory: created 0755, so that workers can reach the socket.
+        static let socket = DirectoryRole(name: "socket directory", mode: SocketPath.directoryMode)
+        /// The cache file's directory: created 0700, for the agent alone.
+        static let cacheFile = DirectoryRole(name: "cache file directory", mode: 0o700)
+    }
+
     /// The most symbolic links followed in a socket directory's path, as the kernel's `ELOOP`.
     static let maxSymbolicLinks = 40
 
@@ -42,26 +56,56 @@ enum SocketPath {
         }
     }
 
-    /// The directory the socket at `path` goes in: its parent, or `.` for a bare name.
+    /// The directory the socket at `path` goes in: its parent, or `.` for a bare name. Repeated
+    /// slashes count as one and a trailing one is ignored (`/run//a/s/` goes in `/run/a`); the
+    /// parent of `/` is `/`.
     static func directory(of path: String) -> String {
-        let parent = (path as NSString).deletingLastPathComponent
-        return parent.isEmpty ? "." : parent
+        let absolute = path.hasPrefix("/")
+        var components = path.split(separator: "/")
+        guard !components.isEmpty else { return absolute ? "/" : "." }
+        components.removeLast()
+        guard !components.isEmpty else { return absolute ? "/" : "." }
+        return (absolute ? "/" : "") + components.joined(separator: "/")
     }
 
     /// Walks `directory` from `/` one component at a time, as the kernel resolves it, and refuses
-    /// it unless every directory on the way is safe (``checkOwner(_:_:of:uid:)``,
-    /// ``checkAncestorMode(_:_:of:)``) and the directory it ends at is not writable by group or
-    /// others (``checkSocketDirectoryMode(_:_:of:)``). A missing directory is created
-    /// (``createDirectory(_:socketDirectory:)``) once the one it goes in has been checked. A
+    /// it unless every directory on the way is safe and the directory it ends at is not writable
+    /// by group or others (``checkSocketDirectoryMode(_:_:of:)``): ``resolveSafely(_:uid:naming:label:)``.
+    static func secureDirectory(_ directory: String, uid: uid_t = geteuid(), role: DirectoryRole = .socket) throws {
+        let final = try resolveSafely(directory, uid: uid, naming: directory, label: role.name, creatingWith: role.mode)
+        try checkSocketDirectoryMode(
+            try status(of: final, socketDirectory: directory, label: role.name),
+            final,
+            of: directory,
+            label: role.name
+        )
+    }
+
+    /// Walks `directory` from `/` one component at a time, as the kernel resolves it, and refuses
+    /// it unless every directory on the way, itself included, is safe (``checkOwner(_:_:of:uid:label:)``,
+    /// ``checkAncestorMode(_:_:of:label:)``). A missing directory is created
+    /// (``createDirectory(_:socketDirectory:label:)``) once the one it goes in has been checked. A
     /// symbolic link must be owned by root or `uid`; its target is walked the same way.
-    static func secureDirectory(_ directory: String, uid: uid_t = geteuid()) throws {
+    ///
+    /// - Parameters:
+    ///   - subject: the directory a refusal names (`directory` itself, or one below it that is
+    ///     being checked through its parent), after `label` ("socket directory").
+    ///   - mode: the mode of a directory created on the way.
+    /// - Returns: the directory's path with every symbolic link resolved.
+    static func resolveSafely(
+        _ directory: String,
+        uid: uid_t,
+        naming subject: String,
+        label: String = "socket directory",
+        creatingWith mode: mode_t = directoryMode
+    ) throws -> String {
         let absolute = directory.hasPrefix("/") ? directory : currentDirectory() + "/" + directory
         var pending = components(of: absolute)
         var resolved: [String] = []
         var links = 0
-        var info = try status(of: "/", socketDirectory: directory)
-        try checkOwner(info, "/", of: directory, uid: uid)
-        try checkAncestorMode(info, "/", of: directory)
+        var info = try status(of: "/", socketDirectory: subject, label: label)
+        try checkOwner(info, "/", of: subject, uid: uid, label: label)
+        try checkAncestorMode(info, "/", of: subject, label: label)
         while !pending.isEmpty {
             let name = pending.removeFirst()
             if name == "." { continue }
@@ -70,65 +114,95 @@ enum SocketPath {
                 continue
             }
             let candidate = "/" + (resolved + [name]).joined(separator: "/")
-            info = try statusCreatingDirectory(candidate, socketDirectory: directory)
-            try checkOwner(info, candidate, of: directory, uid: uid)
+            info = try statusCreatingDirectory(candidate, socketDirectory: subject, label: label, mode: mode)
+            try checkOwner(info, candidate, of: subject, uid: uid, label: label)
             switch info.st_mode & S_IFMT {
             case S_IFLNK:
                 links += 1
                 guard links <= maxSymbolicLinks else {
-                    throw refusal(directory, candidate, "has too many levels of symbolic links")
+                    throw refusal(subject, candidate, "has too many levels of symbolic links", label: label)
                 }
-                let target = try linkTarget(candidate, socketDirectory: directory)
+                let target = try linkTarget(candidate, socketDirectory: subject, label: label)
                 if target.hasPrefix("/") { resolved = [] }
                 pending = components(of: target) + pending
             case S_IFDIR:
-                try checkAncestorMode(info, candidate, of: directory)
+                try checkAncestorMode(info, candidate, of: subject, label: label)
                 resolved.append(name)
             default:
-                throw refusal(directory, candidate, "is not a directory")
+                throw refusal(subject, candidate, "is not a directory", label: label)
             }
         }
-        let final = "/" + resolved.joined(separator: "/")
-        try checkSocketDirectoryMode(try status(of: final, socketDirectory: directory), final, of: directory)
+        return "/" + resolved.joined(separator: "/")
     }
 
     /// Refuses `path` (on the way to `socketDirectory`) unless root or `uid` owns it: whoever owns
     /// a directory can replace what is in it, and whoever owns a link can point it elsewhere.
-    static func checkOwner(_ info: stat, _ path: String, of socketDirectory: String, uid: uid_t) throws {
+    static func checkOwner(
+        _ info: stat,
+        _ path: String,
+        of socketDirectory: String,
+        uid: uid_t,
+        label: String = "socket directory"
+    ) throws {
         guard info.st_uid != 0, info.st_uid != uid else { return }
         let what = (info.st_mode & S_IFMT) == S_IFLNK ? "is a symbolic link owned by" : "is owned by"
-        throw refusal(socketDirectory, path, "\(what) uid \(info.st_uid) (\(allowedOwners(uid)))")
+        throw refusal(socketDirectory, path, "\(what) uid \(info.st_uid) (\(allowedOwners(uid)))", label: label)
     }
 
     /// Refuses a directory above the socket's own that group or others may write, unless it has
     /// the sticky bit (then only its owner, root and each entry's owner may rename or remove it).
-    static func checkAncestorMode(_ info: stat, _ path: String, of socketDirectory: String) throws {
+    static func checkAncestorMode(
+        _ info: stat,
+        _ path: String,
+        of socketDirectory: String,
+        label: String = "socket directory"
+    ) throws {
         guard info.st_mode & 0o022 != 0, info.st_mode & S_ISVTX == 0 else { return }
-        throw refusal(socketDirectory, path, "is writable by group or others (mode \(octal(info.st_mode)))")
+        throw refusal(
+            socketDirectory,
+            path,
+            "is writable by group or others (mode \(octal(info.st_mode)))",
+            label: label
+        )
     }
 
     /// Refuses the socket's own directory when group or others may write it, sticky bit or not:
     /// they could take the socket's name before the agent binds it.
-    static func checkSocketDirectoryMode(_ info: stat, _ path: String, of socketDirectory: String) throws {
+    static func checkSocketDirectoryMode(
+        _ info: stat,
+        _ path: String,
+        of socketDirectory: String,
+        label: String = "socket directory"
+    ) throws {
         guard info.st_mode & 0o022 != 0 else { return }
-        throw refusal(socketDirectory, path, "is writable by group or others (mode \(octal(info.st_mode)))")
+        throw refusal(
+            socketDirectory,
+            path,
+            "is writable by group or others (mode \(octal(info.st_mode)))",
+            label: label
+        )
     }
 
-    /// Creates the directory `path` (mode ``directoryMode``, owned by the agent), whose parent has
-    /// been checked. `mkdir` never follows a symbolic link; one that exists already (made by
-    /// someone else in the meantime) is left for the caller to check.
-    static func createDirectory(_ path: String, socketDirectory: String) throws {
-        guard mkdir(path, directoryMode) == 0 else {
+    /// Creates the directory `path` (mode `mode`, ``directoryMode`` unless said, owned by the
+    /// agent), whose parent has been checked. `mkdir` never follows a symbolic link; one that
+    /// exists already (made by someone else in the meantime) is left for the caller to check.
+    static func createDirectory(
+        _ path: String,
+        socketDirectory: String,
+        label: String = "socket directory",
+        mode: mode_t = directoryMode
+    ) throws {
+        guard mkdir(path, mode) == 0 else {
             if errno == EEXIST { return }
             throw Problem(
-                description: "cannot create directory \(path) for socket directory \(socketDirectory): \(errorText())"
+                description: "cannot create directory \(path) for \(label) \(socketDirectory): \(errorText())"
             )
         }
-        // The umask may have taken bits away: set exactly 0755 on the directory just made.
+        // The umask may have taken bits away: set exactly `mode` on the directory just made.
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw Problem(description: "cannot open directory \(path): \(errorText())") }
         defer { close(fd) }
-        guard fchmod(fd, directoryMode) == 0 else {
+        guard fchmod(fd, mode) == 0 else {
             throw Problem(description: "cannot set the mode of directory \(path): \(errorText())")
         }
     }
@@ -189,30 +263,37 @@ enum SocketPath {
     // MARK: - Helpers
 
     /// The `lstat` of `path`, creating it as a directory first when it is missing.
-    private static func statusCreatingDirectory(_ path: String, socketDirectory: String) throws -> stat {
+    private static func statusCreatingDirectory(
+        _ path: String,
+        socketDirectory: String,
+        label: String,
+        mode: mode_t
+    ) throws -> stat {
         var info = stat()
         if lstat(path, &info) == 0 { return info }
         guard errno == ENOENT else {
-            throw refusal(socketDirectory, path, "cannot be examined (\(errorText()))")
+            throw refusal(socketDirectory, path, "cannot be examined (\(errorText()))", label: label)
         }
-        try createDirectory(path, socketDirectory: socketDirectory)
-        return try status(of: path, socketDirectory: socketDirectory)
+        try createDirectory(path, socketDirectory: socketDirectory, label: label, mode: mode)
+        return try status(of: path, socketDirectory: socketDirectory, label: label)
     }
 
     /// The `lstat` of `path`, which must exist.
-    private static func status(of path: String, socketDirectory: String) throws -> stat {
+    static func status(of path: String, socketDirectory: String, label: String = "socket directory") throws -> stat {
         var info = stat()
         guard lstat(path, &info) == 0 else {
-            throw refusal(socketDirectory, path, "cannot be examined (\(errorText()))")
+            throw refusal(socketDirectory, path, "cannot be examined (\(errorText()))", label: label)
         }
         return info
     }
 
     /// What the symbolic link `path` points at.
-    private static func linkTarget(_ path: String, socketDirectory: String) throws -> String {
+    private static func linkTarget(_ path: String, socketDirectory: String, label: String) throws -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let count = readlink(path, &buffer, buffer.count - 1)
-        guard count > 0 else { throw refusal(socketDirectory, path, "cannot be read (\(errorText()))") }
+        guard count > 0 else {
+            throw refusal(socketDirectory, path, "cannot be read (\(errorText()))", label: label)
+        }
         return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
@@ -227,20 +308,25 @@ enum SocketPath {
     }
 
     /// The problem for `socketDirectory`, naming `path` on its way when that is another path.
-    private static func refusal(_ socketDirectory: String, _ path: String, _ reason: String) -> Problem {
+    static func refusal(
+        _ socketDirectory: String,
+        _ path: String,
+        _ reason: String,
+        label: String = "socket directory"
+    ) -> Problem {
         let subject = path == socketDirectory ? "" : ": \(path)"
-        return Problem(description: "socket directory \(socketDirectory)\(subject) \(reason); refusing to use it")
+        return Problem(description: "\(label) \(socketDirectory)\(subject) \(reason); refusing to use it")
     }
 
     private static func allowedOwners(_ uid: uid_t) -> String {
         uid == 0 ? "not root, the agent's uid" : "not root or the agent's uid \(uid)"
     }
 
-    private static func octal(_ mode: mode_t) -> String {
+    static func octal(_ mode: mode_t) -> String {
         "0" + String(mode & 0o7777, radix: 8)
     }
 
-    private static func errorText() -> String {
+    static func errorText() -> String {
         String(cString: strerror(errno))
     }
 }

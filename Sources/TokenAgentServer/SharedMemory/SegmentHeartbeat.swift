@@ -1,7 +1,11 @@
-import Foundation
 import ServiceLifecycle
 import Synchronization
 import TokenAgent
+import TokenWire
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Beats the shared-memory segments once a second (readers ignore a segment whose beat is over
 /// 3 s old) and lets them rotate; on shutdown the agent retires them.
@@ -48,7 +52,7 @@ public struct SegmentHeartbeat: Service {
         let stop = Atomic(false)
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                Thread.detachNewThread {
+                DetachedThread.start {
                     let clock = ContinuousClock()
                     var lastBeat = clock.now
                     while !stop.load(ordering: .relaxed), segments.advanceBuilding(batch: SharedSegments.buildBatch) {

@@ -1,8 +1,8 @@
 import CSocketLoop
-import Foundation
 import Logging
 import NIOCore
 import Synchronization
+import TokenWire
 
 #if canImport(Glibc)
     import Glibc
@@ -100,9 +100,9 @@ final class SocketLoop: @unchecked Sendable {
     /// Starts the loop's thread. `name` is what `top -H`, perf and crash reports show; Linux
     /// takes at most 15 bytes of it.
     func start(name: String) {
-        let thread = Thread { [self] in
-            // Named from inside: Foundation on Linux does not pass a name set before the start on
-            // to the kernel. (A name over 15 bytes is refused: the thread keeps a runtime name.)
+        DetachedThread.start { [self] in
+            // The thread names itself. (A name over 15 bytes is refused: the thread keeps the
+            // name it inherited.)
             _ = fsl_name_thread(name)
             run()
             closeEverything()
@@ -123,8 +123,6 @@ final class SocketLoop: @unchecked Sendable {
             }
             for continuation in waiting { continuation.resume() }
         }
-        thread.name = name
-        thread.start()
     }
 
     /// Runs `body` on the loop's thread, from any thread; once the loop has ended, on the

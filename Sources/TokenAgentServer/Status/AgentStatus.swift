@@ -1,5 +1,4 @@
 import BuildInfo
-import Foundation
 import NIOCore
 import TokenAgent
 import TokenWire
@@ -25,6 +24,8 @@ public struct AgentStatus: Sendable {
     public let health: AgentHealth
     /// Whether the demo issuer runs.
     public let issuerMode: IssuerMode
+    /// The cache snapshots adopted at start and written since.
+    public let snapshots: SnapshotStatistics
     private let startedAt: Double
     /// The clock uptime is counted on.
     let clock: any AgentClock
@@ -39,9 +40,11 @@ public struct AgentStatus: Sendable {
         metrics: AgentMetrics = AgentMetrics(),
         health: AgentHealth = AgentHealth(),
         issuerMode: IssuerMode = IssuerMode(),
+        snapshots: SnapshotStatistics = SnapshotStatistics(),
         clock: any AgentClock = SystemAgentClock()
     ) {
         self.issuerMode = issuerMode
+        self.snapshots = snapshots
         self.access = access
         self.segments = segments
         self.metrics = metrics
@@ -89,6 +92,15 @@ public struct AgentStatus: Sendable {
         text.add("warm_fetches", stats.warmFetches)
         text.add("demo", issuerMode.isDemo ? 1 : 0)
         text.add("version", text: BuildInfo.version)
+        let snapshot = snapshots.counts
+        text.add("snapshot_adopted", snapshot.adoption.adopted)
+        text.add("snapshot_skipped", snapshot.adoption.total - snapshot.adoption.adopted)
+        text.add("snapshot_writes", snapshot.writes)
+        text.add("snapshot_write_failures", snapshot.failureCount)
+        text.add("snapshot_written_at", Int(saturating: (snapshot.lastWrite?.endedAt ?? 0).rounded(.down)))
+        text.add("snapshot_bytes", snapshot.lastWrite?.bytes ?? 0)
+        text.add("snapshot_tokens", snapshot.lastWrite?.tokens ?? 0)
+        text.add("snapshot_write_ms", Int(saturating: ((snapshot.lastWrite?.duration ?? 0) * 1000).rounded()))
         // Four fields for each kind whose provider has a signature budget; none for the others.
         for (kind, counters) in engine.signatureBudgets() {
             text.add("signs_", kind: kind, counters.signatures)
@@ -135,7 +147,8 @@ public struct AgentStatus: Sendable {
         var text = report.isDegraded ? "degraded: \(report.summary); " : ""
         text += "\(stats.entries) tokens held"
         text +=
-            ", hit ratio " + (stats.hits + stats.misses == 0 ? "n/a" : String(format: "%.1f%%", stats.hitRatio * 100))
+            ", hit ratio "
+            + (stats.hits + stats.misses == 0 ? "n/a" : DecimalText.fixed(stats.hitRatio * 100, digits: 1) + "%")
         text += ", \(stats.fetchErrors) provider errors"
         text += ", \(server.openConnections) clients"
         if let at = stats.lastFailureAt, let failure = stats.lastFailure {

@@ -1,4 +1,3 @@
-import Foundation
 import TokenWire
 
 #if canImport(Glibc)

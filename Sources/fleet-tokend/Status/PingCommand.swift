@@ -1,6 +1,11 @@
 import ArgumentParser
-import Foundation
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// `fleet-tokend ping`: the liveness probe, for hosts where no `socat` is at hand (a container
 /// image holds the binary alone). It sends `PING` and exits 0 on `PONG`.
@@ -65,6 +70,6 @@ struct PingCommand: ParsableCommand {
     /// Writes `message` (which may hold the agent's text, so escaped) and exits with `status`.
     private func fail(_ message: String, status: Int32) -> Never {
         if !quiet { StandardError.write("fleet-tokend: \(TerminalText.escaped(message))\n") }
-        Foundation.exit(status)
+        exitProcess(status)
     }
 }

@@ -1,6 +1,17 @@
 import ArgumentParser
-import Foundation
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// `fleet-tokend status`: a readable summary of a running agent, from `PING`, `STATS` and
 /// `METRICS` (the last two are admin verbs when an admin list is configured).
@@ -69,6 +80,6 @@ struct StatusCommand: ParsableCommand {
     /// Writes `message` (which may hold the agent's text, so escaped) and exits with `status`.
     private func fail(_ message: String, status: Int32) -> Never {
         StandardError.write("fleet-tokend: \(TerminalText.escaped(message))\n")
-        Foundation.exit(status)
+        exitProcess(status)
     }
 }

@@ -1,5 +1,10 @@
-import Foundation
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// What `fleet-tokend status` shows, built from one `PING`, `STATS` and `METRICS` exchange. It
 /// holds counts, kinds, reasons and times only: the agent's replies to these verbs never carry a
@@ -144,7 +149,7 @@ struct StatusReport {
                     + " (configure a provider or an issuer, docs/CONFIG.md)"
             )
         }
-        let ratio = hitRatio.map { String(format: "%.1f%%", $0) } ?? "n/a"
+        let ratio = hitRatio.map { DecimalText.fixed($0, digits: 1) + "%" } ?? "n/a"
         lines.append(
             "cache:     \(Self.count(entries, "entry", "entries")), hit ratio \(ratio) "
                 + "(\(Self.count(hits, "hit", "hits")), \(Self.count(misses, "miss", "misses")))"
@@ -158,7 +163,7 @@ struct StatusReport {
         }
         lines.append("providers:")
         for kind in kinds {
-            var text = "  \(escaped(kind.name).padding(toLength: 18, withPad: " ", startingAt: 0))"
+            var text = "  \(TerminalText.padded(escaped(kind.name), to: 18))"
             text +=
                 kind.failingSeconds > 0
                 ? paint("failing \(Int(saturating: kind.failingSeconds)) s", "31") : paint("ok", "32")
@@ -182,45 +187,48 @@ struct StatusReport {
         return lines.joined(separator: "\n") + "\n"
     }
 
-    /// The report as JSON for scripts.
+    /// The report as JSON for scripts: one line, keys sorted.
     func json(now: Double) -> String {
-        var kindObjects: [[String: Any]] = []
+        var kindObjects: [JSONValue] = []
         for kind in kinds {
-            var object: [String: Any] = [
-                "kind": kind.name, "entries": kind.entries, "provider_failing_s": Int(saturating: kind.failingSeconds),
-                "fetch_errors": kind.fetchErrors, "degraded_reasons": kind.degradedReasons,
+            var object: [String: JSONValue] = [
+                "kind": .string(kind.name), "entries": .int(kind.entries),
+                "provider_failing_s": .int(Int(saturating: kind.failingSeconds)),
+                "fetch_errors": .int(kind.fetchErrors), "degraded_reasons": .strings(kind.degradedReasons),
             ]
-            if let soonest = kind.soonestExpiry { object["soonest_expiry_s"] = Int(saturating: soonest) }
+            if let soonest = kind.soonestExpiry { object["soonest_expiry_s"] = .int(Int(saturating: soonest)) }
             if let at = kind.lastFailureAt, let reason = kind.lastFailureReason {
-                object["last_error"] = reason
-                object["last_error_at"] = Int(saturating: at)
+                object["last_error"] = .string(reason)
+                object["last_error_at"] = .int(Int(saturating: at))
             }
-            kindObjects.append(object)
+            kindObjects.append(.object(object))
         }
-        var object: [String: Any] = [
-            "state": degraded ? "degraded" : "serving",
-            "demo": demo,
-            "version": version ?? "",
-            "problems": problems.filter { _ in degraded },
-            "uptime_s": uptime,
-            "entries": entries,
-            "hits": hits,
-            "misses": misses,
-            "fetch_errors": fetchErrors,
-            "denied": denied,
-            "connections": connections,
-            "reloads": reloads,
-            "reload_failures": reloadFailures,
-            "last_reload_applied": lastReloadApplied,
-            "refresher_stalled": refresherStalled,
-            "kinds": kindObjects,
+        var object: [String: JSONValue] = [
+            "state": .string(degraded ? "degraded" : "serving"),
+            "demo": .bool(demo),
+            "version": .string(version ?? ""),
+            "problems": .strings(problems.filter { _ in degraded }),
+            "uptime_s": .int(uptime),
+            "entries": .int(entries),
+            "hits": .int(hits),
+            "misses": .int(misses),
+            "fetch_errors": .int(fetchErrors),
+            "denied": .int(denied),
+            "connections": .int(connections),
+            "reloads": .int(reloads),
+            "reload_failures": .int(reloadFailures),
+            "last_reload_applied": .bool(lastReloadApplied),
+            "refresher_stalled": .bool(refresherStalled),
+            "kinds": .array(kindObjects),
         ]
-        if let ratio = hitRatio { object["hit_ratio"] = (ratio * 10).rounded() / 1000 }
+        if let ratio = hitRatio { object["hit_ratio"] = .double((ratio * 10).rounded() / 1000) }
         if let soonest {
-            object["soonest_expiry_s"] = Int(saturating: soonest.seconds)
-            object["soonest_expiry_kind"] = soonest.kind
+            object["soonest_expiry_s"] = .int(Int(saturating: soonest.seconds))
+            object["soonest_expiry_kind"] = .string(soonest.kind)
         }
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = (try? encoder.encode(JSONValue.object(object))) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self) + "\n"
     }
 
@@ -239,4 +247,28 @@ struct StatusReport {
         "\(count) \(count == 1 ? singular : plural)"
     }
 
+}
+
+/// A value of `status --json`.
+private enum JSONValue: Encodable {
+    case string(String)
+    case int(Int)
+    case double(Double)
+    case bool(Bool)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    static func strings(_ texts: [String]) -> JSONValue { .array(texts.map(JSONValue.string)) }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .string(let value): try container.encode(value)
+        case .int(let value): try container.encode(value)
+        case .double(let value): try container.encode(value)
+        case .bool(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
 }

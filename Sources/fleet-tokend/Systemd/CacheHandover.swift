@@ -1,29 +1,34 @@
-import Foundation
 import Logging
 import Systemd
 import TokenAgent
+import TokenAgentServer
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// Hands the cache to the next agent process through systemd's file-descriptor store, without
-/// touching disk: at stop the tokens go into a sealed memory file stored as `FDNAME=cache`; at
-/// start that file comes back through `sd_listen_fds_with_names`, is read, and is dropped from the
-/// store. Without an fd store (no `NOTIFY_SOCKET`) nothing happens.
+/// touching disk: the snapshot goes into a sealed memory file stored as `FDNAME=cache` (at start,
+/// every `cache_file_interval` and at stop, so a crash keeps the last one); at start that file
+/// comes back through `sd_listen_fds_with_names`, is read, and is dropped from the store. Without
+/// an fd store (no `NOTIFY_SOCKET`) nothing happens.
 enum CacheHandover {
     /// The name the cache is stored under.
     static let name = "cache"
 
-    /// Loads tokens from the passed cache files into `engine`, closes them, and removes them
-    /// from the store. Only the tokens of kinds whose provider digest (`providers`) is the one
-    /// the snapshot records are taken: the others come from another provider or other rules.
+    /// The snapshots in the passed cache files, each closed once read; the store's copies are
+    /// dropped (the first write of this process stores a fresh one). A file that is not sealed, or
+    /// that fails the snapshot's checks, is skipped with a warning. Version-2 snapshots (agents
+    /// before the cache file) are read too.
     static func restore(
         from files: [PassedFileDescriptor],
-        into engine: TokenEngine,
-        providers: [String: String],
         notifier: SystemdNotifier,
         logger: Logger
-    ) {
-        guard !files.isEmpty else { return }
-        var taken = 0
-        var skipped = 0
+    ) -> [CacheSnapshot.Contents] {
+        guard !files.isEmpty else { return [] }
+        var snapshots: [CacheSnapshot.Contents] = []
         for file in files {
             defer { close(file.descriptor) }
             guard SealedMemoryFile.isSealed(file.descriptor) else {
@@ -31,42 +36,41 @@ enum CacheHandover {
                 continue
             }
             do {
-                let contents = CacheSnapshot.contents(of: try SealedMemoryFile.read(file.descriptor))
-                let same = contents.tokens.filter { token in
-                    providers[token.kind].map { $0 == contents.providers[token.kind] } ?? false
-                }
-                skipped += contents.tokens.count - same.count
-                taken += engine.importTokens(same, from: .memory)
+                let bytes = try SealedMemoryFile.read(file.descriptor, limit: CacheSnapshot.maxBytes + 1)
+                snapshots.append(try CacheSnapshot.read(bytes, acceptingUnframed: true))
             } catch {
                 logger.warning("cannot read the cache from the fd store", metadata: ["error": "\(error)"])
             }
         }
         notifier.removeStored(name: name)
-        logger.info(
-            "cache taken over from the previous process",
-            metadata: ["tokens": "\(taken)", "tokens_of_changed_providers": "\(skipped)"]
-        )
+        return snapshots
+    }
+}
+
+/// systemd's file-descriptor store as a place for cache snapshots: each write drops the stored
+/// snapshot and stores the new one (none when it holds no token).
+struct FDStoreDestination: SnapshotDestination {
+    /// The service manager did not take the descriptor.
+    struct NotTaken: Error, CustomStringConvertible {
+        var description: String { "the service manager did not take the descriptor" }
     }
 
-    /// Stores `engine`'s servable tokens in the fd store, if there is one, with the digest of the
-    /// provider of each kind (`providers`).
-    static func save(_ engine: TokenEngine, providers: [String: String], notifier: SystemdNotifier, logger: Logger) {
+    let notifier: SystemdNotifier
+
+    var name: String { "fd_store" }
+
+    /// A sealed memory file, never on disk: every kind's tokens, access tokens too.
+    var medium: TokenCacheMedium { .memory }
+
+    func write(_ snapshot: CacheSnapshot.Encoded) throws {
         guard notifier.isEnabled else { return }
-        let tokens = engine.exportTokens(to: .memory)
-        guard !tokens.isEmpty else { return }
-        do {
-            let fd = try SealedMemoryFile.create(
-                name: "fleet-tokend-cache",
-                bytes: CacheSnapshot.encode(tokens, providers: providers)
-            )
-            defer { close(fd) }
-            if notifier.store(fileDescriptor: fd, name: name) {
-                logger.info("cache handed to the fd store", metadata: ["tokens": "\(tokens.count)"])
-            } else {
-                logger.info("no fd store: the cache is not kept across restarts")
-            }
-        } catch {
-            logger.warning("cannot store the cache", metadata: ["error": "\(error)"])
+        // Made before the old one is dropped: a failure here leaves the stored one.
+        let fd = try SealedMemoryFile.create(name: "fleet-tokend-cache", parts: [snapshot.header, snapshot.body])
+        defer { close(fd) }
+        notifier.removeStored(name: CacheHandover.name)
+        guard snapshot.tokenCount > 0 else { return }
+        guard notifier.store(fileDescriptor: fd, name: CacheHandover.name) else {
+            throw NotTaken()
         }
     }
 }

@@ -1,6 +1,11 @@
-import Foundation
 import Logging
 import TokenWire
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Mints Fleet Engine JWTs without a key: the claims are signed by Google as a service account,
 /// through the IAM Credentials API `signJwt`
@@ -80,7 +85,7 @@ public final class IAMSigner: TokenProvider {
         let body: Data
         do {
             payload = String(decoding: try issued.json(), as: UTF8.self)
-            body = try JSONSerialization.data(withJSONObject: ["payload": payload], options: [.withoutEscapingSlashes])
+            body = try RS256Signer.compactJSON(["payload": payload])
         } catch {
             throw ProviderError.failed("the claims could not be encoded")
         }

@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The claims every issuer writes: `iss` and `sub` = the signing account, `aud` = Fleet Engine,
 /// `iat` from our clock, `exp` = `iat` + lifetime, and the kind's `authorization`.

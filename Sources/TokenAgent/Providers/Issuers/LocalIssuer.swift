@@ -1,8 +1,14 @@
 import Crypto
-import Foundation
+import Dispatch
 import Synchronization
 import TokenWire
 import _CryptoExtras
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// Mints Fleet Engine JWTs itself from a Google service-account key (RS256).
 ///
@@ -156,7 +162,8 @@ private final class SigningKey: Sendable {
     }
 
     private let state: Mutex<State>
-    private let made = NSCondition()
+    /// Entered while the key is being made, left once it is: what a blocking reader waits on.
+    private let made = DispatchGroup()
 
     init(key: _RSA.Signing.PrivateKey, keyID: String) {
         state = Mutex(State(key: key, keyID: keyID))
@@ -169,18 +176,17 @@ private final class SigningKey: Sendable {
     /// A key being made now, on a thread of its own.
     static func generating() -> SigningKey {
         let pending = SigningKey()
-        Thread.detachNewThread {
+        pending.made.enter()
+        DetachedThread.start {
             // A 2048-bit key can always be made; a failure here is a broken crypto library.
             let key = try! _RSA.Signing.PrivateKey(keySize: .bits2048)
-            pending.made.lock()
             let waiters = pending.state.withLock { state in
                 state.key = key
                 state.keyID = "demo-" + TokenFingerprint.of(key.publicKey.pemRepresentation)
                 defer { state.waiters = [] }
                 return state.waiters
             }
-            pending.made.broadcast()
-            pending.made.unlock()
+            pending.made.leave()
             for waiter in waiters { waiter.resume() }
         }
         return pending
@@ -192,8 +198,6 @@ private final class SigningKey: Sendable {
     var keyID: String { waitBlocking().keyID }
 
     private func waitBlocking() -> (key: _RSA.Signing.PrivateKey, keyID: String) {
-        made.lock()
-        defer { made.unlock() }
         while true {
             if let ready = state.withLock({ state in state.key.map { ($0, state.keyID ?? "") } }) { return ready }
             made.wait()

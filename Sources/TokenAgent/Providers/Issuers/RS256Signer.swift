@@ -1,5 +1,10 @@
-import Foundation
 import _CryptoExtras
+
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
 
 /// The one way the agent signs a JWT itself: RS256 (RSASSA-PKCS1-v1_5 with SHA-256), for the local
 /// issuers' Fleet Engine tokens (``LocalIssuer``) and a service-account key file's JWT-bearer

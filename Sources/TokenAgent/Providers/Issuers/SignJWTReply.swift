@@ -1,3 +1,5 @@
+import TokenWire
+
 /// A `signJwt` reply (`{"keyId": ..., "signedJwt": ...}`), checked whole before its token is kept:
 /// what IAM signed must be exactly what was asked for, under exactly the header Google's signer
 /// writes, with a signature of the right length. Anything else is the signer's fault

@@ -1,3 +1,5 @@
+import TokenWire
+
 /// What a failed IAM Credentials call (`signJwt`, `generateAccessToken`) means, read from its HTTP
 /// status and Google's error body (`error.details[].reason`), with what the operator does about it.
 struct SignerFault: Sendable, Hashable {

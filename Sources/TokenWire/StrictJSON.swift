@@ -20,6 +20,12 @@ public indirect enum StrictJSON: Sendable, Equatable {
         public var name: String
         /// Its value.
         public var value: StrictJSON
+
+        /// A member named `name` with `value`.
+        public init(name: String, value: StrictJSON) {
+            self.name = name
+            self.value = value
+        }
     }
 
     /// The deepest nesting of arrays and objects read.

@@ -1,0 +1,129 @@
+import Crypto
+import TokenWire
+
+extension CacheSnapshot {
+    /// A snapshot ready to write: its header and body apart, so that neither is copied into the
+    /// other (a snapshot of 100,000 tokens is tens of megabytes).
+    public struct Encoded: Sendable {
+        /// The three header lines (``CacheSnapshot/headerBytes``).
+        public var header: [UInt8]
+        /// The body the header frames.
+        public var body: [UInt8]
+        /// The tokens in the body.
+        public var tokenCount: Int
+        /// Tokens left out: over ``CacheSnapshot/maxBytes``, or a field the format cannot hold.
+        public var leftOut: Int
+
+        /// The snapshot's size in bytes.
+        public var byteCount: Int { header.count + body.count }
+
+        /// Header and body in one array (tests, small snapshots).
+        public var bytes: [UInt8] { header + body }
+    }
+
+    /// Builds a snapshot's body token by token, then frames it with ``finish()``: the agent feeds
+    /// it the cache in small chunks, each copied out under a shard's lock, and encodes them after
+    /// the lock is let go.
+    public struct Builder: Sendable {
+        private var body: [UInt8] = []
+        private var tokenCount = 0
+        private var leftOut = 0
+        private let limit: Int
+
+        /// Starts a body with the writing agent's version and the digest of each kind's provider.
+        /// `limit` bounds the whole snapshot (tests make it small).
+        /// `expectedBytes`, when known (the last snapshot's size), is reserved up front, so the
+        /// body is not copied as it grows: a doubling array would hold up to three times its bytes.
+        public init(
+            providers: [String: String],
+            agentVersion: String = FleetTokendVersion.version,
+            limit: Int = CacheSnapshot.maxBytes,
+            expectedBytes: Int = 0
+        ) {
+            self.limit = limit - CacheSnapshot.headerBytes
+            body.reserveCapacity(min(max(64 * 1024, expectedBytes), self.limit))
+            append(line: ["#agent", agentVersion])
+            for (kind, digest) in providers.sorted(by: { $0.key < $1.key }) where Self.fits(kind) && Self.fits(digest) {
+                append(line: ["#provider", kind, digest])
+            }
+        }
+
+        /// Adds `token`, unless a field is one the format cannot hold (empty, a tab or a line
+        /// break in it, a kind starting with `#`) or the snapshot would pass its limit: then it is
+        /// counted as left out.
+        public mutating func append(_ token: CachedToken) {
+            guard Self.fits(token.kind), token.kind.utf8.first != UInt8(ascii: "#"), Self.fits(token.id),
+                Self.fits(token.token)
+            else {
+                leftOut += 1
+                return
+            }
+            let expiry = String(token.expiresAt)
+            let size = token.kind.utf8.count + token.id.utf8.count + expiry.utf8.count + token.token.utf8.count + 4
+            guard body.count + size <= limit else {
+                leftOut += 1
+                return
+            }
+            body.append(contentsOf: token.kind.utf8)
+            body.append(0x09)
+            body.append(contentsOf: token.id.utf8)
+            body.append(0x09)
+            body.append(contentsOf: expiry.utf8)
+            body.append(0x09)
+            body.append(contentsOf: token.token.utf8)
+            body.append(0x0A)
+            tokenCount += 1
+        }
+
+        /// Adds each of `tokens`.
+        public mutating func append(contentsOf tokens: [CachedToken]) {
+            for token in tokens { append(token) }
+        }
+
+        /// The header for the body built so far, and the body.
+        public func finish() -> Encoded {
+            var encoded = CacheSnapshot.frame(body)
+            encoded.tokenCount = tokenCount
+            encoded.leftOut = leftOut
+            return encoded
+        }
+
+        private mutating func append(line fields: [String]) {
+            for (index, field) in fields.enumerated() {
+                if index > 0 { body.append(0x09) }
+                body.append(contentsOf: field.utf8)
+            }
+            body.append(0x0A)
+        }
+
+        /// Whether `field` can be a field: not empty, and without a tab or line break.
+        private static func fits(_ field: String) -> Bool {
+            func clean(_ bytes: some Collection<UInt8>) -> Bool {
+                !bytes.isEmpty && !bytes.contains { $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }
+            }
+            return field.utf8.withContiguousStorageIfAvailable { clean($0) } ?? clean(field.utf8)
+        }
+    }
+
+    /// `body` framed by the three header lines (its length and SHA-256), whatever it holds: what
+    /// ``Builder/finish()`` does, and what the fuzzer and the tests use to get arbitrary bodies
+    /// past the framing to the line reader.
+    public static func frame(_ body: [UInt8]) -> Encoded {
+        var header = Array((CacheSnapshot.header + "\n").utf8)
+        header += CacheSnapshot.lengthPrefix
+        let length = String(body.count)
+        header += Array(repeating: UInt8(ascii: "0"), count: CacheSnapshot.lengthDigits - length.utf8.count)
+        header += Array(length.utf8) + [0x0A]
+        header += CacheSnapshot.checksumPrefix
+        header += Array(CacheSnapshot.hex(SHA256.hash(data: body)).utf8) + [0x0A]
+        return Encoded(header: header, body: body, tokenCount: 0, leftOut: 0)
+    }
+
+    /// Encodes `tokens`, made by the providers whose digests `providers` gives by kind, as one
+    /// array (tests, and snapshots small enough to copy).
+    public static func encode(_ tokens: [CachedToken], providers: [String: String] = [:]) -> [UInt8] {
+        var builder = Builder(providers: providers)
+        builder.append(contentsOf: tokens)
+        return builder.finish().bytes
+    }
+}

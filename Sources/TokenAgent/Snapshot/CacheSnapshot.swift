@@ -1,0 +1,244 @@
+import Crypto
+import TokenWire
+
+/// The byte format of a cache snapshot, the one the cache file and systemd's file-descriptor store
+/// share (format version 3): a header of three lines of fixed length, then the body it frames.
+///
+/// ```
+/// fleet-tokend-cache v3
+/// length <the body's length in bytes, 20 decimal digits>
+/// sha256 <the SHA-256 of the body, 64 lowercase hex digits>
+/// #agent TAB <the writing agent's version>
+/// #provider TAB <kind> TAB <digest of the kind's provider identity>      (one per kind)
+/// <kind> TAB <id> TAB <expires-at, Unix seconds> TAB <token>             (one per token)
+/// ```
+///
+/// The provider digests are ``ProviderSet/Built/digests``: the next process takes a kind's tokens
+/// only when its provider is the one that made them, as a reload keeps them. Kinds, ids and tokens
+/// hold no tabs or line breaks (the wire rules forbid them), and no kind starts with `#`, so the
+/// body needs no escaping; a `#` line of another name is skipped, so a later agent may add some.
+///
+/// The format version changes only when a reader of this version could not read the body right;
+/// the agent's version is recorded for the logs. An agent reads version 3 and, from the fd store
+/// only, version 2 (the body alone, with no `#agent` line: what agents before the cache file handed
+/// over); any other version is refused as a whole, as is a file whose length or checksum is wrong.
+/// A well-framed body is still read line by line as untrusted text: a malformed line is skipped and
+/// counted, and every token in it passes the same checks as a fetched token before it is taken
+/// (``SnapshotAdoption``).
+public enum CacheSnapshot {
+    /// The format version this agent writes.
+    public static let formatVersion = 3
+    /// The first line of a snapshot this agent writes.
+    public static let header = "fleet-tokend-cache v3"
+    /// The first line of the version-2 snapshots agents before the cache file handed over.
+    static let unframedHeader = "fleet-tokend-cache v2"
+    /// What every snapshot's first line starts with, its version after it.
+    static let magic = Array("fleet-tokend-cache v".utf8)
+    /// The bytes of the three header lines.
+    public static let headerBytes =
+        header.utf8.count + 1 + lengthPrefix.count + lengthDigits + 1
+        + checksumPrefix.count + 64 + 1
+    static let lengthPrefix = Array("length ".utf8)
+    static let lengthDigits = 20
+    static let checksumPrefix = Array("sha256 ".utf8)
+    /// The largest snapshot read or written, header included: 256 MiB. A writer leaves out the
+    /// tokens that would take it past this (logged and counted), so what one agent writes the
+    /// next reads.
+    public static let maxBytes = 256 * 1024 * 1024
+
+    /// What a snapshot holds.
+    public struct Contents: Sendable, Equatable {
+        /// Its format version (2 or 3).
+        public var formatVersion: Int
+        /// The version of the agent that wrote it, when it says (printable, at most 64 bytes).
+        public var agentVersion: String?
+        /// The digest of each kind's provider.
+        public var providers: [String: String]
+        /// The tokens, in the order written.
+        public var tokens: [CachedToken]
+        /// Lines that are neither a `#` line nor a well-formed token line: skipped.
+        public var malformedLines: Int
+
+        /// Creates contents.
+        public init(
+            formatVersion: Int = CacheSnapshot.formatVersion,
+            agentVersion: String? = nil,
+            providers: [String: String],
+            tokens: [CachedToken],
+            malformedLines: Int = 0
+        ) {
+            self.formatVersion = formatVersion
+            self.agentVersion = agentVersion
+            self.providers = providers
+            self.tokens = tokens
+            self.malformedLines = malformedLines
+        }
+    }
+
+    /// Why a snapshot is refused as a whole; nothing of it is taken.
+    public enum Refusal: Error, Sendable, Equatable, CustomStringConvertible {
+        /// The first line is not a snapshot's (empty, or another file).
+        case notASnapshot
+        /// A snapshot of a format version this agent does not read (the version's text, escaped).
+        case unknownFormat(String)
+        /// A version-2 snapshot (no length or checksum) where only version 3 is read: the cache file.
+        case unframed
+        /// The length or checksum line is malformed.
+        case badHeader
+        /// Larger than ``maxBytes``.
+        case oversized(Int)
+        /// Shorter than its header says: cut off.
+        case truncated(expected: Int, found: Int)
+        /// Longer than its header says.
+        case trailingBytes(expected: Int, found: Int)
+        /// The body's SHA-256 is not the one the header gives.
+        case checksumMismatch
+
+        public var description: String {
+            switch self {
+            case .notASnapshot: return "not a cache snapshot"
+            case .unknownFormat(let version): return "format version \(version), which this agent does not read"
+            case .unframed: return "format version 2, without length or checksum"
+            case .badHeader: return "malformed length or checksum line"
+            case .oversized(let bytes): return "\(bytes) bytes, over the limit of \(CacheSnapshot.maxBytes)"
+            case .truncated(let expected, let found): return "truncated: \(found) of \(expected) bytes"
+            case .trailingBytes(let expected, let found): return "\(found) bytes where the header says \(expected)"
+            case .checksumMismatch: return "checksum mismatch"
+            }
+        }
+    }
+
+    /// Reads a snapshot: its header (version, length, checksum) first, then the body's lines.
+    /// `acceptingUnframed`: a version-2 snapshot is read too (systemd's fd store, whose sealed
+    /// memory file nothing else can have written).
+    public static func read(_ bytes: [UInt8], acceptingUnframed: Bool = false) throws(Refusal) -> Contents {
+        guard bytes.count <= maxBytes else { throw .oversized(bytes.count) }
+        return try bytes.withUnsafeBufferPointer { buffer throws(Refusal) in
+            try read(buffer, acceptingUnframed: acceptingUnframed)
+        }
+    }
+
+    /// The tokens of a snapshot of either version, or none when it is refused (tests, tools).
+    public static func decode(_ bytes: [UInt8]) -> [CachedToken] {
+        (try? read(bytes, acceptingUnframed: true))?.tokens ?? []
+    }
+
+    private static func read(_ bytes: UnsafeBufferPointer<UInt8>, acceptingUnframed: Bool) throws(Refusal) -> Contents {
+        guard let firstLine = bytes.prefix(64).firstIndex(of: 0x0A), firstLine > magic.count,
+            bytes[..<magic.count].elementsEqual(magic)
+        else { throw .notASnapshot }
+        let version = bytes[magic.count..<firstLine]
+        if version.elementsEqual("2".utf8) {
+            guard acceptingUnframed else { throw .unframed }
+            return decodeBody(UnsafeBufferPointer(rebasing: bytes[(firstLine + 1)...]), formatVersion: 2)
+        }
+        guard version.elementsEqual("3".utf8) else { throw .unknownFormat(printable(version, limit: 16)) }
+        guard bytes.count >= headerBytes else { throw .truncated(expected: headerBytes, found: bytes.count) }
+        var at = firstLine + 1
+        guard bytes[at..<(at + lengthPrefix.count)].elementsEqual(lengthPrefix) else { throw .badHeader }
+        at += lengthPrefix.count
+        var declared = 0
+        for digit in bytes[at..<(at + lengthDigits)] {
+            guard (0x30...0x39).contains(digit), declared <= maxBytes else { throw .badHeader }
+            declared = declared * 10 + Int(digit - 0x30)
+        }
+        at += lengthDigits
+        guard bytes[at] == 0x0A, bytes[(at + 1)..<(at + 1 + checksumPrefix.count)].elementsEqual(checksumPrefix) else {
+            throw .badHeader
+        }
+        at += 1 + checksumPrefix.count
+        let checksum = bytes[at..<(at + 64)]
+        guard checksum.allSatisfy(isLowercaseHex), bytes[at + 64] == 0x0A else { throw .badHeader }
+        let body = UnsafeBufferPointer(rebasing: bytes[headerBytes...])
+        guard declared <= maxBytes - headerBytes else { throw .oversized(headerBytes + declared) }
+        guard body.count >= declared else { throw .truncated(expected: headerBytes + declared, found: bytes.count) }
+        guard body.count == declared else { throw .trailingBytes(expected: headerBytes + declared, found: bytes.count) }
+        guard hex(SHA256.hash(data: UnsafeRawBufferPointer(body))).utf8.elementsEqual(checksum) else {
+            throw .checksumMismatch
+        }
+        return decodeBody(body, formatVersion: 3)
+    }
+
+    /// The body's lines: `#agent`, `#provider` and token lines; malformed ones are counted.
+    ///
+    /// It works on the bytes (one pass for the line ends and tabs, a `String` per field), since a
+    /// snapshot of 100,000 tokens is tens of megabytes that a start waits for.
+    private static func decodeBody(_ bytes: UnsafeBufferPointer<UInt8>, formatVersion: Int) -> Contents {
+        var contents = Contents(formatVersion: formatVersion, providers: [:], tokens: [])
+        var start = 0
+        while start < bytes.count {
+            var end = start
+            while end < bytes.count, bytes[end] != 0x0A { end += 1 }
+            let line = UnsafeBufferPointer(rebasing: bytes[start..<end])
+            if line.first == UInt8(ascii: "#") {
+                let fields = line.split(separator: 0x09, omittingEmptySubsequences: false)
+                if fields[0].elementsEqual("#provider".utf8) {
+                    if let (kind, digest) = decodeProvider(fields) {
+                        contents.providers[kind] = digest
+                    } else {
+                        contents.malformedLines += 1
+                    }
+                } else if fields[0].elementsEqual("#agent".utf8), fields.count == 2, contents.agentVersion == nil {
+                    contents.agentVersion = printable(fields[1], limit: 64)
+                }
+            } else if let token = decodeLine(line) {
+                contents.tokens.append(token)
+            } else {
+                contents.malformedLines += 1
+            }
+            start = end + 1
+        }
+        return contents
+    }
+
+    /// One `#provider TAB kind TAB digest` line's fields, or `nil` when it is malformed.
+    private static func decodeProvider(_ fields: [Slice<UnsafeBufferPointer<UInt8>>]) -> (String, String)? {
+        guard fields.count == 3, !fields[1].isEmpty, !fields[2].isEmpty,
+            let kind = String(validating: fields[1], as: UTF8.self),
+            let digest = String(validating: fields[2], as: UTF8.self)
+        else { return nil }
+        return (kind, digest)
+    }
+
+    /// One `kind TAB id TAB expires-at TAB token` line, or `nil` when it is malformed.
+    private static func decodeLine(_ line: UnsafeBufferPointer<UInt8>) -> CachedToken? {
+        var tabs: [Int] = []
+        for index in line.indices where line[index] == 0x09 {
+            tabs.append(index)
+            if tabs.count > 3 { return nil }
+        }
+        guard tabs.count == 3 else { return nil }
+        let kind = line[0..<tabs[0]]
+        let id = line[(tabs[0] + 1)..<tabs[1]]
+        let expiry = line[(tabs[1] + 1)..<tabs[2]]
+        let token = line[(tabs[2] + 1)...]
+        guard !kind.isEmpty, !id.isEmpty, !token.isEmpty, !expiry.isEmpty, expiry.count <= 19,
+            expiry.allSatisfy({ (0x30...0x39).contains($0) }) || (expiry.first == 0x2D && expiry.count > 1),
+            let kindText = String(validating: kind, as: UTF8.self),
+            let idText = String(validating: id, as: UTF8.self),
+            let tokenText = String(validating: token, as: UTF8.self),
+            let expiresAt = Int64(String(decoding: expiry, as: UTF8.self))
+        else { return nil }
+        return CachedToken(kind: kindText, id: idText, token: tokenText, expiresAt: expiresAt)
+    }
+
+    private static func isLowercaseHex(_ byte: UInt8) -> Bool {
+        (0x30...0x39).contains(byte) || (0x61...0x66).contains(byte)
+    }
+
+    /// `bytes` as text for a log: printable ASCII kept, anything else `?`, at most `limit` bytes.
+    static func printable(_ bytes: some Collection<UInt8>, limit: Int) -> String {
+        String(decoding: bytes.prefix(limit).map { $0 > 0x20 && $0 < 0x7F ? $0 : UInt8(ascii: "?") }, as: UTF8.self)
+    }
+
+    /// Lowercase hex digits of `bytes`.
+    static func hex(_ bytes: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}

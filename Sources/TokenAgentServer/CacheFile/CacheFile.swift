@@ -1,0 +1,208 @@
+import CSocketLoop
+import TokenAgent
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The cache file (`cache_file`): a ``CacheSnapshot`` the agent writes at stop and every
+/// `cache_file_interval`, and adopts at start, so its tokens outlive the process wherever it runs.
+///
+/// Its directory follows the socket directory's rules (``SocketPath/secureDirectory(_:uid:role:)``:
+/// every directory on the way owned by root or the agent, none writable by others unless sticky,
+/// its own not writable by group or others; a missing one is created, mode 0700). It must be on a
+/// memory-backed file system (tmpfs or ramfs, by `statfs`) unless `cache_file_on_disk` is set:
+/// tokens are secrets, and a disk outlives the host's trust. The file is written atomically (a
+/// temporary file beside it, `fsync`, `rename`, then the directory's `fsync`), mode 0600, owned by
+/// the agent's uid; it is read with `O_NOFOLLOW`, and refused unless it is a regular file of the
+/// agent's uid, without group or other permissions, with one link, and at most
+/// ``CacheSnapshot/maxBytes``.
+public struct CacheFile: SnapshotDestination {
+    /// The file's path (absolute).
+    public let path: String
+    /// Whether a file system that is not memory-backed is allowed (`cache_file_on_disk`).
+    public let onDisk: Bool
+    /// The uid that must own it: the agent's.
+    public let uid: uid_t
+
+    /// Why the file cannot be used, read or written.
+    public struct Problem: Error, CustomStringConvertible, Equatable {
+        /// What is wrong.
+        public var description: String
+    }
+
+    /// `statfs` magic numbers of the memory-backed file systems (`linux/magic.h`).
+    static let tmpfsMagic = 0x0102_1994
+    static let ramfsMagic = 0x8584_58f6
+
+    /// The destination's name in logs and metrics.
+    public var name: String { "file" }
+
+    /// A file: never an access token in it, whatever file system it is on.
+    public var medium: TokenCacheMedium { .disk }
+
+    /// The cache file at `path`, for the agent's uid.
+    public init(path: String, onDisk: Bool, uid: uid_t = geteuid()) {
+        self.path = path
+        self.onDisk = onDisk
+        self.uid = uid
+    }
+
+    /// The directory the file goes in.
+    public var directory: String { SocketPath.directory(of: path) }
+
+    /// The temporary file a write goes through, beside the file.
+    var temporaryPath: String { path + ".tmp" }
+
+    /// Checks the directory (creating what is missing, mode 0700) and its file system; the start
+    /// of the agent stops on a problem, which names `cache_file` (or, for the file system,
+    /// says how `cache_file_on_disk` allows it).
+    public func prepare() throws(Problem) {
+        do {
+            try SocketPath.secureDirectory(directory, uid: uid, role: .cacheFile)
+        } catch {
+            throw Problem(description: "\(error)")
+        }
+        try checkFileSystem()
+    }
+
+    /// Refuses a directory whose file system is not tmpfs or ramfs, unless ``onDisk``.
+    func checkFileSystem() throws(Problem) {
+        var type64: Int64 = 0
+        guard fsl_file_system_type(directory, &type64) == 0 else {
+            throw Problem(description: "cannot examine the file system of \(directory): \(Self.errorText())")
+        }
+        let type = Int(type64)
+        guard !onDisk, type != Self.tmpfsMagic, type != Self.ramfsMagic else { return }
+        throw Problem(
+            description:
+                "\(directory) is on \(Self.fileSystemName(type)), not a memory-backed file system (tmpfs or ramfs): "
+                + "tokens are secrets and a disk outlives the host's trust; use a directory on tmpfs "
+                + "(such as one under /run or /dev/shm), or set cache_file_on_disk to true"
+        )
+    }
+
+    /// What reading the file found.
+    public enum ReadOutcome: Sendable {
+        /// No file: a first start.
+        case absent
+        /// A file that is refused as a whole, and why; nothing of it is taken.
+        case refused(String)
+        /// The snapshot's contents, each token still to be checked (``SnapshotAdoption``).
+        case read(CacheSnapshot.Contents)
+    }
+
+    /// Reads the file: `O_NOFOLLOW`, then the checks on what was opened (`fstat`), then at most
+    /// ``CacheSnapshot/maxBytes`` of it, then the snapshot's own checks (version, length,
+    /// checksum). Never throws: a file that fails is ``ReadOutcome/refused(_:)``.
+    public func read() -> ReadOutcome {
+        // O_NONBLOCK: a FIFO put in the file's place must not hold the start up.
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT: return .absent
+            case ELOOP: return .refused("is a symbolic link")
+            default: return .refused("cannot be opened: \(Self.errorText())")
+            }
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return .refused("cannot be examined: \(Self.errorText())") }
+        if let problem = Self.problem(with: info, uid: uid) { return .refused(problem) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Int(info.st_size))
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        while bytes.count <= CacheSnapshot.maxBytes {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count == 0 { break }
+            if count < 0 {
+                if errno == EINTR { continue }
+                return .refused("cannot be read: \(Self.errorText())")
+            }
+            bytes += chunk[0..<count]
+        }
+        do {
+            return .read(try CacheSnapshot.read(bytes))
+        } catch {
+            return .refused(error.description)
+        }
+    }
+
+    /// Why a file with `info` is refused, or `nil`: not a regular file, another owner, group or
+    /// other permissions, another link to it, or over the size limit.
+    static func problem(with info: stat, uid: uid_t) -> String? {
+        guard info.st_mode & S_IFMT == S_IFREG else { return "is not a regular file" }
+        guard info.st_uid == uid else { return "is owned by uid \(info.st_uid), not the agent's uid \(uid)" }
+        guard info.st_mode & 0o077 == 0 else {
+            return "has mode 0\(String(info.st_mode & 0o7777, radix: 8)): group or others may use it (0600 is written)"
+        }
+        guard info.st_nlink == 1 else { return "has \(info.st_nlink) links" }
+        guard info.st_size <= CacheSnapshot.maxBytes else {
+            return "is \(info.st_size) bytes, over the limit of \(CacheSnapshot.maxBytes)"
+        }
+        return nil
+    }
+
+    /// Writes `snapshot` in the file's place, atomically: the directory and its file system are
+    /// checked again, a temporary file beside it (`<file>.tmp`, made anew, mode 0600) takes the
+    /// bytes and is synced, then renamed over the file, and the directory is synced. On a failure
+    /// the temporary file is removed and the file is left as it was.
+    public func write(_ snapshot: CacheSnapshot.Encoded) throws {
+        do {
+            try SocketPath.secureDirectory(directory, uid: uid, role: .cacheFile)
+        } catch {
+            throw Problem(description: "\(error)")
+        }
+        try checkFileSystem()
+        let temporary = temporaryPath
+        // A temporary file left by a process that died while writing; unlink never follows a link.
+        if unlink(temporary) != 0, errno != ENOENT {
+            throw Problem(description: "cannot remove \(temporary): \(Self.errorText())")
+        }
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Problem(description: "cannot create \(temporary): \(Self.errorText())") }
+        do {
+            defer { close(fd) }
+            // The umask may have taken bits away, never added: set exactly 0600.
+            guard fchmod(fd, 0o600) == 0 else { throw Problem(description: "chmod: \(Self.errorText())") }
+            try Self.writeAll(fd, snapshot.header)
+            try Self.writeAll(fd, snapshot.body)
+            guard fsync(fd) == 0 else { throw Problem(description: "fsync: \(Self.errorText())") }
+        } catch {
+            unlink(temporary)
+            throw Problem(description: "cannot write \(temporary): \(error)")
+        }
+        guard rename(temporary, path) == 0 else {
+            let problem = Problem(description: "cannot rename \(temporary) to \(path): \(Self.errorText())")
+            unlink(temporary)
+            throw problem
+        }
+        let directoryFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directoryFD >= 0 {
+            _ = fsync(directoryFD)
+            close(directoryFD)
+        }
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(Problem) {
+        var written = 0
+        while written < bytes.count {
+            let count = bytes[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { throw Problem(description: "write: \(errorText())") }
+            written += count
+        }
+    }
+
+    /// A name for the file system of `statfs` type `type`.
+    static func fileSystemName(_ type: Int) -> String {
+        let known: [Int: String] = [
+            0xEF53: "ext2/ext3/ext4", 0x5846_5342: "xfs", 0x9123_683E: "btrfs", 0x794C_7630: "overlayfs",
+            0x6969: "nfs", 0x6573_5546: "fuse", 0x2FC1_2FC1: "zfs", 0x0102_1997: "9p",
+        ]
+        return known[type].map { "\($0) (statfs type 0x\(String(type, radix: 16)))" }
+            ?? "a file system of statfs type 0x\(String(type, radix: 16))"
+    }
+
+    private static func errorText() -> String { String(cString: strerror(errno)) }
+}

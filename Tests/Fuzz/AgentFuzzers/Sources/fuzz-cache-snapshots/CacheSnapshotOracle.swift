@@ -1,0 +1,1 @@
+../../../../TestOracles/CacheSnapshotOracle.swift

@@ -1,0 +1,1 @@
+../../../FuzzCacheSnapshots.swift

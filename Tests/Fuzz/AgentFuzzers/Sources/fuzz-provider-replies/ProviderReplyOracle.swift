@@ -1,0 +1,1 @@
+../../../../TestOracles/ProviderReplyOracle.swift
