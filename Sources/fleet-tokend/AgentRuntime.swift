@@ -90,7 +90,8 @@ struct AgentRuntime {
             rules: SnapshotAdoption(
                 digests: providers.digests,
                 acceptance: providers.acceptance,
-                servingFloor: configuration.policy.servingFloor
+                servingFloor: configuration.policy.servingFloor,
+                servingFloors: providers.servingFloors
             ),
             notifier: notifier,
             statistics: snapshots,
