@@ -38,9 +38,10 @@ public final class TokenEngine: Sendable {
     public let maxEntries: Int
     /// The bounds on fetches, per kind and per uid.
     public let fetchLimits: FetchLimits
-    private let clock: any AgentClock
-    private let store: TokenStore
-    private let fetches: FetchCoordinator
+    // Internal, not private, for the extensions in other files (`TokenEngine+Handover`).
+    let clock: any AgentClock
+    let store: TokenStore
+    let fetches: FetchCoordinator
     /// Raised by every reload: lets callers that keep the kind names notice a change cheaply.
     private let runtimeVersion = Atomic<Int>(0)
     /// Watches for steps of the wall clock, once a pass of the scheduler.
@@ -410,49 +411,6 @@ public final class TokenEngine: Sendable {
 
     /// Providers replaced by a reload whose last fetches have not ended yet.
     public var retiringProviders: Int { fetches.retiringProviders }
-
-    /// The tokens that can still be served, for handing over to the next process through
-    /// `medium`: to ``TokenCacheMedium/disk``, never those of a kind whose tokens stay in memory
-    /// (``TokenProvider/tokensStayInMemory``: access tokens).
-    public func exportTokens(to medium: TokenCacheMedium) -> [CachedToken] {
-        var tokens: [CachedToken] = []
-        exportTokens(to: medium) { tokens += $0 }
-        return tokens
-    }
-
-    /// The slots one chunk of ``exportTokens(to:chunkSize:_:)`` copies under a shard's lock.
-    public static let exportChunk = 32
-
-    /// Calls `body` with the tokens that can still be served, for `medium` as
-    /// ``exportTokens(to:)`` chooses them, in chunks of at most `chunkSize` of a shard's slots,
-    /// each copied out under that shard's lock and handed over after the lock is let go: a
-    /// snapshot of the whole cache delays a request by one chunk's copy at most.
-    public func exportTokens(
-        to medium: TokenCacheMedium,
-        chunkSize: Int = TokenEngine.exportChunk,
-        _ body: ([CachedToken]) -> Void
-    ) {
-        store.forEachServableChunk(now: clock.now, chunkSize: max(1, chunkSize), medium: medium, body)
-    }
-
-    /// Takes over tokens an earlier process held, read from `medium`: those of configured kinds
-    /// that can still be served are cached as if fetched now; from ``TokenCacheMedium/disk``,
-    /// never those of a kind whose tokens stay in memory. Returns how many were taken.
-    @discardableResult
-    public func importTokens(_ tokens: [CachedToken], from medium: TokenCacheMedium) -> Int {
-        var tokens = tokens
-        if medium == .disk {
-            let runtime = fetches.runtime
-            tokens.removeAll { !runtime.keeps($0.kind, on: .disk) }
-        }
-        return store.take(tokens, now: clock.now, unixNow: clock.unixNow)
-    }
-
-    /// Whether `kind`'s tokens stay in memory, never written to disk
-    /// (``TokenProvider/tokensStayInMemory``); `false` for a kind not configured.
-    public func tokensStayInMemory(kind: String) -> Bool {
-        !fetches.runtime.keeps(kind, on: .disk)
-    }
 
     /// Shuts the providers down (closes HTTP connections), those still retiring after a reload
     /// included.
