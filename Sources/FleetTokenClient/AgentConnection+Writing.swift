@@ -163,9 +163,10 @@ extension AgentConnection {
 }
 
 extension WireRequest {
-    /// Appends the request line and its LF to `bytes`.
+    /// Appends the request line and its LF to `bytes`: a GET of a kind the wire names as it is
+    /// straight from its fields, any other (an access token's, `GET access <name>`) as its ``line``.
     func encode(into bytes: inout [UInt8]) {
-        if case .get(let kind, let id, let minValidity) = self {
+        if case .get(let kind, let id, let minValidity) = self, !AccessTokenKind.isAccessKind(kind) {
             bytes.append(contentsOf: "GET ".utf8)
             bytes.append(contentsOf: kind.utf8)
             bytes.append(0x20)

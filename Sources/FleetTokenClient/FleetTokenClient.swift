@@ -210,6 +210,18 @@ public final class FleetTokenClient: Sendable {
         return try result.get()
     }
 
+    /// The OAuth 2.0 access token of the agent's `access_tokens` entry `name`
+    /// (``TokenSubject/accessToken(_:)``), with at least `minimumValidity` seconds left (the
+    /// configuration's default when `nil`; never less than the agent's 300 s floor). Send its
+    /// ``Token/jwt`` as `Authorization: Bearer …`; on a 401, ``refresh(_:replacing:)`` with
+    /// `.accessToken(name)`. Throws ``FleetTokenError``.
+    public nonisolated(nonsending) func accessToken(
+        _ name: String,
+        minimumValidity: TimeInterval? = nil
+    ) async throws(FleetTokenError) -> Token {
+        try await token(.accessToken(name), minimumValidity: minimumValidity)
+    }
+
     /// A freshly fetched token for `subject` (`REFRESH`): use it when a token was refused.
     public nonisolated(nonsending) func refresh(_ subject: TokenSubject) async throws(FleetTokenError) -> Token {
         let reply = try await exchange(.refresh(kind: subject.kind, id: subject.id))

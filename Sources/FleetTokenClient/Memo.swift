@@ -37,7 +37,9 @@ final class MemoTable: Sendable {
     ) -> Token? {
         entries.withLock { entries -> Token? in
             guard let entry = entries[subject] else { return nil }
-            let needed = minimumValidity ?? max(10, min(defaultMinimumValidity, entry.lifetimeSeconds / 4))
+            var needed = minimumValidity ?? max(10, min(defaultMinimumValidity, entry.lifetimeSeconds / 4))
+            // An access token is never served with less left, by the agent or here.
+            if AccessTokenKind.isAccessKind(subject.kind) { needed = max(needed, AccessTokenKind.servingFloor) }
             let left = now.duration(to: entry.validUntil)
             guard left > .milliseconds(Int64(saturating: needed * 1000)) else { return nil }
             return entry.token

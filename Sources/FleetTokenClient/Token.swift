@@ -6,7 +6,9 @@
 
 /// A Fleet Engine token as the agent served it.
 public struct Token: Sendable, Hashable, CustomStringConvertible {
-    /// The JWT, to send as `Authorization: Bearer <jwt>` (or hand to the Driver/Consumer SDK).
+    /// The JWT, to send as `Authorization: Bearer <jwt>` (or hand to the Driver/Consumer SDK); for
+    /// an access token (``TokenSubject/accessToken(_:)``), the opaque OAuth 2.0 token, sent the
+    /// same way.
     public var jwt: String
     /// When the token expires.
     public var expiresAt: Date

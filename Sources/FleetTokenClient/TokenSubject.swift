@@ -15,8 +15,16 @@ public struct TokenSubject: Sendable, Hashable, CustomStringConvertible {
     /// The Fleet Engine id.
     public var id: String
 
-    /// A subject of any configured kind.
-    public static func kind(_ kind: String, _ id: String) -> TokenSubject { TokenSubject(kind: kind, id: id) }
+    /// A subject of any configured kind; `.kind("access", name)` is ``accessToken(_:)``.
+    public static func kind(_ kind: String, _ id: String) -> TokenSubject {
+        kind == AccessTokenKind.wireKind ? accessToken(id) : TokenSubject(kind: kind, id: id)
+    }
+    /// The OAuth 2.0 access token of the agent's `access_tokens` entry `name` (`GET access <name>`),
+    /// for a backend's own Google API calls: its ``Token/jwt`` is the opaque Bearer token. The
+    /// entry is a kind of its own, `access:<name>`, whose one id is the name.
+    public static func accessToken(_ name: String) -> TokenSubject {
+        TokenSubject(kind: AccessTokenKind.kind(name: name), id: name)
+    }
     /// A vehicle token (Driver SDK, on-demand trips).
     public static func vehicle(_ id: String) -> TokenSubject { TokenSubject(kind: "vehicle", id: id) }
     /// A trip token (Consumer SDK).

@@ -43,9 +43,11 @@ public enum RequestParser {
             guard arguments.count == 2 || arguments.count == 3 else {
                 return .failure(usage("GET <kind> <id> [<min-validity-s>]", tooMany: arguments.count > 3))
             }
-            let kind = arguments[arguments.startIndex]
-            let id = arguments[arguments.startIndex + 1]
-            if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+            let key: (kind: String, id: String)
+            switch self.key(kind: arguments[arguments.startIndex], id: arguments[arguments.startIndex + 1]) {
+            case .success(let checked): key = checked
+            case .failure(let problem): return .failure(problem)
+            }
             var minValidity: Int?
             if arguments.count == 3 {
                 let field = arguments[arguments.startIndex + 2]
@@ -71,14 +73,16 @@ public enum RequestParser {
                 }
                 minValidity = value
             }
-            return .success(.get(kind: String(kind), id: String(id), minValiditySeconds: minValidity))
+            return .success(.get(kind: key.kind, id: key.id, minValiditySeconds: minValidity))
         case .refresh:
             guard arguments.count == 2 || arguments.count == 3 else {
                 return .failure(usage("REFRESH <kind> <id> [<refused-token>]", tooMany: arguments.count > 3))
             }
-            let kind = arguments[arguments.startIndex]
-            let id = arguments[arguments.startIndex + 1]
-            if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+            let key: (kind: String, id: String)
+            switch self.key(kind: arguments[arguments.startIndex], id: arguments[arguments.startIndex + 1]) {
+            case .success(let checked): key = checked
+            case .failure(let problem): return .failure(problem)
+            }
             var refused: String?
             if arguments.count == 3 {
                 let token = arguments[arguments.startIndex + 2]
@@ -87,23 +91,19 @@ public enum RequestParser {
                 }
                 refused = String(token)
             }
-            return .success(.refresh(kind: String(kind), id: String(id), refusedToken: refused))
+            return .success(.refresh(kind: key.kind, id: key.id, refusedToken: refused))
         case .drop:
             guard arguments.count == 2 else {
                 return .failure(usage("DROP <kind> <id>", tooMany: arguments.count > 2))
             }
-            let kind = arguments[arguments.startIndex]
-            let id = arguments[arguments.startIndex + 1]
-            if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
-            return .success(.drop(kind: String(kind), id: String(id)))
-        case .shm:
-            // The layouts a reader can map: a few small numbers.
-            let layouts = arguments.dropFirst().compactMap { field -> Int? in
-                guard (1...4).contains(field.utf8.count), field.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
-                    let layout = Int(field), layout > 0
-                else { return nil }
-                return layout
+            return self.key(kind: arguments[arguments.startIndex], id: arguments[arguments.startIndex + 1]).map {
+                .drop(kind: $0.kind, id: $0.id)
             }
+        case .shm:
+            // `SHM access <name> [<layout> ...]`: an access-token entry's segment.
+            if arguments.first == Substring(AccessTokenKind.wireKind) { return accessSegment(arguments.dropFirst()) }
+            // The layouts a reader can map: a few small numbers.
+            let layouts = arguments.dropFirst().compactMap(layout)
             guard arguments.count >= 1, arguments.count <= 9, layouts.count == arguments.count - 1 else {
                 return .failure(WireError(.badRequest, "usage: SHM <kind> [<layout> ...]"))
             }
@@ -117,6 +117,14 @@ public enum RequestParser {
                 return .failure(WireError(.badRequest, "usage: TOUCH <kind> <id> [<id> ...]"))
             }
             let kind = arguments[arguments.startIndex]
+            if kind == Substring(AccessTokenKind.wireKind) {
+                guard arguments.count == 2 else {
+                    return .failure(WireError(.badRequest, "usage: TOUCH access <name>"))
+                }
+                return key(kind: kind, id: arguments[arguments.startIndex + 1]).map {
+                    .touch(kind: $0.kind, ids: [$0.id])
+                }
+            }
             var ids: [String] = []
             for id in arguments.dropFirst() {
                 if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
@@ -131,6 +139,12 @@ public enum RequestParser {
                 return .failure(WireError(.badRequest, "too many ids; at most \(WireLimits.maxWarmIDs)"))
             }
             let kind = arguments[arguments.startIndex]
+            if kind == Substring(AccessTokenKind.wireKind) {
+                guard arguments.count == 2 else { return .failure(WireError(.badRequest, "usage: WARM access <name>")) }
+                return key(kind: kind, id: arguments[arguments.startIndex + 1]).map {
+                    .warm(kind: $0.kind, ids: [$0.id])
+                }
+            }
             var ids: [String] = []
             for id in arguments.dropFirst() {
                 if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
@@ -141,10 +155,9 @@ public enum RequestParser {
             guard arguments.count == 2 else {
                 return .failure(usage("INFO <kind> <id>", tooMany: arguments.count > 2))
             }
-            let kind = arguments[arguments.startIndex]
-            let id = arguments[arguments.startIndex + 1]
-            if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
-            return .success(.info(kind: String(kind), id: String(id)))
+            return self.key(kind: arguments[arguments.startIndex], id: arguments[arguments.startIndex + 1]).map {
+                .info(kind: $0.kind, id: $0.id)
+            }
         case .ping, .stats, .metrics, .help, .quit:
             guard arguments.isEmpty else {
                 return .failure(WireError(.badRequest, "\(verb.rawValue) takes no arguments"))
@@ -166,6 +179,40 @@ public enum RequestParser {
             .badRequest,
             tooMany ? "usage: \(syntax) (too many fields: an id cannot contain whitespace)" : "usage: \(syntax)"
         )
+    }
+
+    /// The key `kind` `id` names: for `access <name>`, the entry's kind (``AccessTokenKind``) with
+    /// the name as its id; for any other kind, the kind and id themselves once they follow the
+    /// kind and id rules.
+    private static func key(kind: Substring, id: Substring) -> Result<(kind: String, id: String), WireError> {
+        if kind == Substring(AccessTokenKind.wireKind) {
+            guard AccessTokenKind.isWellFormedName(id) else {
+                return .failure(WireError(.badKind, AccessTokenKind.nameRule))
+            }
+            return .success((AccessTokenKind.kind(name: id), String(id)))
+        }
+        if let problem = keyProblem(kind: kind, id: id) { return .failure(problem) }
+        return .success((String(kind), String(id)))
+    }
+
+    /// `SHM access <name> [<layout> ...]`, given the fields after `access`.
+    private static func accessSegment(_ fields: ArraySlice<Substring>) -> Result<WireRequest, WireError> {
+        let usage = WireError(.badRequest, "usage: SHM access <name> [<layout> ...]")
+        guard let name = fields.first, fields.count <= 9 else { return .failure(usage) }
+        let layouts = fields.dropFirst().compactMap(layout)
+        guard layouts.count == fields.count - 1 else { return .failure(usage) }
+        guard AccessTokenKind.isWellFormedName(name) else {
+            return .failure(WireError(.badKind, AccessTokenKind.nameRule))
+        }
+        return .success(.shm(kind: AccessTokenKind.kind(name: name), layouts: layouts))
+    }
+
+    /// A layout version an `SHM` request names: 1 to 4 digits, not 0.
+    private static func layout(_ field: Substring) -> Int? {
+        guard (1...4).contains(field.utf8.count), field.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
+            let layout = Int(field), layout > 0
+        else { return nil }
+        return layout
     }
 
     private static func keyProblem(kind: Substring, id: Substring) -> WireError? {

@@ -27,8 +27,12 @@ public struct SimpleGet: Sendable, Hashable {
         }
         let kind = kindStart..<index
         guard !kind.isEmpty, kind.count <= WireLimits.maxKindBytes, index < end else { return nil }
-        // A wildcard kind takes only `*`, which RequestParser handles with the rest of its rules.
+        // A wildcard kind takes only `*`, and `access <name>` names an access-token entry's kind:
+        // RequestParser handles both with the rest of their rules.
         if TokenIdentifier.isWildcardKind(UnsafeRawBufferPointer(rebasing: line[kind])) { return nil }
+        if kind.count == 6, UnsafeRawBufferPointer(rebasing: line[kind]).elementsEqual(AccessTokenKind.wireKind.utf8) {
+            return nil
+        }
         index += 1
         // The id: 1 to 64 printable ASCII characters other than / : \ ? #, and not * . or ..
         let idStart = index

@@ -106,7 +106,9 @@ public enum TokenIdentifier {
 
     /// Why the key `kind`/`id` is refused before any fetch: a reserved id (``reservedProblem(_:)``)
     /// under a kind that is not a wildcard kind, or an id other than `*` under a wildcard kind.
+    /// An access-token entry's kind (``AccessTokenKind``) takes its name alone.
     public static func keyProblem(kind: String, id: some Collection<UInt8>) -> String? {
+        if AccessTokenKind.isAccessKind(kind) { return AccessTokenKind.keyProblem(kind: kind, id: id) }
         if wildcardKinds.contains(kind) {
             return id.count == 1 && id.first == 0x2A ? nil : "kind \(kind) acts for the whole fleet: its only id is *"
         }

@@ -71,25 +71,31 @@ public enum WireRequest: Sendable, Hashable {
         }
     }
 
-    /// The request as one line, without the trailing LF (what a client writes).
+    /// The request as one line, without the trailing LF (what a client writes). An access-token
+    /// entry's kind (``AccessTokenKind``) is written as `access`, its id being its name.
     public var line: String {
+        func wire(_ kind: String) -> String {
+            AccessTokenKind.isAccessKind(kind) ? AccessTokenKind.wireKind : kind
+        }
         switch self {
         case .get(let kind, let id, let minValidity):
-            if let minValidity { return "GET \(kind) \(id) \(minValidity)" }
-            return "GET \(kind) \(id)"
+            if let minValidity { return "GET \(wire(kind)) \(id) \(minValidity)" }
+            return "GET \(wire(kind)) \(id)"
         case .refresh(let kind, let id, let refused):
-            if let refused { return "REFRESH \(kind) \(id) \(refused)" }
-            return "REFRESH \(kind) \(id)"
-        case .drop(let kind, let id): return "DROP \(kind) \(id)"
-        case .info(let kind, let id): return "INFO \(kind) \(id)"
+            if let refused { return "REFRESH \(wire(kind)) \(id) \(refused)" }
+            return "REFRESH \(wire(kind)) \(id)"
+        case .drop(let kind, let id): return "DROP \(wire(kind)) \(id)"
+        case .info(let kind, let id): return "INFO \(wire(kind)) \(id)"
         case .ping: return "PING"
         case .stats: return "STATS"
         case .metrics: return "METRICS"
         case .help: return "HELP"
         case .quit: return "QUIT"
-        case .shm(let kind, let layouts): return (["SHM", kind] + layouts.map(String.init)).joined(separator: " ")
-        case .touch(let kind, let ids): return "TOUCH \(kind) " + ids.joined(separator: " ")
-        case .warm(let kind, let ids): return "WARM \(kind) " + ids.joined(separator: " ")
+        case .shm(let kind, let layouts):
+            let named = AccessTokenKind.name(ofKind: kind).map { [AccessTokenKind.wireKind, String($0)] } ?? [kind]
+            return (["SHM"] + named + layouts.map(String.init)).joined(separator: " ")
+        case .touch(let kind, let ids): return "TOUCH \(wire(kind)) " + ids.joined(separator: " ")
+        case .warm(let kind, let ids): return "WARM \(wire(kind)) " + ids.joined(separator: " ")
         }
     }
 }

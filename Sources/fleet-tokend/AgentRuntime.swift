@@ -43,6 +43,7 @@ struct AgentRuntime {
         let issuerMode = IssuerMode()
         issuerMode.set(demo: configuration.usesDemoIssuer, logger: logger)
         WildcardWarning.log(configuration, logger: logger)
+        HostIdentityWarning.log(configuration, logger: logger)
         if let credentials = providers.credentials {
             logger.info("host credentials for key-less issuers", metadata: ["credentials": "\(credentials.summary)"])
         }
@@ -61,6 +62,7 @@ struct AgentRuntime {
             ? SharedSegments(
                 kinds: providers.providers.keys,
                 policy: configuration.policy,
+                servingFloors: providers.servingFloors,
                 limits: segmentLimits,
                 logger: Logger(label: "fleet-tokend.shm")
             ) : nil
@@ -88,7 +90,8 @@ struct AgentRuntime {
             rules: SnapshotAdoption(
                 digests: providers.digests,
                 acceptance: providers.acceptance,
-                servingFloor: configuration.policy.servingFloor
+                servingFloor: configuration.policy.servingFloor,
+                servingFloors: providers.servingFloors
             ),
             notifier: notifier,
             statistics: snapshots,

@@ -6,7 +6,8 @@ import TokenAgentServer
 /// Takes over the previous process's tokens at start, before the socket listens (and so before
 /// `READY=1`): from systemd's fd store when it passed a cache (it wins: it is at least as new as
 /// any file), else from the cache file. Either way only the tokens ``SnapshotAdoption`` lets
-/// through are taken; a file refused as a whole (a link, another owner, group or other bits, too
+/// through are taken, and from the file never an access token (``TokenCacheMedium/disk``: the
+/// agent never writes one there, and takes none a file holds); a file refused as a whole (a link, another owner, group or other bits, too
 /// large, a wrong length, checksum or version) is logged and the agent starts cold.
 enum CacheAdoption {
     /// Adopts into `engine` and returns the counts (also in `statistics`).
@@ -21,9 +22,12 @@ enum CacheAdoption {
         logger: Logger
     ) -> SnapshotAdoption.Counts? {
         let source: String
+        // Where the snapshot was: never an access token from a file (``TokenCacheMedium``).
+        let medium: TokenCacheMedium
         let snapshots: [CacheSnapshot.Contents]
         if !fdStoreFiles.isEmpty {
             source = "fd_store"
+            medium = .memory
             snapshots = CacheHandover.restore(from: fdStoreFiles, notifier: notifier, logger: logger)
             if let cacheFile {
                 logger.info(
@@ -33,6 +37,7 @@ enum CacheAdoption {
             }
         } else if let cacheFile {
             source = "file"
+            medium = .disk
             switch cacheFile.read() {
             case .absent:
                 logger.info("no cache file yet: starting cold", metadata: ["file": "\(cacheFile.path)"])
@@ -54,7 +59,7 @@ enum CacheAdoption {
         let now = engine.unixNow.seconds
         for snapshot in snapshots {
             let (tokens, found) = rules.filter(snapshot, now: now)
-            let taken = engine.importTokens(tokens)
+            let taken = engine.importTokens(tokens, from: medium)
             counts.adopted += taken
             counts.changedProvider += found.changedProvider
             counts.expired += found.expired

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Logging
 import TokenAgent
+import TokenWire
 
 #if canImport(FoundationEssentials)
     import FoundationEssentials
@@ -59,17 +60,20 @@ struct CheckConfigCommand: AsyncParsableCommand {
         for warning in checked.warnings { lines.append("warning: \(TerminalText.escaped(warning))") }
         lines.append("kinds:")
         let providers = checked.providers.providers
+        let rules = configuration.accessRules
         for kind in providers.keys.sorted() {
             let who: String
-            if let list = configuration.access.allow[kind] {
+            if let list = rules.allow[kind] {
                 let users = list.users.map(\.description).joined(separator: ",")
                 let groups = list.groups.map(\.description).joined(separator: ",")
                 who = "allowed: users [\(users)] groups [\(groups)]"
             } else {
                 who = "allowed: any peer that can open the socket"
             }
+            // An access token as a request names it: `access <name>`.
+            let named = AccessTokenKind.name(ofKind: kind).map { "\(AccessTokenKind.wireKind) \($0)" } ?? kind
             lines.append(
-                "  \(TerminalText.padded(kind, to: 18))\(TerminalText.escaped(providers[kind]!.summary)); \(TerminalText.escaped(who))"
+                "  \(TerminalText.padded(named, to: max(18, named.utf16.count + 1)))\(TerminalText.escaped(providers[kind]!.summary)); \(TerminalText.escaped(who))"
             )
         }
         if let admin = configuration.access.admin {

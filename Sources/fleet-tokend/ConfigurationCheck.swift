@@ -24,7 +24,7 @@ enum ConfigurationCheck {
     ) throws -> Checked {
         try configuration.checkAccessKinds()
         let resolved = try AccessRules.resolve(
-            configuration.access,
+            configuration.accessRules,
             kinds: configuration.configuredKinds,
             strict: strictNames
         )

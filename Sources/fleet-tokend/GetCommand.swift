@@ -9,6 +9,8 @@ import FleetTokenClient
 
 /// `fleet-tokend get KIND ID [MIN-VALIDITY]`: asks the running agent for a token and prints just
 /// the token. The minimum validity goes where the protocol's GET has it, or after `--min-validity`.
+/// `get access NAME` prints an access token, for `Authorization: Bearer $(fleet-tokend get access
+/// NAME)`.
 struct GetCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "get",
@@ -17,10 +19,10 @@ struct GetCommand: AsyncParsableCommand {
             "Exit status: 0 ok, 65 bad input or an invalid reply, 69 unavailable, busy, agent unreachable or no reply in time, 77 denied or rejected."
     )
 
-    @Argument(help: "Token kind (vehicle, trip, ...).")
+    @Argument(help: "Token kind (vehicle, trip, ...), or access for an access token.")
     var kind: String
 
-    @Argument(help: "Vehicle id, trip id, ...")
+    @Argument(help: "Vehicle id, trip id, ..., or the access token's name (get access fleet-admin).")
     var id: String
 
     @Argument(help: "Minimum validity in seconds, as in the protocol's GET (or --min-validity).")

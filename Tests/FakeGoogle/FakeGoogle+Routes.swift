@@ -51,11 +51,20 @@ extension FakeGoogle {
             let encoded = path.dropFirst(Self.signJwtPrefix.count).dropLast(":signJwt".count)
             return signJwt(request, account: encoded.removingPercentEncoding ?? String(encoded))
         }
+        if path.hasPrefix(Self.signJwtPrefix), path.hasSuffix(":generateAccessToken") {
+            let encoded = path.dropFirst(Self.signJwtPrefix.count).dropLast(":generateAccessToken".count)
+            return generateAccessToken(request, account: encoded.removingPercentEncoding ?? String(encoded))
+        }
         return .text(404, "Not Found")
     }
 
-    /// The reply a fault makes, in `api`'s dialect.
+    /// The reply a fault makes, in `api`'s dialect (`generateAccessToken` speaks IAM's).
     func reply(for fault: FakeGoogleFault, api: FakeGoogleAPI, account: String) -> FakeReply {
+        if api == .generateAccessToken, case .permissionDenied(let reason) = fault {
+            let permission = "iam.serviceAccounts.getAccessToken"
+            return .json(403, GoogleErrors.permissionDenied(reason, account: account, permission: permission))
+        }
+        let api = api == .generateAccessToken ? .iamCredentials : api
         switch (fault, api) {
         case (.dropConnection, _):
             return FakeReply(status: 0, drop: true)
@@ -74,6 +83,7 @@ extension FakeGoogle {
             case .oauthToken:
                 return .json(429, GoogleErrors.oauth("rate_limit_exceeded", "Rate limit exceeded"), headers: retry)
             case .metadata: return .text(429, "Too Many Requests", headers: retry)
+            case .generateAccessToken: return .json(429, GoogleErrors.resourceExhausted(), headers: retry)
             }
         case (.unauthorized, .iamCredentials): return .json(401, GoogleErrors.unauthenticated(expired: true))
         case (.unauthorized, .oauthToken):
@@ -94,6 +104,7 @@ extension FakeGoogle {
         case (.permissionDenied, .metadata): return .text(403, "Forbidden")
         case (.notFound, _): return .text(404, "Not Found")
         case (.badRequest, .metadata): return .text(400, "Bad Request")
+        case (_, .generateAccessToken): return .text(500, "unreachable: answered in IAM's dialect")
         }
     }
 
@@ -207,7 +218,7 @@ extension FakeGoogle {
                     status: reply.status
                 )
             )
-            return (state.iamLatencyMilliseconds, state.signJwtHeld)
+            return (state.iamLatencyMilliseconds, state.iamHeld)
         }
         reply.delayMilliseconds = latency.0
         reply.held = latency.1

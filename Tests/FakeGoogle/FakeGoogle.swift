@@ -13,12 +13,14 @@ import _CryptoExtras
 /// | `GET /computeMetadata/v1/instance/service-accounts/default/token` | metadata server (needs `Metadata-Flavor: Google`) |
 /// | `POST /token` | OAuth token endpoint: `jwt-bearer` and `refresh_token` grants |
 /// | `POST /v1/projects/-/serviceAccounts/{email}:signJwt` | IAM Credentials (needs a Bearer token it issued) |
+/// | `POST /v1/projects/-/serviceAccounts/{email}:generateAccessToken` | IAM Credentials, the same way |
 ///
 /// Start it with ``start(host:port:accounts:)``; point the agent at ``metadataHost``
 /// (`GCE_METADATA_HOST`), at a key file from ``serviceAccountKeyJSON(tokenURI:)`` or
 /// ``authorizedUserJSON(tokenURI:quotaProject:)``, and at ``iamEndpoint``. Script failures with
-/// ``inject(_:into:times:account:)``, read what it saw in ``signJwtCalls``, ``tokenRequests`` and
-/// ``metadataRequests``, and verify its signatures with ``publicKey(for:)``.
+/// ``inject(_:into:times:account:)``, read what it saw in ``signJwtCalls``,
+/// ``generateAccessTokenCalls``, ``tokenRequests`` and ``metadataRequests``, and verify its
+/// signatures with ``publicKey(for:)``.
 public final class FakeGoogle: Sendable {
     /// The service account of the key file the fake makes (``serviceAccountKeyJSON(tokenURI:)``).
     public static let keyFileAccount = "host-agent@fake-project.iam.gserviceaccount.com"
@@ -37,10 +39,12 @@ public final class FakeGoogle: Sendable {
         var issuedOrder: [String] = []
         var accessTokenLifetime = 3600
         var iamLatencyMilliseconds = 0
-        var signJwtHeld = false
+        var iamHeld = false
         var heldReplies: [@Sendable () -> Void] = []
         var faults: [FaultRule] = []
         var signJwtCalls: [SignJwtCall] = []
+        var generateAccessTokenCalls: [GenerateAccessTokenCall] = []
+        var impersonatedLifetimeCap: Int?
         var tokenRequests: [TokenEndpointRequest] = []
         var metadataRequests: [MetadataRequest] = []
         var tokenURIs: Set<String> = []
@@ -195,24 +199,31 @@ public final class FakeGoogle: Sendable {
     /// Removes every injected fault.
     public func clearFaults() { state.withLock { $0.faults = [] } }
 
-    /// Holds every `signJwt` answer from now on (the call is recorded at once) until
-    /// ``releaseSignJwt()``: a test that needs calls in flight together waits for them as events.
-    public func holdSignJwt() { state.withLock { $0.signJwtHeld = true } }
+    /// Holds every IAM Credentials answer (`signJwt` and `generateAccessToken`) from now on (the
+    /// call is recorded at once) until ``releaseIAM()``: a test that needs calls in flight
+    /// together waits for them as events.
+    public func holdIAM() { state.withLock { $0.iamHeld = true } }
 
-    /// Sends the held `signJwt` answers and holds no more.
-    public func releaseSignJwt() {
+    /// ``holdIAM()``, for tests of `signJwt`.
+    public func holdSignJwt() { holdIAM() }
+
+    /// ``releaseIAM()``, for tests of `signJwt`.
+    public func releaseSignJwt() { releaseIAM() }
+
+    /// Sends the held IAM Credentials answers and holds no more.
+    public func releaseIAM() {
         let held = state.withLock { state in
-            state.signJwtHeld = false
+            state.iamHeld = false
             defer { state.heldReplies = [] }
             return state.heldReplies
         }
         for send in held { send() }
     }
 
-    /// Keeps `send` until ``releaseSignJwt()``; runs it now when nothing is held any more.
+    /// Keeps `send` until ``releaseIAM()``; runs it now when nothing is held any more.
     func park(_ send: @escaping @Sendable () -> Void) {
         let parked = state.withLock { state in
-            guard state.signJwtHeld else { return false }
+            guard state.iamHeld else { return false }
             state.heldReplies.append(send)
             return true
         }
@@ -224,6 +235,10 @@ public final class FakeGoogle: Sendable {
 
     /// The `expires_in` of access tokens issued from now on, seconds (3600 by default).
     public func setAccessTokenLifetime(seconds: Int) { state.withLock { $0.accessTokenLifetime = seconds } }
+
+    /// The longest lifetime `generateAccessToken` grants from now on, seconds, whatever is asked
+    /// (`nil`: the lifetime asked, as IAM grants it).
+    public func capImpersonatedLifetime(seconds: Int?) { state.withLock { $0.impersonatedLifetimeCap = seconds } }
 
     /// Makes every access token issued so far expired: IAM answers 401 to them.
     public func expireAccessTokens() {
@@ -237,6 +252,15 @@ public final class FakeGoogle: Sendable {
 
     /// The connections to the fake open now, whichever API they called.
     public var openConnections: Int { state.withLock { $0.openConnections } }
+
+    /// Every `generateAccessToken` call, in order of arrival.
+    public var generateAccessTokenCalls: [GenerateAccessTokenCall] {
+        state.withLock { $0.generateAccessTokenCalls }
+    }
+    /// How many access tokens `generateAccessToken` issued (calls answered 200).
+    public var impersonatedTokenCount: Int {
+        state.withLock { $0.generateAccessTokenCalls.count(where: { $0.status == 200 }) }
+    }
 
     /// Every `signJwt` call, in order of arrival.
     public var signJwtCalls: [SignJwtCall] { state.withLock { $0.signJwtCalls } }
@@ -255,6 +279,7 @@ public final class FakeGoogle: Sendable {
     public func clearRecords() {
         state.withLock { state in
             state.signJwtCalls = []
+            state.generateAccessTokenCalls = []
             state.tokenRequests = []
             state.metadataRequests = []
         }
@@ -280,11 +305,16 @@ public final class FakeGoogle: Sendable {
         }
     }
 
-    /// Issues an access token for `subject`.
-    func issueAccessToken(by issuer: FakeGoogleAPI, for subject: String) -> (value: String, lifetime: Int) {
+    /// Issues an access token for `subject`, of `lifetime` seconds (``setAccessTokenLifetime(seconds:)``'s
+    /// when `nil`).
+    func issueAccessToken(
+        by issuer: FakeGoogleAPI,
+        for subject: String,
+        lifetime: Int? = nil
+    ) -> (value: String, lifetime: Int) {
         let value = "ya29.fake-" + FakeJSON.randomToken(32)
         return state.withLock { state in
-            let lifetime = state.accessTokenLifetime
+            let lifetime = lifetime ?? state.accessTokenLifetime
             state.accessTokens[value] = IssuedAccessToken(
                 value: value,
                 issuer: issuer,

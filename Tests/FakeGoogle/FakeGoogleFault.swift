@@ -6,6 +6,8 @@ public enum FakeGoogleAPI: String, Sendable, Hashable, CaseIterable {
     case oauthToken
     /// IAM Credentials `signJwt`.
     case iamCredentials
+    /// IAM Credentials `generateAccessToken`.
+    case generateAccessToken
 }
 
 /// A failure the fake answers with instead of doing its work, scripted with
@@ -84,19 +86,23 @@ enum GoogleErrors {
         )
     }
 
-    static func permissionDenied(_ reason: FakeGoogleFault.PermissionDeniedReason, account: String) -> [UInt8] {
+    static func permissionDenied(
+        _ reason: FakeGoogleFault.PermissionDeniedReason,
+        account: String,
+        permission: String = "iam.serviceAccounts.signJwt"
+    ) -> [UInt8] {
         switch reason {
         case .iamPermissionDenied:
             return iam(
                 403,
-                message: "Permission 'iam.serviceAccounts.signJwt' denied on resource (or it may not exist).",
+                message: "Permission '\(permission)' denied on resource (or it may not exist).",
                 status: "PERMISSION_DENIED",
                 details: [
                     errorInfo(
                         reason: reason.rawValue,
                         domain: "iam.googleapis.com",
                         metadata: [
-                            "permission": "iam.serviceAccounts.signJwt",
+                            "permission": permission,
                             "resource": "projects/-/serviceAccounts/\(account)",
                         ]
                     )

@@ -397,7 +397,7 @@ struct RequestHandlerFastPathTests {
     @Test func expiriesAreWrittenInDecimalWhateverTheirLength() async throws {
         let engine = TokenEngine(providers: ["vehicle": InstantProvider()])
         let far = Int64(SystemAgentClock().wallSeconds) + 86_400 * 365 * 1000
-        engine.importTokens([CachedToken(kind: "vehicle", id: "far", token: "tok-far", expiresAt: far)])
+        engine.importTokens([CachedToken(kind: "vehicle", id: "far", token: "tok-far", expiresAt: far)], from: .memory)
         let status = AgentStatus(engine: engine, server: ServerStatistics())
         let serving = try SocketServingLoop(engine: engine, status: status, logger: Logger(label: "t"))
         var pair: [Int32] = [-1, -1]

@@ -58,10 +58,13 @@ final class ServedConnection: Sendable {
         )
         // Cached tokens answer at once, on the loop's thread; only `hang-` ids fetch.
         let expiresAt = Int64(SystemAgentClock().wallSeconds) + 3600
-        engine.importTokens([
-            CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
-            CachedToken(kind: "trip", id: "t-1", token: "tok-t-1", expiresAt: expiresAt),
-        ])
+        engine.importTokens(
+            [
+                CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
+                CachedToken(kind: "trip", id: "t-1", token: "tok-t-1", expiresAt: expiresAt),
+            ],
+            from: .memory
+        )
         status = AgentStatus(
             engine: engine,
             server: ServerStatistics(),

@@ -14,6 +14,7 @@ struct ConfigDocsTests {
         "Top-level keys": ConfigurationFile.topLevelKeys,
         "Provider keys": ConfigurationFile.providerKeys,
         "Issuer keys": ConfigurationFile.issuerKeys,
+        "Access tokens": ConfigurationFile.accessTokenKeys,
         "Access rules": ConfigurationFile.principalListKeys,
     ]
 
@@ -107,6 +108,12 @@ struct ConfigDocsTests {
         expectSame(Array(Set(providers.values.flatMap(\.keys))), ConfigurationFile.providerKeys, "\(path) providers")
         let issuers = try #require(object["issuers"] as? [String: [String: Any]])
         expectSame(Array(Set(issuers.values.flatMap(\.keys))), ConfigurationFile.issuerKeys, "\(path) issuers")
+        let entries = try #require(object["access_tokens"] as? [String: [String: Any]])
+        expectSame(
+            Array(Set(entries.values.flatMap(\.keys))),
+            ConfigurationFile.accessTokenKeys,
+            "\(path) access_tokens"
+        )
         var lists = (object["allow"] as? [String: [String: Any]] ?? [:]).map(\.value)
         lists += [object["admin"] as? [String: Any] ?? [:]]
         expectSame(Array(Set(lists.flatMap(\.keys))), ConfigurationFile.principalListKeys, "\(path) allow and admin")

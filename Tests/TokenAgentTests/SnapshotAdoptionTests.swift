@@ -50,6 +50,30 @@ struct SnapshotAdoptionTests {
         #expect(counts.total == contents.tokens.count + contents.malformedLines)
     }
 
+    /// An access token (a kind whose provider raises the serving floor to 300 s) with 200 s left
+    /// counts as expired, where a JWT with as little left is taken; an opaque access token with
+    /// more left passes the checks a fetched one passes.
+    @Test func aKindWithARaisedFloorNeedsItsOwnFloorLeft() {
+        let access = AccessTokenKind.kind(name: "fleet-admin")
+        let rules = SnapshotAdoption(
+            digests: ["vehicle": "d1", access: "d2"],
+            acceptance: TokenAcceptance(),
+            servingFloors: [access: AccessTokenKind.servingFloor]
+        )
+        let soon = Self.jwt("vehicleid", "v-1", exp: Self.now + 200)
+        let contents = CacheSnapshot.Contents(
+            providers: ["vehicle": "d1", access: "d2"],
+            tokens: [
+                Self.token("vehicle", "v-1", soon, expiresAt: Self.now + 200),
+                Self.token(access, "fleet-admin", "ya29.short", expiresAt: Self.now + 200),
+                Self.token(access, "fleet-admin", "ya29.long", expiresAt: Self.now + 301),
+            ]
+        )
+        let (tokens, counts) = rules.filter(contents, now: Self.now)
+        #expect(tokens.map(\.token) == [soon, "ya29.long"])
+        #expect(counts == SnapshotAdoption.Counts(adopted: 2, expired: 1))
+    }
+
     /// A snapshot large enough to be checked in slices, on every core, gives what one pass would.
     @Test func aLargeSnapshotIsCheckedInSlicesWithTheSameOutcome() {
         let rules = SnapshotAdoption(digests: ["vehicle": "d1", "trip": "d2"], acceptance: TokenAcceptance())
@@ -119,7 +143,7 @@ struct SnapshotAdoptionTests {
         let (taken, counts) = SnapshotAdoption(digests: ["vehicle": "d"], acceptance: TokenAcceptance())
             .filter(contents, now: engine.unixNow.seconds)
         #expect(counts.adopted == 600)
-        #expect(engine.importTokens(taken) == 600)
+        #expect(engine.importTokens(taken, from: .disk) == 600)
         guard case .ready(.success(let served)) = engine.lookup(kind: "vehicle", id: "v-7", minValidity: nil) else {
             Issue.record("v-7 is not answered from the cache")
             return
@@ -127,7 +151,7 @@ struct SnapshotAdoptionTests {
         #expect(served.token == tokens[7].token)
         #expect(provider.fetches == 0)
         var chunks: [[CachedToken]] = []
-        engine.exportTokens(chunkSize: 100) { chunks.append($0) }
+        engine.exportTokens(to: .disk, chunkSize: 100) { chunks.append($0) }
         #expect(chunks.count == 6 && chunks.allSatisfy { $0.count == 100 })
         #expect(Set(chunks.joined()) == Set(tokens))
     }

@@ -89,7 +89,7 @@ struct TokenStorageTests {
         // copy of its own to serve instead.
         storage.overwrite("vehicle", "v-1", with: "tok-as-the-segment-says")
         #expect(try await engine.get(kind: "vehicle", id: "v-1").get().token == "tok-as-the-segment-says")
-        #expect(engine.exportTokens().map(\.token) == ["tok-as-the-segment-says"])
+        #expect(engine.exportTokens(to: .memory).map(\.token) == ["tok-as-the-segment-says"])
         let info = try #require(try engine.info(kind: "vehicle", id: "v-1").get())
         #expect(info.fingerprint == TokenFingerprint.of("tok-as-the-segment-says"))
         #expect(provider.fetches == 1)
@@ -127,7 +127,7 @@ struct TokenStorageTests {
         }
         #expect(owned)
         #expect(try await engine.get(kind: "vehicle", id: "v-1").get().token == "tok-v-1-1")
-        #expect(engine.exportTokens().map(\.token) == ["tok-v-1-1"])
+        #expect(engine.exportTokens(to: .memory).map(\.token) == ["tok-v-1-1"])
         #expect(provider.fetches == 1)
     }
 
@@ -167,7 +167,7 @@ struct TokenStorageTests {
         #expect(storage.token("vehicle", "v-1") == nil, "an unservable token leaves shared memory")
         let info = try #require(try engine.info(kind: "vehicle", id: "v-1").get())
         #expect(info.fingerprint == TokenFingerprint.of(token), "INFO still names the token the entry held")
-        #expect(engine.exportTokens().isEmpty)
+        #expect(engine.exportTokens(to: .memory).isEmpty)
         #expect(engine.survey().first?.activeTokens == 1, "still counted as an active key's token for health")
     }
 }

@@ -77,7 +77,7 @@ struct TokenStoreTests {
             #expect(served.token == "tok-v-\(index)-\(index + 1)")
         }
         #expect(engine.statistics().entries == 2000)
-        #expect(engine.exportTokens().count == 2000)
+        #expect(engine.exportTokens(to: .memory).count == 2000)
         #expect(provider.fetches == 2000)
     }
 
@@ -92,9 +92,12 @@ struct TokenStoreTests {
         let tokens = (0..<20_000).map {
             CachedToken(kind: "vehicle", id: "v-\($0)", token: "t-\($0)", expiresAt: expiresAt)
         }
-        #expect(engine.importTokens(tokens) == 20_000)
+        #expect(engine.importTokens(tokens, from: .memory) == 20_000)
         #expect(engine.statistics().entries == 20_000, "a full cache of unevenly spread keys loses none")
-        engine.importTokens([CachedToken(kind: "vehicle", id: "new", token: "t-new", expiresAt: expiresAt)])
+        engine.importTokens(
+            [CachedToken(kind: "vehicle", id: "new", token: "t-new", expiresAt: expiresAt)],
+            from: .memory
+        )
         #expect(engine.statistics().entries == 20_000, "one more key evicts one")
         guard case .ready(.success(let served)) = engine.lookup(kind: "vehicle", id: "new", minValidity: nil) else {
             Issue.record("the new key is cached")

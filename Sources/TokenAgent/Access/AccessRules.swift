@@ -1,3 +1,5 @@
+import TokenWire
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -210,7 +212,9 @@ public struct AccessRules: Sendable, Hashable {
         }
         var allow: [String: Principals] = [:]
         for (kind, list) in configuration.allow.sorted(by: { $0.key < $1.key }) {
-            allow[kind] = try principals(list, key: "allow.\(kind)")
+            // An access-token entry's rules are in its own object.
+            let key = AccessTokenKind.name(ofKind: kind).map { "access_tokens.\($0).allow" } ?? "allow.\(kind)"
+            allow[kind] = try principals(list, key: key)
         }
         let admin = try configuration.admin.map { try principals($0, key: "admin") }
         let rules = AccessRules(

@@ -46,7 +46,15 @@ public enum EngineFailure: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .unknownKind(let kind, let configured):
-            return "kind \(kind) is not configured; configured: \(configured.joined(separator: ","))"
+            // Access tokens are named as requests name them: `access <name>`.
+            let names = configured.compactMap { AccessTokenKind.name(ofKind: $0) }
+            if let name = AccessTokenKind.name(ofKind: kind) {
+                return "access token \(name) is not configured; configured: "
+                    + (names.isEmpty ? "none" : names.joined(separator: ","))
+            }
+            var kinds = configured.filter { !AccessTokenKind.isAccessKind($0) }
+            if !names.isEmpty { kinds = (kinds + [AccessTokenKind.wireKind]).sorted() }
+            return "kind \(kind) is not configured; configured: \(kinds.joined(separator: ","))"
         case .busy(let kind): return "too many fetches queued for kind \(kind)"
         case .busyForUID(let uid): return "too many fetches queued for uid \(uid)"
         case .overBudget(let kind, let retryAfter):

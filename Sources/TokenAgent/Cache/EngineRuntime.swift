@@ -10,12 +10,42 @@ final class EngineRuntime: Sendable {
     let generations: [String: Int]
     /// The configured kinds, sorted.
     let kinds: [String]
+    /// The policy of each kind whose provider asks a serving floor above the policy's
+    /// (``TokenProvider/servingFloor``: access tokens); every other kind has ``policy``.
+    private let raisedFloors: [(kind: String, policy: RefreshPolicy)]
+    /// The kinds whose tokens stay in memory (``TokenProvider/tokensStayInMemory``: access
+    /// tokens), sorted: never exported to, nor imported from, ``TokenCacheMedium/disk``.
+    let inMemoryKinds: [String]
 
     init(providers: [String: any TokenProvider], policy: RefreshPolicy, generations: [String: Int]) {
         self.providers = providers
         self.policy = policy
         self.generations = generations
         self.kinds = providers.keys.sorted()
+        raisedFloors = providers.compactMap { kind, provider in
+            guard let floor = provider.servingFloor, floor > policy.servingFloor else { return nil }
+            return (kind, policy.raisingServingFloor(to: floor))
+        }
+        inMemoryKinds = providers.filter { $0.value.tokensStayInMemory }.keys.sorted()
+    }
+
+    /// Whether `kind`'s tokens may go to, or come from, `medium`: to ``TokenCacheMedium/memory``
+    /// every kind's; to ``TokenCacheMedium/disk`` all but those of the kinds whose tokens stay in
+    /// memory. With no such kind configured, this costs a test of an empty array.
+    @inline(__always)
+    func keeps(_ kind: String, on medium: TokenCacheMedium) -> Bool {
+        switch medium {
+        case .memory: return true
+        case .disk: return inMemoryKinds.isEmpty || inMemoryKinds.first(named: kind, by: { $0 }) == nil
+        }
+    }
+
+    /// The policy of `kind`: ``policy``, or its own when its provider raises the serving floor.
+    /// With no such kind configured, this costs a test of an empty array.
+    @inline(__always)
+    func policy(for kind: String) -> RefreshPolicy {
+        if raisedFloors.isEmpty { return policy }
+        return raisedFloors.first(named: kind, by: \.kind)?.policy ?? policy
     }
 
     /// Whether `kind` is configured: a scan of the few kinds, which on the hit path costs less

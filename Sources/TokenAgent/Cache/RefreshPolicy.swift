@@ -38,17 +38,28 @@ public struct RefreshPolicy: Sendable, Hashable {
     }
 
     /// When a token fetched at `fetchedAt` and expiring at `expiry` should be refreshed: at
-    /// `fetched + max(lifetime/2, lifetime - margin)`, moved earlier by `jitterUnit` (0..<1) times
-    /// 10% of the time until then.
+    /// `fetched + max(lifetime/2, lifetime - margin)`, but no later than the moment it stops
+    /// being servable (`fetched + lifetime - servingFloor`), moved earlier by `jitterUnit` (0..<1)
+    /// times 10% of the time until then.
     public func refreshTime(
         fetchedAt: MonotonicInstant,
         expiry: MonotonicInstant,
         jitterUnit: Double
     ) -> MonotonicInstant {
         let lifetime = max(0, expiry - fetchedAt)
-        let untilRefresh = max(lifetime / 2, lifetime - refreshMargin)
+        let untilRefresh = max(0, min(max(lifetime / 2, lifetime - refreshMargin), lifetime - servingFloor))
         let jitter = jitterUnit * jitterFraction * untilRefresh
         return fetchedAt + (untilRefresh - jitter)
+    }
+
+    /// This policy for tokens that must have `floor` seconds left to be served (access tokens):
+    /// the serving floor raised to it, and the refresh margin to at least a minute more, so that a
+    /// token is refreshed before it stops being served.
+    public func raisingServingFloor(to floor: Double) -> RefreshPolicy {
+        var raised = self
+        raised.servingFloor = max(servingFloor, floor)
+        raised.refreshMargin = max(refreshMargin, raised.servingFloor + 60)
+        return raised
     }
 
     /// The back-off after `failures` consecutive provider failures (1 or more): full jitter over

@@ -14,7 +14,7 @@ extension StoreShard {
         jitterUnit: Double
     ) -> RecordedFetch {
         guard runtime.generations[key.kind] == generation else { return .superseded }
-        let policy = runtime.policy
+        let policy = runtime.policy(for: key.kind)
         var result = result
         if case .success(let fetched) = result, !policy.isServable(remaining: fetched.expiresAt - unixNow) {
             result = .failure(.failed("token expires in under \(Int(policy.servingFloor)) s"))
@@ -91,7 +91,7 @@ extension StoreShard {
             }
         }
         table.set(key, entry, capacity: .max, group: group)
-        if let slot = table.slot(of: key) { schedule(slot: slot, at: nextCheck(entry, now: now)) }
+        if let slot = table.slot(of: key) { schedule(slot: slot, at: nextCheck(entry, kind: key.kind, now: now)) }
     }
 
     /// Removes `key`'s entry, giving its place in the bound back.
@@ -108,7 +108,7 @@ extension StoreShard {
         for (key, hash) in keys {
             guard let slot = table.slot(of: key, hashValue: hash) else { continue }
             let reactivated = table.update(slot: slot, touch: true) { entry -> Bool in
-                let idle = !runtime.policy.isActive(lastRead: entry.lastRead, now: now)
+                let idle = !runtime.policy(for: key.kind).isActive(lastRead: entry.lastRead, now: now)
                 entry.lastRead = now
                 return idle
             }!

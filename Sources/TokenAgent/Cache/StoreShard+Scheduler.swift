@@ -3,8 +3,8 @@
 extension StoreShard {
     /// When the entry in `slot` needs looking at next: a refresh falling due while it is read, the
     /// moment it turns idle, or, once idle, the moment it can be forgotten.
-    func nextCheck(_ entry: CacheEntry, now: MonotonicInstant) -> MonotonicInstant {
-        let policy = runtime.policy
+    func nextCheck(_ entry: CacheEntry, kind: String, now: MonotonicInstant) -> MonotonicInstant {
+        let policy = runtime.policy(for: kind)
         let idleAt = entry.lastRead + policy.idleTimeout + 0.001
         if now < idleAt {
             guard entry.token.isHeld else { return idleAt }
@@ -35,11 +35,11 @@ extension StoreShard {
         if due.count > 2 * table.count + 1024 { rebuildDueQueue(at: now) }
         var records: [DueQueue.Record] = []
         while let record = due.popDue(at: now) { records.append(record) }
-        let policy = runtime.policy
         var refresh: [TokenKey] = []
         for record in records {
             let slot = Int(record.slot)
             guard let (key, entry) = table.entry(inSlot: slot), entry.scheduled == record.at else { continue }
+            let policy = runtime.policy(for: key.kind)
             table.update(slot: slot) { $0.scheduled = .origin }
             examined += 1
             let active = policy.isActive(lastRead: entry.lastRead, now: now)
@@ -60,7 +60,7 @@ extension StoreShard {
                 // Looked at again after the fetch is recorded, or in a second if none started.
                 schedule(slot: slot, at: now + 1)
             } else {
-                schedule(slot: slot, at: max(nextCheck(entry, now: now), now + 0.001))
+                schedule(slot: slot, at: max(nextCheck(entry, kind: key.kind, now: now), now + 0.001))
             }
         }
         return refresh

@@ -54,7 +54,7 @@ struct StoreShard {
         serve: (TokenView) -> Void
     ) -> StoreDecision {
         guard runtime.isConfigured(key.kind) else { return .fail(runtime.unknownKind(key.kind)) }
-        let policy = runtime.policy
+        let policy = runtime.policy(for: key.kind)
         guard let slot = table.slot(of: key, hashValue: hash) else {
             if request.isGet { misses += 1 }
             fetched = .origin
@@ -227,7 +227,8 @@ struct StoreShard {
 
     /// The cached token of `key` if it can still be served (a GET whose fetch failed).
     mutating func servableAfterFailure(_ key: EntryKey, now: MonotonicInstant, wall: UnixTime) -> ServedToken? {
-        guard var entry = table.peek(key), runtime.policy.isServable(remaining: entry.remaining(at: now, wall: wall))
+        guard var entry = table.peek(key),
+            runtime.policy(for: key.kind).isServable(remaining: entry.remaining(at: now, wall: wall))
         else {
             return nil
         }
@@ -273,8 +274,8 @@ struct StoreShard {
     /// Adds this shard's entries to `surveys`, by kind: one walk of each kind's group in the
     /// table (for metrics and health; never on a request's path).
     func survey(into surveys: inout [String: KindSurvey], now: MonotonicInstant) {
-        let policy = runtime.policy
         for (kind, group) in groups where table.count(inGroup: group) > 0 {
+            let policy = runtime.policy(for: kind)
             var survey = KindSurvey(kind: kind)
             table.forEachValue(inGroup: group) { entry in
                 survey.entries += 1

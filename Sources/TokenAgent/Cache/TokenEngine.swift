@@ -38,9 +38,10 @@ public final class TokenEngine: Sendable {
     public let maxEntries: Int
     /// The bounds on fetches, per kind and per uid.
     public let fetchLimits: FetchLimits
-    private let clock: any AgentClock
-    private let store: TokenStore
-    private let fetches: FetchCoordinator
+    // Internal, not private, for the extensions in other files (`TokenEngine+Handover`).
+    let clock: any AgentClock
+    let store: TokenStore
+    let fetches: FetchCoordinator
     /// Raised by every reload: lets callers that keep the kind names notice a change cheaply.
     private let runtimeVersion = Atomic<Int>(0)
     /// Watches for steps of the wall clock, once a pass of the scheduler.
@@ -83,6 +84,9 @@ public final class TokenEngine: Sendable {
     public var providers: [String: any TokenProvider] { fetches.runtime.providers }
     /// The refresh policy.
     public var policy: RefreshPolicy { fetches.runtime.policy }
+    /// The refresh policy of `kind`: ``policy``, with a higher serving floor when its provider
+    /// asks one (``TokenProvider/servingFloor``).
+    public func policy(for kind: String) -> RefreshPolicy { fetches.runtime.policy(for: kind) }
     /// The configured kinds, sorted.
     public var kinds: [String] { fetches.runtime.kinds }
     /// A number raised by every reload, read without a lock: when it has not moved, ``kinds`` has not.
@@ -407,30 +411,6 @@ public final class TokenEngine: Sendable {
 
     /// Providers replaced by a reload whose last fetches have not ended yet.
     public var retiringProviders: Int { fetches.retiringProviders }
-
-    /// The tokens that can still be served, for handing over to the next process.
-    public func exportTokens() -> [CachedToken] {
-        var tokens: [CachedToken] = []
-        exportTokens { tokens += $0 }
-        return tokens
-    }
-
-    /// The slots one chunk of ``exportTokens(chunkSize:_:)`` copies under a shard's lock.
-    public static let exportChunk = 32
-
-    /// Calls `body` with the tokens that can still be served, in chunks of at most `chunkSize`
-    /// of a shard's slots, each copied out under that shard's lock and handed over after the
-    /// lock is let go: a snapshot of the whole cache delays a request by one chunk's copy at most.
-    public func exportTokens(chunkSize: Int = TokenEngine.exportChunk, _ body: ([CachedToken]) -> Void) {
-        store.forEachServableChunk(now: clock.now, chunkSize: max(1, chunkSize), body)
-    }
-
-    /// Takes over tokens an earlier process held: those of configured kinds that can still be
-    /// served are cached as if fetched now. Returns how many were taken.
-    @discardableResult
-    public func importTokens(_ tokens: [CachedToken]) -> Int {
-        store.take(tokens, now: clock.now, unixNow: clock.unixNow)
-    }
 
     /// Shuts the providers down (closes HTTP connections), those still retiring after a reload
     /// included.

@@ -172,19 +172,27 @@ final class TokenStore: Sendable {
     /// which is let go before `body` runs, so a snapshot of the whole cache holds no lock for
     /// longer than one chunk's copy (requests for that shard's keys wait at most that long).
     /// Chunks go by slot, not by use: an entry added to a slot already passed is not seen, one
-    /// changed meanwhile is seen as it is when its chunk is copied.
-    func forEachServableChunk(now: MonotonicInstant, chunkSize: Int, _ body: ([CachedToken]) -> Void) {
+    /// changed meanwhile is seen as it is when its chunk is copied. For `medium`
+    /// ``TokenCacheMedium/disk``, the tokens of kinds that stay in memory are left where they are,
+    /// never copied out.
+    func forEachServableChunk(
+        now: MonotonicInstant,
+        chunkSize: Int,
+        medium: TokenCacheMedium,
+        _ body: ([CachedToken]) -> Void
+    ) {
         for shard in shards {
             var start = 0
             while true {
                 let (tokens, next) = shard.state.withLock { shard -> ([CachedToken], Int?) in
                     let end = min(start + chunkSize, shard.table.slotCount)
                     guard start < end else { return ([], nil) }
-                    let policy = shard.runtime.policy
+                    let runtime = shard.runtime
                     var tokens: [CachedToken] = []
                     for slot in start..<end {
                         guard let held = shard.table.entry(inSlot: slot),
-                            policy.isServable(remaining: held.value.remaining(at: now)),
+                            runtime.keeps(held.key.kind, on: medium),
+                            runtime.policy(for: held.key.kind).isServable(remaining: held.value.remaining(at: now)),
                             let token = shard.tokenText(held.value, key: held.key)
                         else { continue }
                         tokens.append(
@@ -214,7 +222,7 @@ final class TokenStore: Sendable {
             let key = EntryKey(kind: cached.kind, id: cached.id)
             let jitter = random()
             let took = shard(key).state.withLock { shard -> Bool in
-                let policy = shard.runtime.policy
+                let policy = shard.runtime.policy(for: cached.kind)
                 guard shard.runtime.providers[cached.kind] != nil else { return false }
                 let remaining = Double(cached.expiresAt) - unixNow.seconds
                 guard policy.isServable(remaining: remaining) else { return false }

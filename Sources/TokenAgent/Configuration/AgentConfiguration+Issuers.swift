@@ -6,7 +6,7 @@ extension AgentConfiguration {
 
     /// Checks `issuers` and `iam_endpoint`; throws the first problem, naming its key.
     func validateIssuers() throws {
-        if !issuers.isEmpty || iamEndpoint != Self.defaultIAMEndpoint {
+        if !issuers.isEmpty || !accessTokens.isEmpty || iamEndpoint != Self.defaultIAMEndpoint {
             try EndpointSecurity.check(url: iamEndpoint, key: "iam_endpoint")
         }
         for kind in issuers.keys.sorted() {
@@ -15,6 +15,7 @@ extension AgentConfiguration {
             guard TokenIdentifier.isWellFormedKind(kind) else {
                 throw ConfigurationError(key: key, "kind names are 1 to 32 of a-z, 0-9 and -")
             }
+            guard kind != AccessTokenKind.wireKind else { throw Self.reservedAccessKind(key: key) }
             guard providers[kind] == nil else {
                 throw ConfigurationError(
                     key: key,

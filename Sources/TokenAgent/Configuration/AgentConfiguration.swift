@@ -22,7 +22,11 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// The issuer of each kind that has one of its own (`issuers`): a key file or a service
     /// account signing key-less through IAM Credentials.
     public var issuers: [String: IssuerSettings] = [:]
-    /// The IAM Credentials API that key-less issuers call (`iam_endpoint`).
+    /// The OAuth 2.0 access tokens served as `access <name>` (`access_tokens`), by entry name.
+    public var accessTokens: [String: AccessTokenSettings] = [:]
+    /// Whether an access-token entry may serve the host's own token (`allow_host_identity`).
+    public var allowHostIdentity = false
+    /// The IAM Credentials API that key-less issuers and access tokens call (`iam_endpoint`).
     public var iamEndpoint = AgentConfiguration.defaultIAMEndpoint
     /// Google's IAM Credentials API.
     public static let defaultIAMEndpoint = "https://iamcredentials.googleapis.com"
@@ -130,15 +134,30 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// Whether the demo issuer runs.
     public var usesDemoIssuer: Bool { demo }
 
-    /// Whether something real is configured to serve: a provider, an issuer or an issuer key.
-    public var hasTokenSource: Bool { !providers.isEmpty || !issuers.isEmpty || issuerKeyPath != nil }
+    /// Whether something real is configured to serve: a provider, an issuer, an issuer key or an
+    /// access token.
+    public var hasTokenSource: Bool {
+        !providers.isEmpty || !issuers.isEmpty || issuerKeyPath != nil || !accessTokens.isEmpty
+    }
 
     /// What `serve` says when nothing is configured to serve.
     public static let nothingToServe =
-        "nothing to serve: configure an HTTP provider (\"providers\" or --provider KIND=URL), an issuer (\"issuers\", or \"issuer_key\" / --issuer-key with a service-account key), or run the demo issuer on purpose (--demo or \"demo\": true; Fleet Engine refuses its tokens). See docs/CONFIG.md"
+        "nothing to serve: configure an HTTP provider (\"providers\" or --provider KIND=URL), an issuer (\"issuers\", or \"issuer_key\" / --issuer-key with a service-account key), an access token (\"access_tokens\"), or run the demo issuer on purpose (--demo or \"demo\": true; Fleet Engine refuses its tokens). See docs/CONFIG.md"
 
-    /// Whether some issuer signs key-less, so the host's credentials are needed.
-    public var needsHostCredentials: Bool { issuers.values.contains { $0.serviceAccount != nil } }
+    /// Whether some issuer signs key-less, or an access token is configured (by impersonation, or
+    /// the host's own), so the host's credentials are needed.
+    public var needsHostCredentials: Bool {
+        issuers.values.contains { $0.serviceAccount != nil } || !accessTokens.isEmpty
+    }
+
+    /// The error for a provider or issuer of the kind `access`, which names access tokens on the
+    /// wire (`GET access <name>`).
+    static func reservedAccessKind(key: String) -> ConfigurationError {
+        ConfigurationError(
+            key: key,
+            "kind access is reserved: access tokens are configured under access_tokens and asked for as access <name>"
+        )
+    }
 
     /// Reads an octal file mode such as `0660`; the key is `socket_mode`.
     public static func parseMode(_ text: String) throws -> UInt32 {
@@ -148,10 +167,10 @@ public struct AgentConfiguration: Sendable, Hashable {
         return mode
     }
 
-    /// The kinds this configuration serves: those with an HTTP provider, and the well-known kinds
-    /// when the local (or demo) issuer runs.
+    /// The kinds this configuration serves: those with an HTTP provider or an issuer, each
+    /// access-token entry's, and the well-known kinds when the local (or demo) issuer runs.
     public var configuredKinds: Set<String> {
-        var kinds = Set(providers.keys).union(issuers.keys)
+        var kinds = Set(providers.keys).union(issuers.keys).union(accessTokenKinds)
         if issuerKeyPath != nil || usesDemoIssuer { kinds.formUnion(FleetEngineKinds.all) }
         return kinds
     }
@@ -160,6 +179,12 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// real one open.
     public func checkAccessKinds() throws {
         let kinds = configuredKinds
+        if access.allow[AccessTokenKind.wireKind] != nil {
+            throw ConfigurationError(
+                key: "allow.\(AccessTokenKind.wireKind)",
+                "access tokens carry their own rules: access_tokens.<name>.allow"
+            )
+        }
         for kind in access.allow.keys.sorted() where !kinds.contains(kind) {
             throw ConfigurationError(
                 key: "allow.\(kind)",
@@ -297,11 +322,13 @@ public struct AgentConfiguration: Sendable, Hashable {
             throw ConfigurationError(key: "log_level", "must be one of \(Self.logLevels.joined(separator: ", "))")
         }
         try validateIssuers()
+        try validateAccessTokens()
         for (kind, provider) in providers {
             let key = "providers.\(kind)"
             guard TokenIdentifier.isWellFormedKind(kind) else {
                 throw ConfigurationError(key: key, "kind names are 1 to 32 of a-z, 0-9 and -")
             }
+            guard kind != AccessTokenKind.wireKind else { throw Self.reservedAccessKind(key: key) }
             guard !TokenIdentifier.wildcardKinds.contains(kind) else {
                 throw ConfigurationError(
                     key: key,
@@ -334,7 +361,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         if demo, hasTokenSource {
             throw ConfigurationError(
                 key: "demo",
-                "the demo issuer runs only alone: remove --demo (\"demo\": true) or the providers, issuers and issuer_key"
+                "the demo issuer runs only alone: remove --demo (\"demo\": true) or the providers, issuers, issuer_key and access_tokens"
             )
         }
         if !demo, !hasTokenSource {

@@ -13,6 +13,8 @@ public enum ConfigurationFile {
         var socket: String?
         var providers: [String: ProviderSettings]?
         var issuers: [String: IssuerSettings]?
+        var accessTokens: [String: AccessTokenContents]?
+        var allowHostIdentity: Bool?
         var iamEndpoint: String?
         var issuerKey: String?
         var issuerLifetime: Double?
@@ -51,6 +53,8 @@ public enum ConfigurationFile {
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case socket, providers, issuers, demo
+            case accessTokens = "access_tokens"
+            case allowHostIdentity = "allow_host_identity"
             case iamEndpoint = "iam_endpoint"
             case issuerKey = "issuer_key"
             case issuerLifetime = "issuer_lifetime"
@@ -88,7 +92,7 @@ public enum ConfigurationFile {
     }
 
     /// `{"users": [...], "groups": [...]}`, each entry a name or a number.
-    private struct PrincipalListContents: Decodable {
+    struct PrincipalListContents: Decodable {
         var users: [Principal]?
         var groups: [Principal]?
 
@@ -102,7 +106,7 @@ public enum ConfigurationFile {
     }
 
     /// One user or group: a name, or a whole number from 0 to 4294967294.
-    private struct Principal: Decodable {
+    struct Principal: Decodable {
         var reference: PrincipalReference
 
         init(from decoder: any Decoder) throws {
@@ -187,6 +191,7 @@ public enum ConfigurationFile {
                 try refuseUnknownKeys(settings.names, allowed: issuerKeys, path: "issuers.\(member.name).")
             }
         }
+        try refuseUnknownAccessTokenKeys(top)
         let contents: Contents
         do {
             contents = try StrictJSONDecoder.decode(Contents.self, from: json)
@@ -205,6 +210,8 @@ public enum ConfigurationFile {
         if let value = contents.socket { configuration.socketPath = value }
         if let value = contents.providers { configuration.providers = value }
         if let value = contents.issuers { configuration.issuers = value }
+        if let value = contents.accessTokens { configuration.accessTokens = try accessTokens(value) }
+        if let value = contents.allowHostIdentity { configuration.allowHostIdentity = value }
         if let value = contents.iamEndpoint { configuration.iamEndpoint = value }
         if let value = contents.issuerKey { configuration.issuerKeyPath = value }
         if let value = contents.issuerLifetime { configuration.issuerLifetime = value }
@@ -274,7 +281,7 @@ public enum ConfigurationFile {
         return Int(value)
     }
 
-    private static func refuseUnknownKeys(_ names: [String], allowed: [String], path: String) throws {
+    static func refuseUnknownKeys(_ names: [String], allowed: [String], path: String) throws {
         for key in names.sorted() where !allowed.contains(key) {
             throw ConfigurationError(key: path + key, "is not a known key")
         }

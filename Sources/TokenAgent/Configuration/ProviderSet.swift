@@ -1,4 +1,5 @@
 import Crypto
+import TokenWire
 
 #if canImport(FoundationEssentials)
     import FoundationEssentials
@@ -27,6 +28,10 @@ public enum ProviderSet {
         /// A digest of each kind's identity: what a cache hand-over records, so the next process
         /// takes a kind's tokens only from the same provider (no URL or setting in clear).
         public var digests: [String: String] { identities.mapValues { ProviderSet.digest(Array($0.utf8)) } }
+
+        /// The serving floor of each kind whose provider asks one above the agent's
+        /// (``TokenProvider/servingFloor``).
+        public var servingFloors: [String: Double] { providers.compactMapValues(\.servingFloor) }
 
         /// The kinds whose provider differs in `other`, or that `other` lacks.
         public func changedKinds(since previous: Built) -> Set<String> {
@@ -104,6 +109,9 @@ public enum ProviderSet {
                 issuers[kind]!.identity += " credentials=\(credentialsIdentity)"
                 identities[kind] = issuers[kind]!.identity
             }
+            for (kind, identity) in accessTokenIdentities(configuration) {
+                identities[kind] = identity + " credentials=\(credentialsIdentity)"
+            }
         }
         var issuer: LocalIssuer?
         var issuerIdentity = ""
@@ -127,6 +135,16 @@ public enum ProviderSet {
         for (kind, identity) in identities {
             if let previous, previous.identities[kind] == identity, let reused = previous.providers[kind] {
                 providers[kind] = reused
+                continue
+            }
+            if let name = AccessTokenKind.name(ofKind: kind), let credentials {
+                providers[kind] = try makeAccessTokens(
+                    name: String(name),
+                    configuration: configuration,
+                    credentials: credentials,
+                    clock: clock,
+                    previousBudget: previous?.providers[kind]?.signatureBudget
+                )
                 continue
             }
             if let issuer = issuers[kind] {

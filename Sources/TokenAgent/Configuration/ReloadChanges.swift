@@ -1,3 +1,5 @@
+import TokenWire
+
 /// What an applied reload changed: STATS' `reload_changes` field, which `fleet-tokend reload`
 /// reads back and prints in words.
 ///
@@ -7,7 +9,9 @@
 /// refetch guard or rejection memory), `log_level`, `restart:KEY` (a key only read at start-up
 /// differs from the one the process started with: it takes effect at the next restart), and
 /// `other` for any other setting; `none` when nothing differs. Before any applied reload the
-/// field is `-`.
+/// field is `-`. An access-token entry (`access_tokens`) is a kind of its own, named as STATS and
+/// the metrics name it, `access:NAME` (`+access:NAME`, `provider:access:NAME`, `rules:access:NAME`);
+/// in words, as a request names it: `access NAME`.
 public struct ReloadChanges: Equatable, Sendable {
     public var added: [String] = []
     public var removed: [String] = []
@@ -127,7 +131,7 @@ public struct ReloadChanges: Equatable, Sendable {
         }
         var parts: [String] = []
         func list(_ kinds: [String], _ what: String) {
-            if !kinds.isEmpty { parts.append("\(what) \(kinds.joined(separator: ", "))") }
+            if !kinds.isEmpty { parts.append("\(what) \(kinds.map(Self.requestName).joined(separator: ", "))") }
         }
         list(changes.added, "kinds added:")
         list(changes.removed, "kinds removed:")
@@ -138,5 +142,10 @@ public struct ReloadChanges: Equatable, Sendable {
         list(changes.needRestart, "take effect at the next restart:")
         if changes.other { parts.append("other settings changed") }
         return parts.isEmpty ? nil : parts.joined(separator: "; ")
+    }
+
+    /// `kind` as a request names it: `access NAME` for an access-token entry's kind, else itself.
+    private static func requestName(_ kind: String) -> String {
+        AccessTokenKind.name(ofKind: kind).map { "\(AccessTokenKind.wireKind) \($0)" } ?? kind
     }
 }

@@ -74,8 +74,8 @@ extension AgentConfiguration {
         for settings in providers.values {
             if let headersFile = settings.headersFile { files.insert(headersFile) }
         }
-        if issuers.values.contains(where: { $0.serviceAccount != nil }),
-            let credentials = environment["GOOGLE_APPLICATION_CREDENTIALS"], !credentials.isEmpty
+        if needsHostCredentials, let credentials = environment["GOOGLE_APPLICATION_CREDENTIALS"],
+            !credentials.isEmpty
         {
             files.insert(credentials)
         }

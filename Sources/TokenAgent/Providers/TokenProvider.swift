@@ -16,12 +16,23 @@ public protocol TokenProvider: Sendable {
     /// quota'd API); `nil`, the default, for none. Each fetch waits for a permit first (see
     /// ``SignatureBudget``). Several providers may share one.
     var signatureBudget: SignatureBudget? { get }
+    /// The least time this provider's tokens must have left to be served, seconds, when it is
+    /// more than the agent's serving floor (10 s); `nil`, the default, for the agent's. Access
+    /// tokens ask for ``AccessTokenKind/servingFloor``.
+    var servingFloor: Double? { get }
+    /// Whether this provider's tokens stay in memory: handed to the next process only through
+    /// systemd's file-descriptor store (a sealed memory file), never written to a file on disk,
+    /// nor read back from one (``TokenCacheMedium``). `false`, the default, for Fleet Engine JWTs;
+    /// `true` for access tokens, far bigger secrets than a per-vehicle JWT.
+    var tokensStayInMemory: Bool { get }
 }
 
 extension TokenProvider {
     public func shutdown() async {}
     public var clockSkew: Double? { nil }
     public var signatureBudget: SignatureBudget? { nil }
+    public var servingFloor: Double? { nil }
+    public var tokensStayInMemory: Bool { false }
 }
 
 /// Why a provider could not hand over a token.

@@ -45,16 +45,27 @@ public struct SnapshotAdoption: Sendable {
     public var acceptance: TokenAcceptance
     /// The least a token must have left, seconds (the serving floor).
     public var servingFloor: Double
+    /// The higher floor of each kind whose provider asks one (``ProviderSet/Built/servingFloors``:
+    /// access tokens, 300 s): its tokens with less left count as expired.
+    public var servingFloors: [String: Double]
 
     /// Creates the rules for the providers in force.
     public init(
         digests: [String: String],
         acceptance: TokenAcceptance,
-        servingFloor: Double = RefreshPolicy().servingFloor
+        servingFloor: Double = RefreshPolicy().servingFloor,
+        servingFloors: [String: Double] = [:]
     ) {
         self.digests = digests
         self.acceptance = acceptance
         self.servingFloor = servingFloor
+        self.servingFloors = servingFloors
+    }
+
+    /// The least a token of `kind` must have left, seconds.
+    func floor(of kind: String) -> Double {
+        guard !servingFloors.isEmpty, let raised = servingFloors[kind] else { return servingFloor }
+        return max(servingFloor, raised)
     }
 
     /// The tokens of `contents` to take at wall time `now` (Unix seconds), each with the expiry
@@ -106,7 +117,8 @@ public struct SnapshotAdoption: Sendable {
                 counts.changedProvider += 1
                 continue
             }
-            guard Double(token.expiresAt) - now >= servingFloor else {
+            let least = floor(of: token.kind)
+            guard Double(token.expiresAt) - now >= least else {
                 counts.expired += 1
                 continue
             }
@@ -128,7 +140,7 @@ public struct SnapshotAdoption: Sendable {
             }
             // The JWT's own `exp` may come sooner than the line said.
             let expiresAt = Int64(accepted.expiresAt.seconds.rounded(.down))
-            guard Double(expiresAt) - now >= servingFloor else {
+            guard Double(expiresAt) - now >= least else {
                 counts.expired += 1
                 continue
             }

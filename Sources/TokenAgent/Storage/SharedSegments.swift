@@ -113,11 +113,14 @@ public final class SharedSegments: TokenStorage, Sendable {
     public let upkeep: AsyncStream<Upkeep>
     private let upkeepContinuation: AsyncStream<Upkeep>.Continuation
 
-    /// Segments for `kinds` under the agent's serving rule `policy`; `limitClock` is the boot
-    /// clock the generation limits count with (a test's, to step past a window).
+    /// Segments for `kinds` under the agent's serving rule `policy`, the kinds in `servingFloors`
+    /// under a higher serving floor of their own (access tokens: ``TokenProvider/servingFloor``);
+    /// `limitClock` is the boot clock the generation limits count with (a test's, to step past a
+    /// window).
     public init(
         kinds: some Sequence<String>,
         policy: RefreshPolicy,
+        servingFloors: [String: Double] = [:],
         limits: Limits = Limits(),
         logger: Logger,
         limitClock: @escaping @Sendable () -> UInt64 = { fsm_boottime_ns() }
@@ -131,14 +134,18 @@ public final class SharedSegments: TokenStorage, Sendable {
         shared = Mutex(Shared(nextGeneration: fsm_boottime_ns() / 1_000_000, kindCount: configured.count))
         var entries: [String: KindSegments] = [:]
         for kind in configured {
-            entries[kind] = KindSegments(kind: kind, state: KindState(policy: Self.segmentPolicy(policy)))
+            let policy = Self.segmentPolicy(policy, floor: servingFloors[kind])
+            entries[kind] = KindSegments(kind: kind, state: KindState(policy: policy))
         }
         table = Mutex(entries)
         for entry in entries.values { entry.state.withLock { open(entry.kind, &$0) } }
     }
 
-    static func segmentPolicy(_ policy: RefreshPolicy) -> SegmentPolicy {
-        SegmentPolicy(
+    /// What a segment's header tells readers of `policy`, with the serving floor raised to
+    /// `floor` when given.
+    static func segmentPolicy(_ policy: RefreshPolicy, floor: Double? = nil) -> SegmentPolicy {
+        let policy = floor.map { policy.raisingServingFloor(to: $0) } ?? policy
+        return SegmentPolicy(
             minValidity: policy.minValidity,
             servingFloor: policy.servingFloor,
             idleTimeout: policy.idleTimeout
@@ -307,16 +314,23 @@ public final class SharedSegments: TokenStorage, Sendable {
     /// Slots copied into a generation being built per hold of the lock: about 0.1 ms of copying.
     public static let buildBatch = 256
 
-    /// A reload: segments for exactly `kinds`, the serving rule `policy`, and a new generation
-    /// for each kind in `rulesChanged` (its readers must be checked again). The new generations
-    /// are withheld (not offered) until ``offer(_:)`` once the new rules are in force: no reader
-    /// of an old segment sees a token written after this, and none gets a new one under old rules.
-    public func reconfigure(kinds: Set<String>, policy: RefreshPolicy, rulesChanged: Set<String>) {
-        let segmentPolicy = Self.segmentPolicy(policy)
+    /// A reload: segments for exactly `kinds`, the serving rule `policy` (with the kinds in
+    /// `servingFloors` under a higher floor of their own), and a new generation for each kind in
+    /// `rulesChanged` (its readers must be checked again). The new generations are withheld (not
+    /// offered) until ``offer(_:)`` once the new rules are in force: no reader of an old segment
+    /// sees a token written after this, and none gets a new one under old rules.
+    public func reconfigure(
+        kinds: Set<String>,
+        policy: RefreshPolicy,
+        servingFloors: [String: Double] = [:],
+        rulesChanged: Set<String>
+    ) {
+        let basePolicy = Self.segmentPolicy(policy)
         shared.withLock { $0.kindCount = kinds.count }
         let all = table.withLock { table -> [KindSegments] in
             for kind in kinds where table[kind] == nil {
-                table[kind] = KindSegments(kind: kind, state: KindState(policy: segmentPolicy))
+                let policy = Self.segmentPolicy(policy, floor: servingFloors[kind])
+                table[kind] = KindSegments(kind: kind, state: KindState(policy: policy))
             }
             return Array(table.values)
         }
@@ -324,9 +338,10 @@ public final class SharedSegments: TokenStorage, Sendable {
             entry.state.withLock { state in
                 let kind = entry.kind
                 guard kinds.contains(kind) else {
-                    retireKind(&state, policy: segmentPolicy)
+                    retireKind(&state, policy: basePolicy)
                     return
                 }
+                let segmentPolicy = Self.segmentPolicy(policy, floor: servingFloors[kind])
                 // A generation being built would miss this reload's changes to its kind's segment
                 // (a growth may start again); one a build replaced is wiped before the new rules
                 // are in force.

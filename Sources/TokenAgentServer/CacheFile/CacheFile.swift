@@ -38,6 +38,9 @@ public struct CacheFile: SnapshotDestination {
     /// The destination's name in logs and metrics.
     public var name: String { "file" }
 
+    /// A file: never an access token in it, whatever file system it is on.
+    public var medium: TokenCacheMedium { .disk }
+
     /// The cache file at `path`, for the agent's uid.
     public init(path: String, onDisk: Bool, uid: uid_t = geteuid()) {
         self.path = path

@@ -7,16 +7,21 @@ import TokenAgent
 public protocol SnapshotDestination: Sendable {
     /// Its name in logs and metrics (`file`, `fd_store`).
     var name: String { get }
+    /// What it is, and so which tokens it may hold: ``TokenCacheMedium/disk`` (the cache file)
+    /// never holds the tokens of a kind that keeps them in memory (access tokens),
+    /// ``TokenCacheMedium/memory`` (systemd's fd store) holds every kind's.
+    var medium: TokenCacheMedium { get }
     /// Puts `snapshot` in the place of the one it held. Throws when it could not; what it held
     /// before then stays.
     func write(_ snapshot: CacheSnapshot.Encoded) throws
 }
 
-/// Writes the engine's servable tokens as one ``CacheSnapshot`` to every destination: at start
-/// (once the tokens are adopted), every `cache_file_interval`, and at stop.
+/// Writes the engine's servable tokens as a ``CacheSnapshot`` to every destination: at start
+/// (once the tokens are adopted), every `cache_file_interval`, and at stop. The cache file's never
+/// holds an access token (``TokenCacheMedium``); the fd store's holds every kind's.
 ///
 /// A pass never stalls the socket loop, which shares the engine: the tokens are copied out of the
-/// store a chunk at a time (``TokenEngine/exportTokens(chunkSize:_:)``: one shard's lock held for
+/// store a chunk at a time (``TokenEngine/exportTokens(to:chunkSize:_:)``: one shard's lock held for
 /// at most 32 slots' copy), and the encoding, hashing and I/O run on the thread that runs the pass
 /// (``writeOffLoop(reason:)``: NIO's blocking-I/O pool), never the loop's. One pass runs at a time.
 /// A failed write is a warning and a count, never a stop.
@@ -50,20 +55,46 @@ public final class SnapshotWriter: Sendable {
     /// Whether the writer has anywhere to write.
     public var hasDestinations: Bool { !destinations.isEmpty }
 
-    /// The snapshot of the tokens now, with the digests of their kinds' providers: read before
+    /// The snapshots of the tokens now, one for each medium of the destinations
+    /// (``SnapshotDestination/medium``), with the digests of their kinds' providers: read before
     /// and after the tokens, and taken again when a reload changed them in between, so that no
     /// token is recorded under the digest of a provider that did not make it. `nil` when reloads
     /// kept changing them (the pass is skipped).
-    public func snapshot() -> CacheSnapshot.Encoded? {
+    ///
+    /// The ``TokenCacheMedium/disk`` snapshot never holds the tokens, nor the provider digests, of
+    /// a kind that keeps its tokens in memory (access tokens); the store leaves them out as it
+    /// copies each chunk. When the destinations are on both media and such a kind is configured,
+    /// the cache is exported once for each; otherwise one snapshot serves every destination.
+    public func snapshots() -> [TokenCacheMedium: CacheSnapshot.Encoded]? {
+        let media = Set(destinations.map(\.medium))
         // Room for what the last snapshot took and an eighth more, else about 1 KiB a cached entry.
         let last = statistics.counts.lastWrite?.bytes ?? engine.statistics().entries * 1024
         for _ in 0..<3 {
             let before = digests()
-            var builder = CacheSnapshot.Builder(providers: before, expectedBytes: last + last / 8)
-            engine.exportTokens { builder.append(contentsOf: $0) }
-            if digests() == before { return builder.finish() }
+            let split = media.count > 1 && engine.kinds.contains { engine.tokensStayInMemory(kind: $0) }
+            var taken: [TokenCacheMedium: CacheSnapshot.Encoded] = [:]
+            if split {
+                taken[.memory] = export(to: .memory, digests: before, expectedBytes: last)
+                taken[.disk] = export(to: .disk, digests: before, expectedBytes: last)
+            } else if let strictest = media.contains(.disk) ? TokenCacheMedium.disk : media.first {
+                // A reload that adds a kind keeping its tokens in memory meanwhile changes the
+                // digests: this pass is taken again, split.
+                let snapshot = export(to: strictest, digests: before, expectedBytes: last)
+                for medium in media { taken[medium] = snapshot }
+            }
+            if digests() == before { return taken }
         }
         return nil
+    }
+
+    /// One snapshot of the tokens that may go to `medium`, with the digests of those tokens' kinds.
+    private func export(to medium: TokenCacheMedium, digests: [String: String], expectedBytes: Int)
+        -> CacheSnapshot.Encoded
+    {
+        let providers = medium == .disk ? digests.filter { !engine.tokensStayInMemory(kind: $0.key) } : digests
+        var builder = CacheSnapshot.Builder(providers: providers, expectedBytes: expectedBytes + expectedBytes / 8)
+        engine.exportTokens(to: medium) { builder.append(contentsOf: $0) }
+        return builder.finish()
     }
 
     /// One pass on the calling thread: export, encode, write each destination, record. Returns
@@ -82,11 +113,14 @@ public final class SnapshotWriter: Sendable {
     private func writeOnce(reason: String) -> Bool {
         guard !destinations.isEmpty else { return true }
         let started = clock.monotonicSeconds
-        guard let snapshot = snapshot() else {
+        guard let snapshots = snapshots() else {
             logger.warning("cache snapshot skipped: reloads changed the providers while it was taken")
             for destination in destinations { statistics.recordFailure(destination: destination.name) }
             return false
         }
+        // The statistics record the largest: the fd store's, when it holds access tokens the
+        // cache file does not.
+        guard let snapshot = snapshots.values.max(by: { $0.byteCount < $1.byteCount }) else { return true }
         if snapshot.leftOut > 0 {
             logger.warning(
                 "tokens left out of the cache snapshot",
@@ -96,7 +130,7 @@ public final class SnapshotWriter: Sendable {
         var wroteAll = true
         for destination in destinations {
             do {
-                try destination.write(snapshot)
+                try destination.write(snapshots[destination.medium] ?? snapshot)
             } catch {
                 wroteAll = false
                 statistics.recordFailure(destination: destination.name)

@@ -165,7 +165,7 @@ extension RequestHandler {
     /// keeps its key, and only such can.
     func isStale(_ reply: Reply, answering answer: TokenAnswer) -> Bool {
         guard case .token(let served) = reply, answer.key != nil else { return false }
-        return Double(served.expiresAt) - clock.wallSeconds < context.engine.policy.servingFloor
+        return Double(served.expiresAt) - clock.wallSeconds < context.engine.policy(for: answer.kind).servingFloor
     }
 
     /// The result code a reply is counted under.

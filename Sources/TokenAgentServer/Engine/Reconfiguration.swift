@@ -35,7 +35,12 @@ public enum Reconfiguration {
         segments: SharedSegments?,
         after: (Step) -> Void = { _ in }
     ) {
-        segments?.reconfigure(kinds: Set(providers.keys), policy: policy, rulesChanged: rulesChanged)
+        segments?.reconfigure(
+            kinds: Set(providers.keys),
+            policy: policy,
+            servingFloors: providers.compactMapValues(\.servingFloor),
+            rulesChanged: rulesChanged
+        )
         after(.segmentsWithheld)
         let closing = changedKinds.intersection(rulesChanged)
         if let kinds = rules.kinds, !closing.isEmpty {

@@ -59,10 +59,12 @@ public final class AccessControl: Sendable {
         }
         switch verdict {
         case .allowed: return nil
-        case .denied: return deny(peer, kind: kind, WireError(.denied, "not allowed to ask for kind \(kind)"))
+        case .denied:
+            let what = AccessTokenKind.name(ofKind: kind).map { "access token \($0)" } ?? "kind \(kind)"
+            return deny(peer, kind: kind, WireError(.denied, "not allowed to ask for \(what)"))
         case .notConfigured:
-            let list = (configured ?? []).joined(separator: ",")
-            return WireError(.badKind, "kind \(kind) is not configured; configured: \(list)")
+            // Worded as the engine words it (an access token by its name).
+            return EngineFailure.unknownKind(kind, configured: configured ?? []).wireError
         }
     }
 

@@ -139,6 +139,7 @@ final class ReloadService: Service, Sendable {
             statistics.recordApplied(changes: changes.field)
             issuerMode.set(demo: configuration.usesDemoIssuer, logger: logger)
             WildcardWarning.log(configuration, logger: logger)
+            HostIdentityWarning.log(configuration, logger: logger)
             logger.notice(
                 "configuration reloaded",
                 metadata: [

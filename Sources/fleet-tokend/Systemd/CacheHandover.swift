@@ -59,6 +59,9 @@ struct FDStoreDestination: SnapshotDestination {
 
     var name: String { "fd_store" }
 
+    /// A sealed memory file, never on disk: every kind's tokens, access tokens too.
+    var medium: TokenCacheMedium { .memory }
+
     func write(_ snapshot: CacheSnapshot.Encoded) throws {
         guard notifier.isEnabled else { return }
         // Made before the old one is dropped: a failure here leaves the stored one.

@@ -1,7 +1,4 @@
-import AsyncHTTPClient
 import Logging
-import NIOCore
-import Synchronization
 import TokenWire
 
 #if canImport(FoundationEssentials)
@@ -16,10 +13,11 @@ import TokenWire
 /// JSON as a string>}`, reply `{"keyId", "signedJwt"}`), authorized by an access token from the
 /// host's credentials (``AccessTokenSource``).
 ///
-/// Faults are the operator's, never an id's: a 401 refreshes the access token and tries once more;
-/// a second 401, a 403 (its `details[].reason` logged with its fix), a 404 or refused credentials
-/// end as ``ProviderError/misconfigured(_:retryAfter:)``, and every fetch of the kind fails at once
-/// with that error for ``faultHold`` seconds before the next call to IAM. A 429 throttles; 5xx,
+/// Faults are the operator's, never an id's, and handled as ``IAMCredentialsCall`` handles them: a
+/// 401 refreshes the access token and tries once more; a second 401, a 403 (its `details[].reason`
+/// logged with its fix), a 404 or refused credentials end as
+/// ``ProviderError/misconfigured(_:retryAfter:)``, and every fetch of the kind fails at once with
+/// that error for ``faultHold`` seconds before the next call to IAM. A 429 throttles; 5xx,
 /// time-outs and network errors fail and back off as providers do.
 public final class IAMSigner: TokenProvider {
     /// The service account whose name signs (written as `iss` and `sub`).
@@ -27,23 +25,14 @@ public final class IAMSigner: TokenProvider {
     /// The lifetime of minted tokens, seconds.
     public let lifetime: Double
     /// How long a fault that needs the operator holds every fetch off, seconds.
-    public let faultHold: Double
+    public var faultHold: Double { call.faultHold }
     /// The budget of signatures a minute, shared by every fetch of the issuer (`signs_per_minute`).
     public let signatureBudget: SignatureBudget?
 
-    private let url: String
     private let claims: IssuerClaims
-    private let credentials: any AccessTokenSource
-    private let timeout: TimeAmount
-    private let client: HTTPClient
+    private let call: IAMCredentialsCall
     private let clock: any AgentClock
     private let logger: Logger
-    /// The operator's fault in force: until when (monotonic clock, so a wall-clock step neither
-    /// ends it early nor stretches it) and its text.
-    private let heldFault = Mutex<(until: Double, text: String)?>(nil)
-
-    /// The largest reply body read.
-    static let maxBodyBytes = 64 * 1024
 
     /// Creates a signer for `account` at `endpoint` (the IAM Credentials API: scheme, host, port
     /// and an optional path prefix). `account` is a service account's email (letters, digits,
@@ -63,18 +52,21 @@ public final class IAMSigner: TokenProvider {
     ) {
         self.account = account
         self.lifetime = min(max(lifetime, 60), LocalIssuer.maxLifetime)
-        self.faultHold = faultHold
         self.signatureBudget = signatureBudget
-        // `@` stays as it is (a path may hold it, and Google's libraries send it so); anything
-        // that could end the path segment (`/`, `?`, `#`) is escaped.
-        let segment = HTTPTokenProvider.percentEncode(account).replacing("%40", with: "@")
-        self.url = endpoint.url("/v1/projects/-/serviceAccounts/" + segment + ":signJwt")
         self.claims = claims
-        self.credentials = credentials
-        self.timeout = .milliseconds(Int64(timeout * 1000))
         self.clock = clock
         self.logger = logger
-        self.client = .outbound(connectTimeout: connectTimeout, timeout: timeout)
+        call = IAMCredentialsCall(
+            method: .signJwt,
+            account: account,
+            endpoint: endpoint,
+            credentials: credentials,
+            faultHold: faultHold,
+            connectTimeout: connectTimeout,
+            timeout: timeout,
+            clock: clock,
+            logger: logger
+        )
     }
 
     public var summary: String { "key-less issuer \(account) (IAM signJwt)" }
@@ -86,138 +78,30 @@ public final class IAMSigner: TokenProvider {
         guard let authorization = claims.authorization(kind: key.kind, id: key.id) else {
             throw ProviderError.rejected("the issuer has no authorization claim for kind \(key.kind)")
         }
-        let monotonic = clock.monotonicSeconds
-        if let held = heldFault.withLock({ $0 }), monotonic < held.until {
-            throw ProviderError.misconfigured(held.text, retryAfter: held.until - monotonic)
-        }
+        try call.checkHeld()
         let now = clock.wallSeconds
         let issued = IssuedClaims(email: account, now: now, lifetime: lifetime, authorization: authorization)
         let payload: String
+        let body: Data
         do {
             payload = String(decoding: try issued.json(), as: UTF8.self)
+            body = try RS256Signer.compactJSON(["payload": payload])
         } catch {
             throw ProviderError.failed("the claims could not be encoded")
         }
-        var access = try await accessToken()
-        let permit = SignaturePermit.current
-        var reply = try await sign(payload, with: access, permit: permit)
-        if reply.status == 401 {
-            // The access token expired or was revoked early: one more try with a new one, which
-            // is one more request at the API, so it waits for a permit of its own.
-            credentials.invalidate(access)
-            access = try await accessToken()
-            let retry: SignaturePermit?
-            do {
-                retry = try await permit?.another(deadline: clock.now + Double(timeout.nanoseconds) / 1e9)
-            } catch is SignatureBudget.DeadlinePassed {
-                throw ProviderError.failed("IAM signJwt HTTP 401; no signature permit for the retry in time")
-            }
-            defer { retry?.spend() }
-            reply = try await sign(payload, with: access, permit: retry)
-        }
-        switch reply.status {
-        case 200:
-            let token = try accept(reply.body, issued: issued, payload: payload)
-            // Signing works: a fault that comes back later is a new one, logged again.
-            heldFault.withLock { $0 = nil }
-            return token
-        case 401:
-            throw hold(
-                "IAM signJwt for \(account): HTTP 401 twice with fresh access tokens from \(credentials.summary); "
-                    + "check the host's credentials",
-                logReason: "UNAUTHENTICATED"
-            )
-        case 400, 403, 404:
-            let fault = SignerFault(status: reply.status, body: reply.body)
-            if reply.status == 400 {
-                logger.error(
-                    "IAM signJwt refused the request as malformed",
-                    metadata: [
-                        "service_account": "\(account)", "payload_bytes": "\(payload.utf8.count)",
-                        "claims": "iss,sub,aud,iat,exp,authorization",
-                        "authorization_keys": "\(authorization.keys.sorted().joined(separator: ","))",
-                    ]
-                )
-            }
-            throw hold(fault.text(account: account), logReason: fault.reason ?? fault.googleStatus ?? "")
-        case 429:
-            let wait = ProviderReply.retryAfter(reply.retryAfter, now: clock.wallSeconds) ?? 30
-            throw ProviderError.throttled("IAM signJwt HTTP 429", retryAfter: wait)
-        default:
-            throw ProviderError.failed("IAM signJwt HTTP \(reply.status)")
-        }
-    }
-
-    /// The access token, or the provider error its failure is.
-    private func accessToken() async throws -> AccessToken {
-        do {
-            return try await credentials.accessToken()
-        } catch {
-            switch error.fault {
-            case .transient:
-                if let wait = error.retryAfter {
-                    throw ProviderError.throttled("host credentials: \(error.message)", retryAfter: wait)
-                }
-                throw ProviderError.failed("host credentials: \(error.message)")
-            case .credentials:
-                throw hold("host credentials refused: \(error.message)", logReason: "CREDENTIALS")
-            }
-        }
-    }
-
-    /// Holds every fetch off for ``faultHold`` seconds with `text`, logging the fault when it is new.
-    private func hold(_ text: String, logReason: String) -> ProviderError {
-        let until = clock.monotonicSeconds + faultHold
-        let previous = heldFault.withLock { held in
-            defer { held = (until, text) }
-            return held?.text
-        }
-        if previous != text {
+        let reply = try await call.post(Array(body)) {
             logger.error(
-                "key-less signing needs the operator",
+                "IAM signJwt refused the request as malformed",
                 metadata: [
-                    "service_account": "\(account)", "api": "signJwt", "reason": "\(logReason)",
-                    "problem": "\(text)",
+                    "service_account": "\(account)", "payload_bytes": "\(payload.utf8.count)",
+                    "claims": "iss,sub,aud,iat,exp,authorization",
+                    "authorization_keys": "\(authorization.keys.sorted().joined(separator: ","))",
                 ]
             )
         }
-        return .misconfigured(text, retryAfter: faultHold)
-    }
-
-    private struct Reply {
-        var status: Int
-        var body: [UInt8]
-        var retryAfter: String?
-    }
-
-    /// Posts `payload` to signJwt; `permit` (the fetch's signature permit) is spent as the request
-    /// leaves, so the budget counts the signature from the moment IAM can see it.
-    private func sign(_ payload: String, with access: AccessToken, permit: SignaturePermit?) async throws -> Reply {
-        var request = HTTPClientRequest(url: url)
-        request.method = .POST
-        request.headers.add(name: "Authorization", value: "Bearer " + access.value)
-        request.headers.add(name: "Content-Type", value: "application/json")
-        request.headers.add(name: "Accept", value: "application/json")
-        if let project = credentials.quotaProject { request.headers.add(name: "x-goog-user-project", value: project) }
-        let body: Data
-        do {
-            body = try RS256Signer.compactJSON(["payload": payload])
-        } catch {
-            throw ProviderError.failed("the signJwt request could not be encoded")
-        }
-        request.body = .bytes(ByteBuffer(bytes: body))
-        let response: OutboundReply
-        permit?.spend()
-        do {
-            response = try await client.exchange(request, timeout: timeout, maxBodyBytes: Self.maxBodyBytes)
-        } catch {
-            throw ProviderError.failed("IAM signJwt \(error.text)")
-        }
-        return Reply(
-            status: response.status,
-            body: response.body,
-            retryAfter: response.headers.first(name: "retry-after")
-        )
+        let token = try accept(reply, issued: issued, payload: payload)
+        call.succeeded()
+        return token
     }
 
     /// The token in a `signJwt` reply, once the reply is checked whole (``SignJWTReply``: the
@@ -257,8 +141,6 @@ public final class IAMSigner: TokenProvider {
     }
 
     public func shutdown() async {
-        try? await client.shutdown()
+        await call.shutdown()
     }
-
-    deinit { client.shutDownInBackground() }
 }

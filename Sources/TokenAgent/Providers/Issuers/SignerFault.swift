@@ -1,8 +1,10 @@
 import TokenWire
 
-/// What a failed IAM Credentials `signJwt` call means, read from its HTTP status and Google's
-/// error body (`error.details[].reason`), with what the operator does about it.
+/// What a failed IAM Credentials call (`signJwt`, `generateAccessToken`) means, read from its HTTP
+/// status and Google's error body (`error.details[].reason`), with what the operator does about it.
 struct SignerFault: Sendable, Hashable {
+    /// The method that failed.
+    var method: IAMCredentialsCall.Method = .signJwt
     /// The HTTP status.
     var status: Int
     /// Google's `details[].reason` (`IAM_PERMISSION_DENIED`, `SERVICE_DISABLED`, ...), if any.
@@ -13,9 +15,10 @@ struct SignerFault: Sendable, Hashable {
     /// of two reasons counts depends on the reader, so neither picks the operator's fix.
     var ambiguity: String?
 
-    /// Reads the status and reason of a `signJwt` reply body (bounded by the caller), strictly
+    /// Reads the status and reason of a reply body of `method` (bounded by the caller), strictly
     /// (``StrictJSON/object(bytes:)``).
-    init(status: Int, body: [UInt8]) {
+    init(status: Int, body: [UInt8], method: IAMCredentialsCall.Method = .signJwt) {
+        self.method = method
         self.status = status
         let object: StrictJSON.Object?
         do {
@@ -59,7 +62,11 @@ struct SignerFault: Sendable, Hashable {
         case (403, _):
             return "check the host identity's permissions on \(account) (Service Account Token Creator)"
         case (404, _):
-            return "no such service account \(account): check issuers' service_account"
+            switch method {
+            case .signJwt: return "no such service account \(account): check issuers' service_account"
+            case .generateAccessToken:
+                return "no such service account \(account): check access_tokens' service_account and delegates"
+            }
         case (400, _):
             return "the agent's request was refused as malformed: report this as a bug"
         default:
@@ -69,7 +76,7 @@ struct SignerFault: Sendable, Hashable {
 
     /// The fault as words, e.g. `IAM signJwt for a@b: HTTP 403 IAM_PERMISSION_DENIED`.
     func text(account: String) -> String {
-        var text = "IAM signJwt for \(account): HTTP \(status)"
+        var text = "IAM \(method.rawValue) for \(account): HTTP \(status)"
         if let label = reason ?? googleStatus { text += " \(label)" }
         if let ambiguity { text += " (\(ambiguity))" }
         if let fix = fix(account: account) { text += "; \(fix)" }

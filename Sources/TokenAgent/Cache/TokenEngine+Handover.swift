@@ -1,0 +1,47 @@
+/// The hand-over of the engine's tokens to the next process, and their take-over by it: through
+/// systemd's file-descriptor store (``TokenCacheMedium/memory``) or the cache file
+/// (``TokenCacheMedium/disk``), which never holds the tokens of a kind that keeps them in memory.
+extension TokenEngine {
+    /// The tokens that can still be served, for handing over to the next process through
+    /// `medium`: to ``TokenCacheMedium/disk``, never those of a kind whose tokens stay in memory
+    /// (``TokenProvider/tokensStayInMemory``: access tokens).
+    public func exportTokens(to medium: TokenCacheMedium) -> [CachedToken] {
+        var tokens: [CachedToken] = []
+        exportTokens(to: medium) { tokens += $0 }
+        return tokens
+    }
+
+    /// The slots one chunk of ``exportTokens(to:chunkSize:_:)`` copies under a shard's lock.
+    public static let exportChunk = 32
+
+    /// Calls `body` with the tokens that can still be served, for `medium` as
+    /// ``exportTokens(to:)`` chooses them, in chunks of at most `chunkSize` of a shard's slots,
+    /// each copied out under that shard's lock and handed over after the lock is let go: a
+    /// snapshot of the whole cache delays a request by one chunk's copy at most.
+    public func exportTokens(
+        to medium: TokenCacheMedium,
+        chunkSize: Int = TokenEngine.exportChunk,
+        _ body: ([CachedToken]) -> Void
+    ) {
+        store.forEachServableChunk(now: clock.now, chunkSize: max(1, chunkSize), medium: medium, body)
+    }
+
+    /// Takes over tokens an earlier process held, read from `medium`: those of configured kinds
+    /// that can still be served are cached as if fetched now; from ``TokenCacheMedium/disk``,
+    /// never those of a kind whose tokens stay in memory. Returns how many were taken.
+    @discardableResult
+    public func importTokens(_ tokens: [CachedToken], from medium: TokenCacheMedium) -> Int {
+        var tokens = tokens
+        if medium == .disk {
+            let runtime = fetches.runtime
+            tokens.removeAll { !runtime.keeps($0.kind, on: .disk) }
+        }
+        return store.take(tokens, now: clock.now, unixNow: clock.unixNow)
+    }
+
+    /// Whether `kind`'s tokens stay in memory, never written to disk
+    /// (``TokenProvider/tokensStayInMemory``); `false` for a kind not configured.
+    public func tokensStayInMemory(kind: String) -> Bool {
+        !fetches.runtime.keeps(kind, on: .disk)
+    }
+}

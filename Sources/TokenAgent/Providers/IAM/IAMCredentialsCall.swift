@@ -1,0 +1,212 @@
+import AsyncHTTPClient
+import Logging
+import NIOCore
+import Synchronization
+
+/// One method of the IAM Credentials API called for one service account, authorized by the host's
+/// credentials: `signJwt` for a key-less issuer, `generateAccessToken` for an access token by
+/// impersonation. Both fail the same ways, and this is where those ways are handled once.
+///
+/// `POST {endpoint}/v1/projects/-/serviceAccounts/{account}:{method}`, built from the endpoint's
+/// parts (``ServiceEndpoint``), with `Authorization: Bearer <the host's access token>` (and
+/// `x-goog-user-project` for a gcloud user with a quota project). The fetch's permit of its budget
+/// (``SignaturePermit``) is spent as the request leaves.
+///
+/// Faults are the operator's, never an id's: a 401 refreshes the access token and tries once more
+/// (a second request, so a second permit); a second 401, a 400, 403 (its `details[].reason` read
+/// by ``SignerFault``, which names the fix), 404 or refused credentials end as
+/// ``ProviderError/misconfigured(_:retryAfter:)``, logged once when it changes, and every call
+/// fails at once with that error for ``faultHold`` seconds without reaching IAM. A 429 throttles
+/// (its `Retry-After`, else 30 s); 5xx, time-outs and network errors fail and back off.
+final class IAMCredentialsCall: Sendable {
+    /// The method called.
+    enum Method: String, Sendable {
+        case signJwt
+        case generateAccessToken
+
+        /// What the log says when the method needs the operator.
+        var operatorMessage: Logger.Message {
+            switch self {
+            case .signJwt: return "key-less signing needs the operator"
+            case .generateAccessToken: return "access token impersonation needs the operator"
+            }
+        }
+    }
+
+    /// The method called.
+    let method: Method
+    /// The service account it is called for.
+    let account: String
+    /// How long a fault that needs the operator holds every call off, seconds.
+    let faultHold: Double
+    /// The host's credentials.
+    let credentials: any AccessTokenSource
+    private let url: String
+    private let timeout: TimeAmount
+    private let client: HTTPClient
+    private let clock: any AgentClock
+    private let logger: Logger
+    /// The operator's fault in force: until when (monotonic clock, so a wall-clock step neither
+    /// ends it early nor stretches it) and its text.
+    private let heldFault = Mutex<(until: Double, text: String)?>(nil)
+
+    /// The largest reply body read.
+    static let maxBodyBytes = 64 * 1024
+
+    /// A call of `method` for `account` (a service account's email: letters, digits, `-`, `_`, `.`
+    /// and one `@`, escaped into the request's path) at `endpoint`.
+    init(
+        method: Method,
+        account: String,
+        endpoint: ServiceEndpoint,
+        credentials: any AccessTokenSource,
+        faultHold: Double,
+        connectTimeout: Double,
+        timeout: Double,
+        clock: any AgentClock,
+        logger: Logger
+    ) {
+        self.method = method
+        self.account = account
+        self.faultHold = faultHold
+        self.credentials = credentials
+        // `@` stays as it is (a path may hold it, and Google's libraries send it so); anything
+        // that could end the path segment (`/`, `?`, `#`) is escaped.
+        let segment = HTTPTokenProvider.percentEncode(account).replacing("%40", with: "@")
+        url = endpoint.url("/v1/projects/-/serviceAccounts/" + segment + ":" + method.rawValue)
+        self.timeout = .milliseconds(Int64(timeout * 1000))
+        self.clock = clock
+        self.logger = logger
+        client = .outbound(connectTimeout: connectTimeout, timeout: timeout)
+    }
+
+    /// `IAM <method>`, as errors name the call.
+    var name: String { "IAM \(method.rawValue)" }
+
+    /// Throws the operator's fault while it holds calls off.
+    func checkHeld() throws(ProviderError) {
+        let monotonic = clock.monotonicSeconds
+        if let held = heldFault.withLock({ $0 }), monotonic < held.until {
+            throw .misconfigured(held.text, retryAfter: held.until - monotonic)
+        }
+    }
+
+    /// The call worked: a fault that comes back later is a new one, logged again.
+    func succeeded() { heldFault.withLock { $0 = nil } }
+
+    /// Posts `body` (JSON) and returns the body of a 200 reply; any other outcome is thrown as the
+    /// ``ProviderError`` it is. `malformed` runs before a 400 is thrown, to log what was sent
+    /// (never a secret).
+    func post(_ body: [UInt8], malformed: () -> Void = {}) async throws -> [UInt8] {
+        try checkHeld()
+        var access = try await accessToken()
+        let permit = SignaturePermit.current
+        var reply = try await send(body, with: access, permit: permit)
+        if reply.status == 401 {
+            // The access token expired or was revoked early: one more try with a new one, which
+            // is one more request at the API, so it waits for a permit of its own.
+            credentials.invalidate(access)
+            access = try await accessToken()
+            let retry: SignaturePermit?
+            do {
+                retry = try await permit?.another(deadline: clock.now + Double(timeout.nanoseconds) / 1e9)
+            } catch is SignatureBudget.DeadlinePassed {
+                throw ProviderError.failed("\(name) HTTP 401; no signature permit for the retry in time")
+            }
+            defer { retry?.spend() }
+            reply = try await send(body, with: access, permit: retry)
+        }
+        switch reply.status {
+        case 200:
+            return reply.body
+        case 401:
+            throw hold(
+                "\(name) for \(account): HTTP 401 twice with fresh access tokens from \(credentials.summary); "
+                    + "check the host's credentials",
+                logReason: "UNAUTHENTICATED"
+            )
+        case 400, 403, 404:
+            let fault = SignerFault(status: reply.status, body: reply.body, method: method)
+            if reply.status == 400 { malformed() }
+            throw hold(fault.text(account: account), logReason: fault.reason ?? fault.googleStatus ?? "")
+        case 429:
+            let wait = ProviderReply.retryAfter(reply.retryAfter, now: clock.wallSeconds) ?? 30
+            throw ProviderError.throttled("\(name) HTTP 429", retryAfter: wait)
+        default:
+            throw ProviderError.failed("\(name) HTTP \(reply.status)")
+        }
+    }
+
+    /// The host's access token, or the provider error its failure is.
+    func accessToken() async throws(ProviderError) -> AccessToken {
+        do {
+            return try await credentials.accessToken()
+        } catch {
+            switch error.fault {
+            case .transient:
+                if let wait = error.retryAfter {
+                    throw .throttled("host credentials: \(error.message)", retryAfter: wait)
+                }
+                throw .failed("host credentials: \(error.message)")
+            case .credentials:
+                throw hold("host credentials refused: \(error.message)", logReason: "CREDENTIALS")
+            }
+        }
+    }
+
+    /// Holds every call off for ``faultHold`` seconds with `text`, logging the fault when it is new.
+    private func hold(_ text: String, logReason: String) -> ProviderError {
+        let until = clock.monotonicSeconds + faultHold
+        let previous = heldFault.withLock { held in
+            defer { held = (until, text) }
+            return held?.text
+        }
+        if previous != text {
+            logger.error(
+                method.operatorMessage,
+                metadata: [
+                    "service_account": "\(account)", "api": "\(method.rawValue)", "reason": "\(logReason)",
+                    "problem": "\(text)",
+                ]
+            )
+        }
+        return .misconfigured(text, retryAfter: faultHold)
+    }
+
+    private struct Reply {
+        var status: Int
+        var body: [UInt8]
+        var retryAfter: String?
+    }
+
+    /// Posts `body`; `permit` (the fetch's permit of its budget) is spent as the request leaves,
+    /// so the budget counts the call from the moment IAM can see it.
+    private func send(_ body: [UInt8], with access: AccessToken, permit: SignaturePermit?) async throws -> Reply {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Authorization", value: "Bearer " + access.value)
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "Accept", value: "application/json")
+        if let project = credentials.quotaProject { request.headers.add(name: "x-goog-user-project", value: project) }
+        request.body = .bytes(ByteBuffer(bytes: body))
+        let response: OutboundReply
+        permit?.spend()
+        do {
+            response = try await client.exchange(request, timeout: timeout, maxBodyBytes: Self.maxBodyBytes)
+        } catch {
+            throw ProviderError.failed("\(name) \(error.text)")
+        }
+        return Reply(
+            status: response.status,
+            body: response.body,
+            retryAfter: response.headers.first(name: "retry-after")
+        )
+    }
+
+    /// Closes the HTTP client's connections.
+    func shutdown() async {
+        try? await client.shutdown()
+    }
+
+    deinit { client.shutDownInBackground() }
+}
