@@ -82,7 +82,7 @@ struct AgentRuntime {
         let cacheFile = configuration.cacheFile.map { CacheFile(path: $0, onDisk: configuration.cacheFileOnDisk) }
         var destinations: [any SnapshotDestination] = cacheFile.map { [$0] } ?? []
         if notifier.isEnabled { destinations.append(FDStoreDestination(notifier: notifier)) }
-        let snapshots = SnapshotStatistics(destinations: destinations.map { $0.name })
+        let snapshots = SnapshotStatistics(destinations: destinations.map { $0.name }, file: cacheFile?.path)
         CacheAdoption.adopt(
             fdStoreFiles: passed.filter { $0.name == CacheHandover.name },
             cacheFile: cacheFile,

@@ -1,12 +1,17 @@
 import ArgumentParser
 import Logging
 import TokenAgent
+import TokenAgentServer
 import TokenWire
 
 #if canImport(FoundationEssentials)
     import FoundationEssentials
 #else
     import Foundation
+#endif
+
+#if canImport(Glibc)
+    import Glibc
 #endif
 
 /// `fleet-tokend check-config`: checks a configuration as `serve` would at start (and a reload
@@ -17,7 +22,7 @@ struct CheckConfigCommand: AsyncParsableCommand {
         commandName: "check-config",
         abstract: "Check a configuration without starting the agent, and print what it serves.",
         discussion:
-            "Reads the config file and the files it names (keys, headers, credentials) and checks everything serve and a reload check; nothing is started and no provider or Google endpoint is called. Exit status: 0 the configuration is good; 78 it is not (the message names the key)."
+            "Reads the config file and the files it names (keys, headers, credentials) and checks everything serve and a reload check, the cache file's directory as serve checks it at start (nothing is created); nothing is started and no provider or Google endpoint is called. Exit status: 0 the configuration is good; 78 it is not (the message names the key)."
     )
 
     @Option(help: "JSON config file (docs/CONFIG.md); without it, the defaults and flags alone.")
@@ -26,12 +31,16 @@ struct CheckConfigCommand: AsyncParsableCommand {
     @Flag(help: "Check it as serve --demo would.")
     var demo = false
 
+    @Option(help: "The agent's uid, for the cache file's checks (default: the uid running check-config).")
+    var user: UInt32?
+
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
         var arguments = config.map { ["--config", $0] } ?? []
         if demo { arguments.append("--demo") }
         let checked: ConfigurationCheck.Checked
         let configuration: AgentConfiguration
+        let cacheFile: (file: CacheFile, inspection: CacheFile.Inspection)?
         do {
             configuration = try ServeCommand.parse(arguments).resolvedConfiguration(environment: environment)
             checked = try ConfigurationCheck.check(
@@ -41,11 +50,24 @@ struct CheckConfigCommand: AsyncParsableCommand {
                     try HostCredentials.discover(environment: environment, logger: Logger(label: "fleet-tokend.check"))
                 }
             )
+            // As serve checks it before it reads or writes it, but creating nothing.
+            if let path = configuration.cacheFile {
+                let file = CacheFile(path: path, onDisk: configuration.cacheFileOnDisk, uid: user ?? geteuid())
+                do {
+                    cacheFile = (file, try file.inspect())
+                } catch {
+                    throw ConfigurationError(key: "cache_file", error.description)
+                }
+            } else {
+                cacheFile = nil
+            }
         } catch let error as ConfigurationError {
             StandardError.write("fleet-tokend: \(TerminalText.escaped(error.description))\n")
             throw ExitCode(78)
         }
-        print(Self.report(configuration, checked, source: config ?? "(no config file)"), terminator: "")
+        var report = Self.report(configuration, checked, source: config ?? "(no config file)")
+        if let cacheFile { report += Self.cacheFileReport(cacheFile.file, cacheFile.inspection) }
+        print(report, terminator: "")
         for provider in checked.providers.providers.values { await provider.shutdown() }
     }
 
@@ -80,6 +102,32 @@ struct CheckConfigCommand: AsyncParsableCommand {
             let users = admin.users.map(\.description).joined(separator: ",")
             let groups = admin.groups.map(\.description).joined(separator: ",")
             lines.append("admin:     users [\(TerminalText.escaped(users))] groups [\(TerminalText.escaped(groups))]")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The cache file's lines: where it is, its directory and file system, and what a start
+    /// would take from it (a file the start refuses is a warning: it starts cold).
+    static func cacheFileReport(_ file: CacheFile, _ inspection: CacheFile.Inspection) -> String {
+        let escaped = TerminalText.escaped
+        var lines = ["cache file: \(escaped(file.path)) (checked for uid \(file.uid))"]
+        var where_ = "  directory \(escaped(file.directory)) on \(escaped(inspection.fileSystem))"
+        if !inspection.memoryBacked { where_ += ", not memory-backed: allowed by cache_file_on_disk" }
+        if let missing = inspection.missingDirectory {
+            where_ += "; \(escaped(missing)) does not exist yet: the agent creates it (mode 0700) at start"
+        }
+        lines.append(where_)
+        switch inspection.file {
+        case .absent:
+            lines.append("  no file yet: the agent starts cold and writes it")
+        case .refused(let reason):
+            lines.append("warning: the cache file \(escaped(reason)): the agent would refuse it and start cold")
+        case .read(let contents):
+            lines.append(
+                "  holds \(contents.tokens.count) \(contents.tokens.count == 1 ? "token" : "tokens") "
+                    + "(format \(contents.formatVersion), written by \(escaped(contents.agentVersion ?? "an unknown version"))); "
+                    + "a start takes those with 10 s or more left whose kind's provider is unchanged"
+            )
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -16,6 +16,11 @@
 //                                                        long; prints PROBE attempts=.. failures=.. gap_ms=..
 //                                                        (first failed attempt to the first answer after the
 //                                                        last failed one; 0 when none failed) errors=..
+//                                                        recovered_at_ms=.. (that answer, Unix ms; 0 when none)
+//   fleet-tokend-container-worker fill KIND PREFIX COUNT [--batch N]
+//                                                        GETs PREFIX-0 .. PREFIX-(COUNT-1) on one connection,
+//                                                        N at a time pipelined (default 64); prints FILL ok=..
+//                                                        failed=.. ms=.. [first_error=..], exit 1 on a failure
 //
 // The socket is $FLEET_TOKEND_SOCKET, else /run/fleet-tokend/tokens.sock.
 import FleetTokenClient
@@ -91,6 +96,53 @@ func exchangeLine(_ fd: Int32, _ line: String) -> String? {
     return nil
 }
 
+/// Sends all of `bytes` on `fd`; false when the peer is gone.
+func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+    var sent = 0
+    while sent < bytes.count {
+        let count = bytes[sent...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        if count < 0, errno == EINTR { continue }
+        guard count > 0 else { return false }
+        sent += count
+    }
+    return true
+}
+
+/// Reply lines read from a socket through a buffer (a fill reads tens of MB of replies).
+struct LineReader {
+    let fd: Int32
+    private var buffer: [UInt8] = []
+    private var start = 0
+
+    init(fd: Int32) { self.fd = fd }
+
+    /// The next line without its line feed; nil when the peer closed or timed out first.
+    mutating func next() -> String? {
+        while true {
+            if let end = buffer[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: buffer[start..<end], as: UTF8.self)
+                start = end + 1
+                if start > 1 << 20 {
+                    buffer.removeFirst(start)
+                    start = 0
+                }
+                return line
+            }
+            var chunk = [UInt8](repeating: 0, count: 1 << 16)
+            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { return nil }
+            buffer += chunk[0..<count]
+        }
+    }
+}
+
+func unixMilliseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+}
+
 func errorName(_ failure: ConnectFailure) -> String {
     switch failure.code {
     case ECONNREFUSED: return "ECONNREFUSED"
@@ -125,7 +177,9 @@ func wireText(_ error: FleetTokenError) -> String {
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 guard let mode = arguments.first else {
-    fail("usage: raw LINE | get KIND ID | shm KIND ID [CALLS] | loop SECONDS KIND ID | probe SECONDS")
+    fail(
+        "usage: raw LINE | get KIND ID | shm KIND ID [CALLS] | loop SECONDS KIND ID | probe SECONDS | fill KIND PREFIX COUNT"
+    )
 }
 arguments.removeFirst()
 
@@ -211,6 +265,7 @@ case "probe":
     var failures = 0
     var firstFailure: Double?
     var gapEnd: Double?
+    var recoveredAt: Int64 = 0
     var errors: [String: Int] = [:]
     let end = monotonicMilliseconds() + seconds * 1000
     while monotonicMilliseconds() < end {
@@ -230,6 +285,7 @@ case "probe":
             gapEnd = nil
         } else if firstFailure != nil, gapEnd == nil {
             gapEnd = monotonicMilliseconds()
+            recoveredAt = unixMilliseconds()
         }
         usleep(UInt32(interval * 1000))
     }
@@ -237,8 +293,45 @@ case "probe":
     let errorText = errors.keys.sorted().map { "\($0):\(errors[$0]!)" }.joined(separator: ",")
     print(
         "PROBE attempts=\(attempts) failures=\(failures) gap_ms=\(Int(gap)) recovered=\(firstFailure == nil || gapEnd != nil) "
-            + "errors=\(errorText.isEmpty ? "none" : errorText)"
+            + "errors=\(errorText.isEmpty ? "none" : errorText) recovered_at_ms=\(recoveredAt)"
     )
+
+case "fill":
+    guard arguments.count >= 3, let count = Int(arguments[2]), count > 0 else { fail("fill KIND PREFIX COUNT") }
+    let kind = arguments[0]
+    let prefix = arguments[1]
+    let batch = max(1, option("--batch", in: arguments).flatMap { Int($0) } ?? 64)
+    let started = monotonicMilliseconds()
+    guard case .success(let fd) = connectAgent(timeoutMilliseconds: 60_000) else {
+        print("FILL CONNECT-FAILED")
+        exit(1)
+    }
+    var reader = LineReader(fd: fd)
+    var ok = 0
+    var failed = 0
+    var firstError: String?
+    var next = 0
+    while next < count {
+        let end = min(count, next + batch)
+        let request = (next..<end).map { "GET \(kind) \(prefix)-\($0)\n" }.joined()
+        guard sendAll(fd, Array(request.utf8)) else { fail("the agent closed the connection at \(next)") }
+        for _ in next..<end {
+            guard let line = reader.next() else { fail("no reply at \(ok + failed) of \(count)") }
+            if line.hasPrefix("OK ") {
+                ok += 1
+            } else {
+                failed += 1
+                if firstError == nil { firstError = line }
+            }
+        }
+        next = end
+    }
+    close(fd)
+    print(
+        "FILL ok=\(ok) failed=\(failed) ms=\(Int(monotonicMilliseconds() - started))"
+            + (firstError.map { " first_error=\($0)" } ?? "")
+    )
+    exit(failed == 0 ? 0 : 1)
 
 default:
     fail("unknown mode \(mode)")

@@ -95,4 +95,36 @@ struct EngineOverSegmentsTests {
         #expect(segments.statistics().heldOutside == 2, "only the dropped id left")
         #expect(try await engine.get(kind: "vehicle", id: Self.composed).get().token.utf8.elementsEqual(composed.utf8))
     }
+
+    /// A cache taken over at start (20,000 tokens at once, under a limit that leaves a kind's
+    /// retired generations a small share) goes into its segment whole, in one growth: grown one
+    /// token at a time, the retired generations outrun the share and the rest is left out.
+    @Test func aTakenOverCacheGoesIntoItsSegmentWhole() async throws {
+        var limits = SharedSegments.Limits()
+        limits.maxTotalBytes = 64 << 20  // five kinds: a share of 6.4 MiB for each one's retired generations
+        let segments = SharedSegments(
+            kinds: ["vehicle", "trip", "task", "delivery-vehicle", "tracking"],
+            policy: RefreshPolicy(),
+            limits: limits,
+            logger: Logger(label: "test")
+        )
+        defer { segments.retireAll() }
+        let engine = TokenEngine(providers: ["vehicle": CountingProvider()], maxEntries: 30_000, storage: segments)
+        let expiresAt = Int64(Date().timeIntervalSince1970) + 3600
+        let padding = String(repeating: "x", count: 680)
+        let tokens = (0..<20_000).map {
+            CachedToken(kind: "vehicle", id: "v-\($0)", token: "t-\($0)-\(padding)", expiresAt: expiresAt)
+        }
+        let before = segments.statistics().generations
+        #expect(engine.importTokens(tokens) == 20_000)
+        let statistics = segments.statistics()
+        #expect(statistics.notMirrored == 0, "every token in the segment")
+        #expect(statistics.slotsUsed == 20_000)
+        #expect(statistics.generations == before + 1, "one growth")
+        guard case .ready(.success(let served)) = engine.lookup(kind: "vehicle", id: "v-19999", minValidity: nil) else {
+            Issue.record("v-19999 is served")
+            return
+        }
+        #expect(served.token == "t-19999-\(padding)")
+    }
 }

@@ -62,4 +62,20 @@ struct WireReplyTests {
         #expect(checked > 60_000)
         #expect(WireReply.oneLine("x\u{85}y\u{9F}z\u{A0}") == "x y z\u{A0}", "C1 controls replaced, NBSP kept")
     }
+
+    /// A text in one STATS field (a path with a space, a line break, `%`, non-ASCII) reads back as
+    /// it was, and splits into no extra field; `-` is none.
+    @Test func aStatsWordIsOneFieldAndReadsBack() {
+        let texts = ["/run/fleet-tokend-state/tokens.cache", "/a b/c%d\ne=f", "/é/\u{7F}", "-", "%", ""]
+        for text in texts {
+            let word = StatsWord.encode(text)
+            #expect(!word.utf8.contains { $0 <= 0x20 || $0 >= 0x7F }, "\(word)")
+            #expect(WireReply.statsFields("a=1 x=\(word) b=2") == ["a": "1", "x": word, "b": "2"])
+            #expect(StatsWord.decode(word) == text, "\(text) as \(word)")
+        }
+        #expect(StatsWord.encode("/a b") == "/a%20b")
+        #expect(StatsWord.encode(nil) == "-")
+        #expect(StatsWord.decode("-") == nil)
+        #expect(StatsWord.decode("100%") == "100%", "a % without two hex digits stays")
+    }
 }

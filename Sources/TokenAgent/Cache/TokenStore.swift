@@ -16,6 +16,8 @@ final class TokenStore: Sendable {
 
     private let shards: [Shard]
     private let random: @Sendable () -> Double
+    /// Where the shards keep their tokens (told ahead of a batch, ``take(_:now:unixNow:)``).
+    private let storage: (any TokenStorage)?
 
     /// The most shards a store has.
     static let maxShards = 16
@@ -34,6 +36,7 @@ final class TokenStore: Sendable {
             Shard(StoreShard(runtime: runtime, budget: budget, expectedCount: expected, storage: storage))
         }
         self.random = random
+        self.storage = storage
     }
 
     private func shard(_ key: EntryKey) -> Shard { shard(hashValue: key.tableHash) }
@@ -217,6 +220,25 @@ final class TokenStore: Sendable {
     /// the wire refuses (`*`, `.`, `..`, which an earlier version may have cached) is not taken.
     /// Returns how many were taken.
     func take(_ tokens: [CachedToken], now: MonotonicInstant, unixNow: UnixTime) -> Int {
+        if let storage {
+            // Room for each kind's tokens at once, not one growth after another.
+            var kinds: [String: (tokens: Int, idLength: Int, tokenLength: Int)] = [:]
+            for cached in tokens {
+                let seen = kinds[cached.kind] ?? (0, 0, 0)
+                kinds[cached.kind] = (
+                    seen.tokens + 1, max(seen.idLength, cached.id.utf8.count),
+                    max(seen.tokenLength, cached.token.utf8.count)
+                )
+            }
+            for (kind, batch) in kinds {
+                storage.reserve(
+                    kind: kind,
+                    tokens: batch.tokens,
+                    idLength: batch.idLength,
+                    tokenLength: batch.tokenLength
+                )
+            }
+        }
         var taken = 0
         for cached in tokens where TokenIdentifier.keyProblem(kind: cached.kind, id: cached.id.utf8) == nil {
             let key = EntryKey(kind: cached.kind, id: cached.id)

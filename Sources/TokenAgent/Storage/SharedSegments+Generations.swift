@@ -68,6 +68,31 @@ extension SharedSegments {
         return make(kind, &state, from: current, slots: slots, slotSize: slotSize, reason: "growth")
     }
 
+    /// Room in one step for `tokens` more tokens of `kind` (a cache taken over at start): a
+    /// generation sized as ``grow(_:_:idLength:tokenLength:)`` would size it once they are all in
+    /// (twice as many slots as tokens), holding the current one's, made now unless the current
+    /// one has the slots already. Growing token by token instead retires a generation at each
+    /// step, faster than the kernel frees them, so the kind's share of the limit runs out and the
+    /// rest of the tokens are left out of shared memory. Nothing changes when a limit forbids it.
+    func reserve(_ kind: String, _ state: inout KindState, tokens: Int, idLength: Int, tokenLength: Int) {
+        guard let current = state.writer else { return }
+        let needed = min(
+            SegmentLayout.padded(idLength) + SegmentLayout.padded(tokenLength),
+            SegmentLayout.maxSlotSize
+        )
+        let slotSize = Self.slotSize(forData: max(current.largestData, needed))
+        let slots = (current.count + tokens) * 2
+        guard slots > current.slotCount || slotSize > current.slotSize else { return }
+        _ = make(
+            kind,
+            &state,
+            from: current,
+            slots: max(slots, current.slotCount),
+            slotSize: slotSize,
+            reason: "growth"
+        )
+    }
+
     /// A new generation of `kind` like the current one (rotation, or a change of rules).
     func replace(_ kind: String, _ state: inout KindState, reason: String) {
         guard let current = state.writer else { return }

@@ -220,6 +220,14 @@ public final class SharedSegments: TokenStorage, Sendable {
         }
     }
 
+    public func reserve(kind: String, tokens: Int, idLength: Int, tokenLength: Int) {
+        guard tokens > 0, let entry = entry(kind) else { return }
+        entry.state.withLock { state in
+            guard state.configured else { return }
+            reserve(kind, &state, tokens: tokens, idLength: idLength, tokenLength: tokenLength)
+        }
+    }
+
     public func tokenRemoved(kind: String, id: String) {
         entry(kind)?.state.withLock { state in
             state.writer?.remove(id: id)

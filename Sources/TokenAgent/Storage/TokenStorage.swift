@@ -28,6 +28,12 @@ public protocol TokenStorage: AnyObject, Sendable {
     /// (`kind`, `id`) has no servable token any more: dropped, evicted, refused, expired or forgotten.
     func tokenRemoved(kind: String, id: String)
 
+    /// About `tokens` new tokens of `kind` come at once (a cache taken over at start), none with an
+    /// id longer than `idLength` or a token longer than `tokenLength` bytes: the storage may make
+    /// room for them all now, rather than grow one token at a time. Only a hint: each token is
+    /// still handed over by ``tokenStored(kind:id:token:expiry:lifetime:unixExpiry:)``.
+    func reserve(kind: String, tokens: Int, idLength: Int, tokenLength: Int)
+
     /// Calls `body` with the bytes of the token the storage holds for `kind` and the id whose UTF-8
     /// bytes are `id` (valid only during the call); returns whether it holds one (`false`: `body`
     /// was not called). Not generic: it is called through the protocol on every socket GET, and a
@@ -50,6 +56,9 @@ public protocol TokenStorage: AnyObject, Sendable {
 }
 
 extension TokenStorage {
+    /// No room made ahead: each token is placed as it comes.
+    public func reserve(kind: String, tokens: Int, idLength: Int, tokenLength: Int) {}
+
     /// ``withToken(kind:id:hint:_:)`` without a hint.
     public func withToken(kind: String, id: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) -> Bool {
         var hint: UInt64 = 0

@@ -66,14 +66,18 @@ public struct CacheFile: SnapshotDestination {
         try checkFileSystem()
     }
 
-    /// Refuses a directory whose file system is not tmpfs or ramfs, unless ``onDisk``.
-    func checkFileSystem() throws(Problem) {
+    /// Refuses a directory whose file system is not tmpfs or ramfs, unless ``onDisk``; returns the
+    /// `statfs` type. `path`: where to look, when the directory does not exist yet (the deepest
+    /// directory on its way that does, whose file system a new directory in it would be on).
+    @discardableResult
+    func checkFileSystem(at path: String? = nil) throws(Problem) -> Int {
+        let examined = path ?? directory
         var type64: Int64 = 0
-        guard fsl_file_system_type(directory, &type64) == 0 else {
-            throw Problem(description: "cannot examine the file system of \(directory): \(Self.errorText())")
+        guard fsl_file_system_type(examined, &type64) == 0 else {
+            throw Problem(description: "cannot examine the file system of \(examined): \(Self.errorText())")
         }
         let type = Int(type64)
-        guard !onDisk, type != Self.tmpfsMagic, type != Self.ramfsMagic else { return }
+        guard !onDisk, type != Self.tmpfsMagic, type != Self.ramfsMagic else { return type }
         throw Problem(
             description:
                 "\(directory) is on \(Self.fileSystemName(type)), not a memory-backed file system (tmpfs or ramfs): "
@@ -194,15 +198,18 @@ public struct CacheFile: SnapshotDestination {
         }
     }
 
+    /// The names of common file systems by `statfs` type (`linux/magic.h`).
+    static let knownFileSystems: [Int: String] = [
+        tmpfsMagic: "tmpfs", ramfsMagic: "ramfs", 0xEF53: "ext2/ext3/ext4", 0x5846_5342: "xfs",
+        0x9123_683E: "btrfs", 0x794C_7630: "overlayfs", 0x6969: "nfs", 0x6573_5546: "fuse", 0x2FC1_2FC1: "zfs",
+        0x0102_1997: "9p",
+    ]
+
     /// A name for the file system of `statfs` type `type`.
     static func fileSystemName(_ type: Int) -> String {
-        let known: [Int: String] = [
-            0xEF53: "ext2/ext3/ext4", 0x5846_5342: "xfs", 0x9123_683E: "btrfs", 0x794C_7630: "overlayfs",
-            0x6969: "nfs", 0x6573_5546: "fuse", 0x2FC1_2FC1: "zfs", 0x0102_1997: "9p",
-        ]
-        return known[type].map { "\($0) (statfs type 0x\(String(type, radix: 16)))" }
+        knownFileSystems[type].map { "\($0) (statfs type 0x\(String(type, radix: 16)))" }
             ?? "a file system of statfs type 0x\(String(type, radix: 16))"
     }
 
-    private static func errorText() -> String { String(cString: strerror(errno)) }
+    static func errorText() -> String { String(cString: strerror(errno)) }
 }

@@ -99,6 +99,46 @@ enum SocketPath {
         label: String = "socket directory",
         creatingWith mode: mode_t = directoryMode
     ) throws -> String {
+        try walk(directory, uid: uid, naming: subject, label: label, creatingWith: mode).resolved
+    }
+
+    /// Where a walk of a directory's path ended.
+    struct Walk: Sendable, Equatable {
+        /// The deepest directory that exists on the way, every symbolic link resolved: the
+        /// directory itself unless ``missing`` is set.
+        var resolved: String
+        /// The first directory on the way that does not exist, when the walk creates none.
+        var missing: String?
+    }
+
+    /// Checks `directory` as ``secureDirectory(_:uid:role:)`` does, creating nothing: every
+    /// directory on the way that exists is checked, and the walk stops at the first missing one
+    /// (which the agent would create, mode `role.mode`); the directory's own mode is checked when
+    /// it exists.
+    static func inspectDirectory(_ directory: String, uid: uid_t = geteuid(), role: DirectoryRole = .socket) throws
+        -> Walk
+    {
+        let walk = try walk(directory, uid: uid, naming: directory, label: role.name, creatingWith: nil)
+        if walk.missing == nil {
+            try checkSocketDirectoryMode(
+                try status(of: walk.resolved, socketDirectory: directory, label: role.name),
+                walk.resolved,
+                of: directory,
+                label: role.name
+            )
+        }
+        return walk
+    }
+
+    /// The walk of ``resolveSafely(_:uid:naming:label:creatingWith:)``; with `mode` `nil` a
+    /// missing directory is not created and ends the walk.
+    private static func walk(
+        _ directory: String,
+        uid: uid_t,
+        naming subject: String,
+        label: String,
+        creatingWith mode: mode_t?
+    ) throws -> Walk {
         let absolute = directory.hasPrefix("/") ? directory : currentDirectory() + "/" + directory
         var pending = components(of: absolute)
         var resolved: [String] = []
@@ -114,7 +154,13 @@ enum SocketPath {
                 continue
             }
             let candidate = "/" + (resolved + [name]).joined(separator: "/")
-            info = try statusCreatingDirectory(candidate, socketDirectory: subject, label: label, mode: mode)
+            if let mode {
+                info = try statusCreatingDirectory(candidate, socketDirectory: subject, label: label, mode: mode)
+            } else if let present = try statusIfPresent(candidate, socketDirectory: subject, label: label) {
+                info = present
+            } else {
+                return Walk(resolved: "/" + resolved.joined(separator: "/"), missing: candidate)
+            }
             try checkOwner(info, candidate, of: subject, uid: uid, label: label)
             switch info.st_mode & S_IFMT {
             case S_IFLNK:
@@ -132,7 +178,7 @@ enum SocketPath {
                 throw refusal(subject, candidate, "is not a directory", label: label)
             }
         }
-        return "/" + resolved.joined(separator: "/")
+        return Walk(resolved: "/" + resolved.joined(separator: "/"))
     }
 
     /// Refuses `path` (on the way to `socketDirectory`) unless root or `uid` owns it: whoever owns
@@ -276,6 +322,16 @@ enum SocketPath {
         }
         try createDirectory(path, socketDirectory: socketDirectory, label: label, mode: mode)
         return try status(of: path, socketDirectory: socketDirectory, label: label)
+    }
+
+    /// The `lstat` of `path`, or `nil` when it does not exist.
+    private static func statusIfPresent(_ path: String, socketDirectory: String, label: String) throws -> stat? {
+        var info = stat()
+        if lstat(path, &info) == 0 { return info }
+        guard errno == ENOENT else {
+            throw refusal(socketDirectory, path, "cannot be examined (\(errorText()))", label: label)
+        }
+        return nil
     }
 
     /// The `lstat` of `path`, which must exist.

@@ -101,6 +101,8 @@ public struct AgentStatus: Sendable {
         text.add("snapshot_bytes", snapshot.lastWrite?.bytes ?? 0)
         text.add("snapshot_tokens", snapshot.lastWrite?.tokens ?? 0)
         text.add("snapshot_write_ms", Int(saturating: ((snapshot.lastWrite?.duration ?? 0) * 1000).rounded()))
+        text.add("snapshot_file", text: StatsWord.encode(snapshots.file))
+        text.add("snapshot_source", text: snapshot.adoptedFrom ?? StatsWord.none)
         // Four fields for each kind whose provider has a signature budget; none for the others.
         for (kind, counters) in engine.signatureBudgets() {
             text.add("signs_", kind: kind, counters.signatures)

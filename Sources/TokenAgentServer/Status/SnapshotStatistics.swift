@@ -44,10 +44,13 @@ public final class SnapshotStatistics: Sendable {
     private let state = Mutex(Counts())
     /// The destinations writes go to, whose failure counts start at 0.
     public let destinations: [String]
+    /// The cache file's path (`cache_file`), `nil` without one.
+    public let file: String?
 
-    /// Creates empty statistics for writes to `destinations`.
-    public init(destinations: [String] = []) {
+    /// Creates empty statistics for writes to `destinations`, one of them the cache file at `file`.
+    public init(destinations: [String] = [], file: String? = nil) {
         self.destinations = destinations
+        self.file = file
         state.withLock { counts in for name in destinations { counts.failures[name] = 0 } }
     }
 

@@ -41,6 +41,26 @@ struct StatusReport {
     var lastReloadApplied = true
     var refresherAge = 0.0
     var kinds: [Kind] = []
+    /// The cache file's state, when the agent has one (`snapshot_file` in STATS).
+    var cacheFile: CacheFileState?
+
+    /// The cache file (`cache_file`): where it is, its last write, and what the start took from
+    /// it, from STATS' `snapshot_*` fields.
+    struct CacheFileState {
+        var path: String
+        /// Unix time of the last write, `nil` before the first.
+        var writtenAt: Int?
+        var bytes = 0
+        var tokens = 0
+        var writeMilliseconds = 0
+        var writes = 0
+        var writeFailures = 0
+        /// Where the start's tokens came from: `file`, `fd_store` (systemd's, which wins), or
+        /// `nil` when nothing was read (no file yet).
+        var adoptedFrom: String?
+        var adopted = 0
+        var skipped = 0
+    }
 
     /// The report of a `PING` reply, `STATS` fields and `METRICS` samples.
     init(ping: String, stats: [String: String], samples: [MetricsText.Sample]) {
@@ -58,6 +78,21 @@ struct StatusReport {
         connections = max(0, stat("connections") - 1)
         reloads = stat("reloads")
         reloadFailures = stat("reload_failures")
+        if let path = stats["snapshot_file"].flatMap(StatsWord.decode) {
+            let writtenAt = stat("snapshot_written_at")
+            cacheFile = CacheFileState(
+                path: path,
+                writtenAt: writtenAt > 0 ? writtenAt : nil,
+                bytes: stat("snapshot_bytes"),
+                tokens: stat("snapshot_tokens"),
+                writeMilliseconds: stat("snapshot_write_ms"),
+                writes: stat("snapshot_writes"),
+                writeFailures: stat("snapshot_write_failures"),
+                adoptedFrom: stats["snapshot_source"].flatMap(StatsWord.decode),
+                adopted: stat("snapshot_adopted"),
+                skipped: stat("snapshot_skipped")
+            )
+        }
         var byKind: [String: Kind] = [:]
         func update(_ name: String?, _ body: (inout Kind) -> Void) {
             guard let name else { return }
@@ -161,6 +196,7 @@ struct StatusReport {
         } else {
             lines.append("expiry:    no token read within the idle time-out")
         }
+        if let cacheFile { lines.append(Self.cacheFileLine(cacheFile, now: now, paint: paint)) }
         lines.append("providers:")
         for kind in kinds {
             var text = "  \(TerminalText.padded(escaped(kind.name), to: 18))"
@@ -221,6 +257,17 @@ struct StatusReport {
             "refresher_stalled": .bool(refresherStalled),
             "kinds": .array(kindObjects),
         ]
+        if let file = cacheFile {
+            var fields: [String: JSONValue] = [
+                "path": .string(file.path), "bytes": .int(file.bytes), "tokens": .int(file.tokens),
+                "write_ms": .int(file.writeMilliseconds), "writes": .int(file.writes),
+                "write_failures": .int(file.writeFailures), "adopted": .int(file.adopted),
+                "skipped": .int(file.skipped),
+            ]
+            if let at = file.writtenAt { fields["written_at"] = .int(at) }
+            if let source = file.adoptedFrom { fields["adopted_from"] = .string(source) }
+            object["cache_file"] = .object(fields)
+        }
         if let ratio = hitRatio { object["hit_ratio"] = .double((ratio * 10).rounded() / 1000) }
         if let soonest {
             object["soonest_expiry_s"] = .int(Int(saturating: soonest.seconds))
@@ -230,6 +277,40 @@ struct StatusReport {
         encoder.outputFormatting = [.sortedKeys]
         let data = (try? encoder.encode(JSONValue.object(object))) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    /// The cache file's line: where, the last write (its age, tokens, size and duration), failed
+    /// writes, and what the start took over.
+    static func cacheFileLine(_ file: CacheFileState, now: Double, paint: (String, String) -> String) -> String {
+        let escaped = TerminalText.escaped
+        var text = "cache file: \(escaped(file.path)), "
+        if let at = file.writtenAt {
+            text +=
+                "written \(duration(Int(saturating: max(0, now - Double(at))))) ago "
+                + "(\(count(file.tokens, "token", "tokens")), \(size(file.bytes)), in \(file.writeMilliseconds) ms)"
+        } else {
+            text += "not written yet"
+        }
+        if file.writeFailures > 0 {
+            text += ", " + paint(count(file.writeFailures, "write failed", "writes failed"), "31")
+        }
+        switch file.adoptedFrom {
+        case "file": text += "; adopted at start: \(file.adopted)"
+        case "fd_store": text += "; adopted at start from systemd's fd store: \(file.adopted)"
+        case let other?: text += "; adopted at start from \(escaped(other)): \(file.adopted)"
+        case nil: text += "; nothing adopted at start"
+        }
+        if file.adoptedFrom != nil, file.skipped > 0 { text += " (\(file.skipped) skipped)" }
+        return text
+    }
+
+    /// `512 bytes`, `4.0 KiB`, `70.4 MiB` or `1.2 GiB`.
+    static func size(_ bytes: Int) -> String {
+        let units: [(String, Double)] = [("GiB", 1_073_741_824), ("MiB", 1_048_576), ("KiB", 1024)]
+        for (name, unit) in units where Double(bytes) >= unit {
+            return DecimalText.fixed(Double(bytes) / unit, digits: 1) + " " + name
+        }
+        return count(bytes, "byte", "bytes")
     }
 
     /// `3 d 4 h`, `2 h 5 min`, `4 min 10 s` or `12 s`.
