@@ -116,7 +116,7 @@ struct EngineOverSegmentsTests {
             CachedToken(kind: "vehicle", id: "v-\($0)", token: "t-\($0)-\(padding)", expiresAt: expiresAt)
         }
         let before = segments.statistics().generations
-        #expect(engine.importTokens(tokens) == 20_000)
+        #expect(engine.importTokens(tokens, from: .memory) == 20_000)
         let statistics = segments.statistics()
         #expect(statistics.notMirrored == 0, "every token in the segment")
         #expect(statistics.slotsUsed == 20_000)
