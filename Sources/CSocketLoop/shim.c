@@ -140,3 +140,5 @@ int fsl_file_system_type(const char *path, int64_t *type) {
     *type = (int64_t)info.f_type;
     return 0;
 }
+
+pid_t fsl_thread_id(void) { return (pid_t)syscall(SYS_gettid); }

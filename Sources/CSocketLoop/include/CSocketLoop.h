@@ -4,7 +4,8 @@
 // What the agent's socket loop needs from C that Swift's Glibc module does not carry: epoll,
 // eventfd, accept4's flags and struct ucred (SO_PEERCRED); the O_PATH descriptors through which
 // `fleet-tokend prepare-directories` changes a directory's owner and mode (GNU declarations); and
-// statfs, for the cache file's file system.
+// statfs, for the cache file's file system; and the calling thread's kernel id (gettid), whose
+// priority a background write lowers.
 
 #include <stdint.h>
 #include <sys/epoll.h>
@@ -25,6 +26,10 @@ static inline uint64_t fsl_event_data(const struct epoll_event *event) { return 
 /// The statfs f_type of the file system holding `path` (TMPFS_MAGIC, RAMFS_MAGIC, ...). 0, or -1
 /// with errno set.
 int fsl_file_system_type(const char *path, int64_t *type);
+
+/// The calling thread's kernel id (gettid(2)), for setpriority(PRIO_PROCESS, id, ...) on that
+/// thread alone.
+pid_t fsl_thread_id(void);
 
 /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC: the new socket, or -1 with errno set.
 int fsl_accept(int listener);

@@ -23,7 +23,7 @@ public protocol SnapshotDestination: Sendable {
 /// A pass never stalls the socket loop, which shares the engine: the tokens are copied out of the
 /// store a chunk at a time (``TokenEngine/exportTokens(to:chunkSize:_:)``: one shard's lock held for
 /// at most 32 slots' copy), and the encoding, hashing and I/O run on the thread that runs the pass
-/// (``writeOffLoop(reason:)``: NIO's blocking-I/O pool), never the loop's. One pass runs at a time.
+/// (``writeOffLoop(reason:)``: a thread of its own at a lower priority), never the loop's. One pass runs at a time.
 /// A failed write is a warning and a count, never a stop.
 public final class SnapshotWriter: Sendable {
     private let engine: TokenEngine
@@ -104,10 +104,13 @@ public final class SnapshotWriter: Sendable {
         serial.withLock { _ in writeOnce(reason: reason) }
     }
 
-    /// One pass on NIO's blocking-I/O pool, off the socket loop and off Swift's concurrency pool.
+    /// One pass off the socket loop and off Swift's concurrency pool, on a thread of its own at a
+    /// lower CPU priority (``BackgroundThread``), so that socket GETs keep their cores while it
+    /// runs; on NIO's blocking-I/O pool when the system refuses a thread.
     @discardableResult
     public func writeOffLoop(reason: String) async -> Bool {
-        (try? await NIOThreadPool.singleton.runIfActive { self.write(reason: reason) }) ?? false
+        if let written = await BackgroundThread.run({ self.write(reason: reason) }) { return written }
+        return (try? await NIOThreadPool.singleton.runIfActive { self.write(reason: reason) }) ?? false
     }
 
     private func writeOnce(reason: String) -> Bool {
