@@ -94,7 +94,8 @@ struct MetadataServerConfigurationTests {
         #expect(changes(to: moved) == "restart:metadata_server")
         var removed = startup
         removed.metadataServer = nil
-        #expect(changes(to: removed) == "restart:metadata_server")
+        // Removed: the listener stays until the restart, and serves no entry from now on.
+        #expect(changes(to: removed) == "restart:metadata_server,other")
         var project = startup
         project.metadataServer?.projectID = "fleet-prod"
         #expect(changes(to: project) == "other")

@@ -1,11 +1,9 @@
 import Logging
 import MetadataEndpoint
-import Synchronization
 import TokenAgent
 
 /// The agent's GCE metadata endpoint (`metadata_server`): the listener, serving the access-token
-/// entries of the configuration in force from the engine (``EngineMetadataTokens``), and the
-/// count of its answers by status for STATS and the metrics.
+/// entries of the configuration in force from the engine (``EngineMetadataTokens``).
 ///
 /// A reload (``apply(_:rules:)``) swaps the entries, their rules, the default entry and the
 /// project; the address is bound once, at start (a changed `listen` waits for a restart, as
@@ -15,7 +13,6 @@ public final class AgentMetadataEndpoint: Sendable {
     /// The listener, a `Service` for the agent's group.
     public let server: MetadataHTTPServer
     private let engine: TokenEngine
-    private let answers: AnswerCounts
 
     /// The endpoint `configuration` asks for, serving its entries under `rules`; `nil` when it
     /// asks for none. `configuration` is a validated one.
@@ -28,14 +25,11 @@ public final class AgentMetadataEndpoint: Sendable {
     ) {
         guard let settings = try? configuration.metadataServerConfiguration() else { return nil }
         self.engine = engine
-        let answers = AnswerCounts()
-        self.answers = answers
         server = MetadataHTTPServer(
             configuration: settings,
             tokens: EngineMetadataTokens(entries: configuration.metadataEntries(rules: rules), engine: engine),
             logger: logger,
-            limits: limits,
-            onAnswer: { status in answers.count(status) }
+            limits: limits
         )
     }
 
@@ -56,16 +50,4 @@ public final class AgentMetadataEndpoint: Sendable {
             tokens: EngineMetadataTokens(entries: configuration.metadataEntries(rules: rules), engine: engine)
         )
     }
-
-    /// The answers given since start, by HTTP status.
-    public var answersByStatus: [Int: Int] { answers.byStatus }
-}
-
-/// Answers counted by HTTP status.
-final class AnswerCounts: Sendable {
-    private let counts = Mutex<[Int: Int]>([:])
-
-    func count(_ status: Int) { counts.withLock { $0[status, default: 0] += 1 } }
-
-    var byStatus: [Int: Int] { counts.withLock { $0 } }
 }
