@@ -40,7 +40,7 @@ public final class LoopbackSocket: Sendable {
 
     /// Accepts one connection, waiting at most `timeout` seconds; blocking: call it on a thread of
     /// its own.
-    public func accept(timeout: Double = 30) throws -> LoopbackSocket {
+    public func accept(timeout: Double = hangLimit) throws -> LoopbackSocket {
         var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         let ready = poll(&poller, 1, Int32(timeout * 1000))
         guard ready == 1 else {

@@ -11,7 +11,7 @@ import TokenAgentServer
     }
 
     @Test func aHeadThatNeverComesIsClosed() async throws {
-        try await MetadataServerFixture.withServer { address, _ in
+        try await MetadataServerFixture.withServer(limits: MetadataServerFixture.shortHeadTimeout) { address, _ in
             let client = try LoopbackSocket.connect(to: address.host, port: address.port)
             // Half a head, then nothing: closed after the head timeout (1 s here).
             client.send(Array("GET / HTTP/1.1\r\nHost: ".utf8))
@@ -22,7 +22,7 @@ import TokenAgentServer
     }
 
     @Test func aKeptAliveConnectionMustSendItsNextHeadInTime() async throws {
-        try await MetadataServerFixture.withServer { address, _ in
+        try await MetadataServerFixture.withServer(limits: MetadataServerFixture.shortHeadTimeout) { address, _ in
             let client = try LoopbackSocket.connect(to: address.host, port: address.port)
             client.send(Self.request(address))
             let outcome = try await offPool { client.readUntilClosed(timeout: hangLimit) }

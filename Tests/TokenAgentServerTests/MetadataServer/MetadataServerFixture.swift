@@ -75,10 +75,20 @@ enum MetadataServerFixture {
     }
 
     /// Limits small enough for a test to wait them out.
+    /// The time-outs are hang detectors here (``hangLimit``): in a loaded parallel run a client's
+    /// next request can come seconds after the answer before it. The tests of the time-outs set
+    /// their own (``shortHeadTimeout``).
     static var testLimits: MetadataHTTPServer.Limits {
         var limits = MetadataHTTPServer.Limits()
+        limits.headTimeout = .seconds(Int64(hangLimit))
+        limits.idleTimeout = .seconds(Int64(hangLimit))
+        return limits
+    }
+
+    /// Limits whose head time-out a test waits out: 1 s.
+    static var shortHeadTimeout: MetadataHTTPServer.Limits {
+        var limits = testLimits
         limits.headTimeout = .seconds(1)
-        limits.idleTimeout = .seconds(5)
         return limits
     }
 
