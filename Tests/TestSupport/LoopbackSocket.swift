@@ -84,6 +84,9 @@ public final class LoopbackSocket: Sendable {
         return (bytes, false)
     }
 
+    /// Shuts the sending side down (`shutdown(SHUT_WR)`): the peer reads the end of the stream.
+    public func shutdownWrite() { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+
     /// Reads until what came satisfies `done`, the peer closes, or `timeout` seconds pass (a hang
     /// detector: the read ends as soon as `done` holds). Blocking: call it off the pool.
     public func read(until done: ([UInt8]) -> Bool, timeout: Double = hangLimit) -> (bytes: [UInt8], closed: Bool) {

@@ -46,6 +46,8 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
     private var peer: MetadataPeer?
     private var requests = 0
     private var removed = false
+    /// The client shut its sending side: the request being answered is the last.
+    private var inputClosed = false
 
     init(settings: Settings, byteLimit: RequestByteLimit, setAnswering: @escaping (Bool) -> Void) {
         self.settings = settings
@@ -66,6 +68,16 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         let channel = context.channel
         headDeadline?.cancel()
         headDeadline = context.eventLoop.scheduleTask(in: settings.headTimeout) { channel.close(promise: nil) }
+    }
+
+    /// A client that shuts its sending side after its request (socat, `nc -N`) gets its answer,
+    /// then the close; one that does so between requests is closed at once.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case ChannelEvent.inputClosed = event {
+            inputClosed = true
+            if case .waitingForHead = state { context.close(promise: nil) }
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -136,7 +148,7 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
     ) {
         log(response, for: head, peer: peer)
         settings.onAnswer(response.status)
-        let keepAlive = head.isKeepAlive && requests < settings.maxRequests
+        let keepAlive = head.isKeepAlive && requests < settings.maxRequests && !inputClosed
         var headers = HTTPHeaders(response.headers.map { ($0.name, $0.value) })
         headers.add(name: "Content-Length", value: "\(response.body.count)")
         headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")

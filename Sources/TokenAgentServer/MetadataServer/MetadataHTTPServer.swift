@@ -116,6 +116,9 @@ public final class MetadataHTTPServer: Service, Sendable {
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
+            // A client that shuts its sending side after its request (socat, `nc -N`) still gets the
+            // answer, then the close (MetadataHTTPHandler).
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
             .childChannelInitializer { channel in
                 guard let admitted = connections.admit(channel, limit: limits.maxConnections) else {
                     logger.debug("metadata connection refused: every connection is being answered")

@@ -63,6 +63,23 @@ import TokenAgentServer
         }
     }
 
+    /// A client that sends its request and then shuts its sending side (`socat`, `nc -N`) still
+    /// gets the answer, however long the token takes; then the connection is closed.
+    @Test func aHalfClosedConnectionGetsItsAnswer() async throws {
+        try await MetadataServerFixture.withServer { address, tokens in
+            tokens.setDelay(.milliseconds(500))
+            let client = try LoopbackSocket.connect(to: address.host, port: address.port)
+            let path = "/computeMetadata/v1/instance/service-accounts/default/token"
+            client.send(Self.request(address, path: path))
+            client.shutdownWrite()
+            let outcome = try await offPool { client.readUntilClosed(timeout: hangLimit) }
+            let text = String(decoding: outcome.bytes, as: UTF8.self)
+            #expect(text.hasPrefix("HTTP/1.1 200 OK"), "\(text)")
+            #expect(text.contains(#""token_type":"Bearer"}"#))
+            #expect(outcome.closed)
+        }
+    }
+
     @Test func pastTheCapTheOldestWaitingConnectionMakesRoom() async throws {
         var limits = MetadataServerFixture.testLimits
         limits.maxConnections = 2

@@ -13,7 +13,7 @@ import TokenAgentServer
 /// A token source with fixed entries that counts its calls.
 final class CountingTokenSource: MetadataTokenSource {
     let entries: [MetadataEntry]
-    private let state = Mutex<(calls: Int, failing: Bool)>((0, false))
+    private let state = Mutex<(calls: Int, failing: Bool, delay: Duration)>((0, false, .zero))
 
     init(entries: [MetadataEntry]) { self.entries = entries }
 
@@ -23,13 +23,17 @@ final class CountingTokenSource: MetadataTokenSource {
     /// Makes later calls fail.
     func setFailing(_ failing: Bool) { state.withLock { $0.failing = failing } }
 
+    /// Makes later calls take `delay`, as a fetch at IAM does.
+    func setDelay(_ delay: Duration) { state.withLock { $0.delay = delay } }
+
     struct Failure: Error {}
 
     func token(for entry: MetadataEntry) async throws -> MetadataToken {
-        let failing = state.withLock { state in
+        let (failing, delay) = state.withLock { state in
             state.calls += 1
-            return state.failing
+            return (state.failing, state.delay)
         }
+        if delay > .zero { try await Task.sleep(for: delay) }
         if failing { throw Failure() }
         return MetadataToken(
             accessToken: MetadataServerFixture.token(of: entry.name),
