@@ -69,6 +69,15 @@ let package = Package(
         .target(name: "TokenSegment", dependencies: ["CSharedMemory"], swiftSettings: strict),
         // The agent's socket loop's C needs: epoll, eventfd, accept4, SO_PEERCRED.
         .target(name: "CSocketLoop"),
+        // The GCE metadata endpoint's C needs: a NETLINK_SOCK_DIAG (inet_diag) query for the owner
+        // of a loopback TCP connection's other end.
+        .target(name: "CPeerDiag"),
+        // Who owns the client end of a loopback TCP connection (the kernel's word), and that
+        // user's groups from the user database.
+        .target(name: "LoopbackPeer", dependencies: ["CPeerDiag"], swiftSettings: strict),
+        // The GCE metadata endpoint's paths, rules and answers, and its settings: pure, no I/O but
+        // the token source it is given (the agent's access-token entries).
+        .target(name: "MetadataEndpoint", swiftSettings: strict),
         // The thin client library workers link: TokenWire, TokenSegment and the toolchain only.
         .target(
             name: "FleetTokenClient",
@@ -110,6 +119,7 @@ let package = Package(
                 "TokenWire",
                 "TokenSegment",
                 "CSharedMemory",
+                "MetadataEndpoint",
                 agentOnly("Logging", "swift-log"),
                 agentOnly("Crypto", "swift-crypto"),
                 agentOnly("_CryptoExtras", "swift-crypto"),
@@ -120,7 +130,8 @@ let package = Package(
             ],
             swiftSettings: requestPath
         ),
-        // The socket server (its own epoll loop), connection handling, limits, metrics.
+        // The socket server (its own epoll loop), connection handling, limits, metrics, and the
+        // optional GCE metadata endpoint's listener.
         .target(
             name: "TokenAgentServer",
             dependencies: [
@@ -130,6 +141,8 @@ let package = Package(
                 "TokenSegment",
                 "CSharedMemory",
                 "CSocketLoop",
+                "LoopbackPeer",
+                "MetadataEndpoint",
                 agentOnly("Logging", "swift-log"),
                 agentOnly("NIOCore", "swift-nio"),
                 agentOnly("NIOPosix", "swift-nio"),
@@ -228,6 +241,8 @@ let package = Package(
                 "CSharedMemory",
                 "CSocketLoop",
                 "TokenWire",
+                "LoopbackPeer",
+                "MetadataEndpoint",
                 agentOnly("Logging", "swift-log"),
                 agentOnly("NIOCore", "swift-nio"),
                 agentOnly("NIOTestUtils", "swift-nio"),
@@ -241,6 +256,14 @@ let package = Package(
             dependencies: ["FleetTokenClient", "TokenWire", "TokenSegment", "CSharedMemory"],
             swiftSettings: strict
         ),
+        // The loopback peer lookup against real connections (other users' with root and setpriv).
+        .testTarget(
+            name: "LoopbackPeerTests",
+            dependencies: ["LoopbackPeer", "TestSupport"],
+            swiftSettings: strict
+        ),
+        // The metadata endpoint's router: every path and refusal, with a fake token source.
+        .testTarget(name: "MetadataEndpointTests", dependencies: ["MetadataEndpoint"], swiftSettings: strict),
         .testTarget(
             name: "TokenSegmentTests",
             dependencies: ["TokenSegment", "CSharedMemory", "TestSupport"],

@@ -133,6 +133,14 @@ struct AgentRuntime {
             logger: Logger(label: "fleet-tokend.server"),
             onListening: { notifier.ready(status: status.summary()) }
         )
+        // The GCE metadata endpoint, when configured: the access-token entries under their own
+        // rules only, from the engine's cache.
+        let metadata = AgentMetadataEndpoint(
+            configuration: configuration,
+            rules: rules,
+            engine: engine,
+            logger: Logger(label: "fleet-tokend.metadata")
+        )
         let reload = ReloadService(
             configuration: configuration,
             load: load,
@@ -141,6 +149,7 @@ struct AgentRuntime {
             providers: providers,
             access: access,
             segments: segments,
+            metadata: metadata,
             notifier: notifier,
             status: { status.summary() },
             statistics: reloads,
@@ -178,6 +187,9 @@ struct AgentRuntime {
                     serviceName: "metrics"
                 )
             )
+        }
+        if let metadata {
+            optional.append(.init(service: metadata.server, serviceName: "metadata-server"))
         }
         // Every service is named: ServiceGroup logs each by its name (at debug, at start and at
         // shutdown) and names it in errors, and without one it prints the service's stored

@@ -103,6 +103,18 @@ struct CheckConfigCommand: AsyncParsableCommand {
             let groups = admin.groups.map(\.description).joined(separator: ",")
             lines.append("admin:     users [\(TerminalText.escaped(users))] groups [\(TerminalText.escaped(groups))]")
         }
+        if let metadata = configuration.metadataServer {
+            // The entries it serves, each to its own allow only (no exemption for root or the
+            // agent's uid), and what `default/` and `project/project-id` answer.
+            let served = configuration.accessTokens.filter { $0.value.source != .host }.keys.sorted()
+            let project = metadata.projectID.map { "project \($0)" } ?? "project from the default's account"
+            lines.append(
+                TerminalText.escaped(
+                    "metadata server: \(metadata.listen) default \(metadata.defaultEntry), \(project); serves "
+                        + "\(served.joined(separator: ",")), each to its own allow only"
+                )
+            )
+        }
         return lines.joined(separator: "\n") + "\n"
     }
 

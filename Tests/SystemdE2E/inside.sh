@@ -215,6 +215,37 @@ if [ "$fetches" = 1 ] && [ "$errors" = 0 ]; then
 else
     fail "key-less fetches" "fetches=$fetches fetch_errors=$errors"
 fi
+
+echo "== GCE metadata endpoint" >> "$log"
+# An access token on the metadata endpoint under the hardened unit: the kernel names each peer
+# (NETLINK_SOCK_DIAG, so AF_NETLINK in RestrictAddressFamilies=), and only the entry's allow counts.
+printf '{"log_level": "debug", "iam_endpoint": "http://127.0.0.1:8089", "issuers": {"vehicle": {"service_account": "%s"}}, "access_tokens": {"fleet-admin": {"service_account": "%s", "allow": {"users": ["e2e-dispatch"]}}}, "metadata_server": {"listen": "127.0.0.1:8989", "default": "fleet-admin"}}\n' \
+    "$account" "$account" > /etc/fleet-tokend/config.json
+check "systemctl restart with metadata_server succeeds" systemctl restart fleet-tokend.service
+# mget USER PATH: the answer to a GET at the endpoint, as USER.
+mget() {
+    printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1:8989\r\nMetadata-Flavor: Google\r\nConnection: close\r\n\r\n' "$2" \
+        | runuser -u "$1" -- socat -t 15 - TCP:127.0.0.1:8989
+}
+for _ in $(seq 1 300); do mget root / 2>/dev/null | grep -q '^HTTP/1.1 200' && break; sleep 0.1; done
+token_path=/computeMetadata/v1/instance/service-accounts/default/token
+mallowed=$(mget e2e-dispatch "$token_path" 2>>"$log")
+mother=$(mget e2e-other "$token_path" 2>>"$log")
+mroot=$(mget root "$token_path" 2>>"$log")
+echo "metadata: allowed ${mallowed:0:12}... other: $(echo "$mother" | tail -n1) root: $(echo "$mroot" | tail -n1)" >> "$log"
+if [[ "$mallowed" == "HTTP/1.1 200"* && "$mallowed" == *'"token_type":"Bearer"}'* ]]; then
+    pass "the metadata endpoint serves the entry's token to its allowed user under the hardened unit"
+else
+    fail "metadata endpoint, allowed user" "$(echo "$mallowed" | tail -n1)"
+fi
+if [[ "$mother" == "HTTP/1.1 403"* && "$mother" == *"uid $(id -u e2e-other) is not allowed the token of fleet-admin"* ]]; then
+    pass "the metadata endpoint refuses a user the entry does not allow (403, named by the kernel)"
+else
+    fail "metadata endpoint, other user" "$(echo "$mother" | tail -n1)"
+fi
+if [[ "$mroot" == "HTTP/1.1 403"* ]]; then pass "root gets no exemption at the metadata endpoint"; else fail "metadata endpoint, root" "$mroot"; fi
+check "no access token in the journal" sh -c "! journalctl --no-pager -o verbose | grep -q 'ya29\\.fake-'"
+
 # Later checks need neither the fake nor the credential: the agent is only stopped.
 systemctl stop fake-google.service >> "$log" 2>&1
 

@@ -16,6 +16,7 @@ struct ConfigDocsTests {
         "Issuer keys": ConfigurationFile.issuerKeys,
         "Access tokens": ConfigurationFile.accessTokenKeys,
         "Access rules": ConfigurationFile.principalListKeys,
+        "Metadata server": ConfigurationFile.metadataServerKeys,
     ]
 
     private let config: String
@@ -114,6 +115,8 @@ struct ConfigDocsTests {
             ConfigurationFile.accessTokenKeys,
             "\(path) access_tokens"
         )
+        let metadata = try #require(object["metadata_server"] as? [String: Any])
+        expectSame(Array(metadata.keys), ConfigurationFile.metadataServerKeys, "\(path) metadata_server")
         var lists = (object["allow"] as? [String: [String: Any]] ?? [:]).map(\.value)
         lists += [object["admin"] as? [String: Any] ?? [:]]
         expectSame(Array(Set(lists.flatMap(\.keys))), ConfigurationFile.principalListKeys, "\(path) allow and admin")

@@ -109,6 +109,8 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// Whether the cache file may be on a file system that is not memory-backed
     /// (`cache_file_on_disk`, default false: tmpfs or ramfs only).
     public var cacheFileOnDisk = false
+    /// The GCE metadata endpoint (`metadata_server`); `nil`: none (the default).
+    public var metadataServer: MetadataServerSettings?
 
     /// Creates the default configuration; the socket path comes from `environment`.
     public init(environment: [String: String] = [:]) {
@@ -323,6 +325,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         try validateIssuers()
         try validateAccessTokens()
+        _ = try metadataServerConfiguration()
         for (kind, provider) in providers {
             let key = "providers.\(kind)"
             guard TokenIdentifier.isWellFormedKind(kind) else {

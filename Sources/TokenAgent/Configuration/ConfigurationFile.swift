@@ -50,6 +50,7 @@ public enum ConfigurationFile {
         var cacheFile: String?
         var cacheFileInterval: Double?
         var cacheFileOnDisk: Bool?
+        var metadataServer: MetadataServerContents?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case socket, providers, issuers, demo
@@ -88,6 +89,7 @@ public enum ConfigurationFile {
             case cacheFile = "cache_file"
             case cacheFileInterval = "cache_file_interval"
             case cacheFileOnDisk = "cache_file_on_disk"
+            case metadataServer = "metadata_server"
         }
     }
 
@@ -192,6 +194,7 @@ public enum ConfigurationFile {
             }
         }
         try refuseUnknownAccessTokenKeys(top)
+        try refuseUnknownMetadataServerKeys(top)
         let contents: Contents
         do {
             contents = try StrictJSONDecoder.decode(Contents.self, from: json)
@@ -256,6 +259,7 @@ public enum ConfigurationFile {
         if let value = contents.cacheFile { configuration.cacheFile = value }
         if let value = contents.cacheFileInterval { configuration.cacheFileInterval = value }
         if let value = contents.cacheFileOnDisk { configuration.cacheFileOnDisk = value }
+        if let value = contents.metadataServer { configuration.metadataServer = value.settings }
         if let value = contents.maxConnectionsPerUid {
             configuration.maxConnectionsPerUID = try whole(value, key: "max_connections_per_uid")
         }

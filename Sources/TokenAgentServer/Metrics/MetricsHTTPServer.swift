@@ -197,8 +197,8 @@ private final class InboundByteLimit: ChannelInboundHandler {
     }
 }
 
-/// Closes a connection the idle-state handler reports idle.
-private final class IdleCloser: ChannelInboundHandler {
+/// Closes a connection the idle-state handler reports idle (the metrics and metadata listeners).
+final class IdleCloser: ChannelInboundHandler {
     typealias InboundIn = NIOAny
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {

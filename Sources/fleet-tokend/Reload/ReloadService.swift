@@ -17,6 +17,7 @@ final class ReloadService: Service, Sendable {
     private let current: Mutex<ProviderSet.Built>
     private let access: AccessControl
     private let segments: SharedSegments?
+    private let metadata: AgentMetadataEndpoint?
     private let notifier: SystemdNotifier
     private let status: @Sendable () -> String
     private let statistics: ReloadStatistics
@@ -38,6 +39,7 @@ final class ReloadService: Service, Sendable {
         providers: ProviderSet.Built,
         access: AccessControl,
         segments: SharedSegments? = nil,
+        metadata: AgentMetadataEndpoint? = nil,
         notifier: SystemdNotifier,
         status: @escaping @Sendable () -> String,
         statistics: ReloadStatistics,
@@ -56,6 +58,7 @@ final class ReloadService: Service, Sendable {
         self.current = Mutex(providers)
         self.access = access
         self.segments = segments
+        self.metadata = metadata
         self.notifier = notifier
         self.status = status
         self.logger = logger
@@ -116,6 +119,8 @@ final class ReloadService: Service, Sendable {
                 access: access,
                 segments: segments
             )
+            // The metadata endpoint's entries and their own rules, after the engine has the kinds.
+            metadata?.apply(configuration, rules: rules)
             if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             let changes = ReloadChanges(
                 startup: startup,

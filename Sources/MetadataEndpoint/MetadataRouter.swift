@@ -1,0 +1,146 @@
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// Answers the GCE metadata paths Google's auth libraries call for a service account's token,
+/// from the agent's access-token entries: a pure function of the request, the peer and the
+/// token source (no sockets, no logging).
+///
+/// Every request is checked, in this order, and refused with 403 when it fails: its `Host` (and
+/// an absolute-form target's authority) must name this endpoint (``HostCheck``); it must carry no
+/// `X-Forwarded-For` or `Forwarded` field (a proxy's request: the peer is not the asker); it must
+/// carry `Metadata-Flavor: Google`. Then a method other than `GET` or `HEAD` is 405. Every
+/// answer carries `Metadata-Flavor: Google` and no CORS field.
+///
+/// The paths under `instance/service-accounts/` answer only a peer the kernel identified
+/// (``MetadataPeer/user(_:)``) whom the entry's rules allow; the rest (`/`, the directories,
+/// `project/project-id`, `universe/universe-domain`) answer anyone.
+public struct MetadataRouter: Sendable {
+    /// The settings: the listen address (for the `Host` check), the default entry, the project.
+    public let configuration: MetadataServerConfiguration
+    let tokens: any MetadataTokenSource
+    let now: @Sendable () -> Double
+    private let hostCheck: HostCheck
+
+    /// The universe domain served: Google's public cloud.
+    public static let universeDomain = "googleapis.com"
+
+    /// A router for `configuration`'s endpoint serving `tokens`' entries; `now` is the wall clock
+    /// in seconds since the Unix epoch (for `expires_in`).
+    public init(
+        configuration: MetadataServerConfiguration,
+        tokens: any MetadataTokenSource,
+        now: @escaping @Sendable () -> Double = MetadataRouter.wallClock
+    ) {
+        self.configuration = configuration
+        self.tokens = tokens
+        self.now = now
+        self.hostCheck = HostCheck(listen: configuration.listen)
+    }
+
+    /// The wall clock: seconds since the Unix epoch.
+    @Sendable public static func wallClock() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_REALTIME, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
+    /// The answer to `request` from `peer`.
+    public func respond(to request: MetadataRequest, from peer: MetadataPeer) async -> MetadataResponse {
+        if let refusal = refusal(of: request) { return refusal }
+        guard let target = RequestTarget(request.target) else {
+            return .error(400, "400 Bad Request: the request target \(ResponseText.echo(request.target)) is not a path")
+        }
+        if let authority = target.authority, !hostCheck.accepts(authority) {
+            return .error(403, "403 Forbidden: the target's host \(ResponseText.echo(authority)) is not this endpoint")
+        }
+        if target.isTrue("wait_for_change") {
+            return .error(400, "400 Bad Request: wait_for_change is not supported here")
+        }
+        return await route(target, peer: peer)
+    }
+
+    /// The 403 or 405 that `request`'s fields or method earn, if any.
+    private func refusal(of request: MetadataRequest) -> MetadataResponse? {
+        let hosts = request.values(of: "Host")
+        guard hosts.count == 1, let host = hosts.first, hostCheck.accepts(host) else {
+            let named = hosts.first.map { "Host \(ResponseText.echo($0))" } ?? "a missing Host"
+            return .error(
+                403,
+                "403 Forbidden: \(hosts.count > 1 ? "several Host fields" : named) is not this endpoint "
+                    + "(\(configuration.listen), localhost or metadata.google.internal)"
+            )
+        }
+        if !request.values(of: "X-Forwarded-For").isEmpty || !request.values(of: "Forwarded").isEmpty {
+            return .error(403, "403 Forbidden: requests through a proxy (X-Forwarded-For, Forwarded) are refused")
+        }
+        guard request.values(of: "Metadata-Flavor") == ["Google"] else {
+            return .error(403, "403 Forbidden: missing Metadata-Flavor: Google header")
+        }
+        guard request.method == "GET" || request.method == "HEAD" else {
+            return .error(
+                405,
+                "405 Method Not Allowed: \(ResponseText.echo(request.method)); only GET and HEAD",
+                extraHeaders: [("Allow", "GET, HEAD")]
+            )
+        }
+        return nil
+    }
+
+    /// The answer for a checked request's path.
+    private func route(_ target: RequestTarget, peer: MetadataPeer) async -> MetadataResponse {
+        var path = target.segments[...]
+        // `/a/b` and `/a/b/` name the same directory; a leaf is answered only without the slash.
+        let directory = path.last == "" && path.count > 1
+        if directory { path.removeLast() }
+        switch Array(path) {
+        case [""]: return .text("computeMetadata/\n")
+        case ["computeMetadata"]: return .text("v1/\n")
+        case ["computeMetadata", "v1"]: return .text("instance/\nproject/\nuniverse/\n")
+        case ["computeMetadata", "v1", "instance"]: return .text("service-accounts/\n")
+        case ["computeMetadata", "v1", "project"]: return .text("project-id\n")
+        case ["computeMetadata", "v1", "project", "project-id"] where !directory:
+            guard let project = projectID() else { return notFound(target, why: "no project id is configured") }
+            return .text(project)
+        case ["computeMetadata", "v1", "universe"]: return .text("universe-domain\n")
+        case ["computeMetadata", "v1", "universe", "universe-domain"] where !directory:
+            return .text(Self.universeDomain)
+        case ["computeMetadata", "v1", "instance", "service-accounts"]:
+            return accountsDirectory(peer: peer, recursive: target.isTrue("recursive"))
+        default:
+            guard path.count >= 5, path.count <= 6,
+                Array(path.prefix(4)) == ["computeMetadata", "v1", "instance", "service-accounts"]
+            else { return notFound(target) }
+            let account = path[path.startIndex + 4]
+            let leaf = path.count == 6 ? path[path.startIndex + 5] : nil
+            if leaf != nil && directory { return notFound(target) }
+            return await serviceAccount(account, leaf: leaf, target: target, peer: peer)
+        }
+    }
+
+    /// 404, naming the path (decoded, then escaped and cut short: ``ResponseText/echo(_:)``).
+    func notFound(_ target: RequestTarget, why: String? = nil) -> MetadataResponse {
+        let path = "/" + target.segments.joined(separator: "/")
+        return .error(404, "404 Not Found: \(ResponseText.echo(path))" + (why.map { ": \($0)" } ?? ""))
+    }
+
+    /// The project id: configured, else the project of the default entry's account.
+    private func projectID() -> String? {
+        if let projectID = configuration.projectID { return projectID }
+        guard let entry = tokens.entries.first(where: { $0.name == configuration.defaultEntry }) else { return nil }
+        return Self.project(ofAccount: entry.account)
+    }
+
+    /// `PROJECT` of `name@PROJECT.iam.gserviceaccount.com`; `nil` for other accounts (App
+    /// Engine's and Compute Engine's default accounts do not name their project that way).
+    static func project(ofAccount account: String) -> String? {
+        let suffix = ".iam.gserviceaccount.com"
+        guard let at = account.lastIndex(of: "@") else { return nil }
+        let domain = account[account.index(after: at)...].lowercased()
+        guard domain.hasSuffix(suffix) else { return nil }
+        let project = domain.dropLast(suffix.count)
+        return project.isEmpty || project.contains(".") ? nil : String(project)
+    }
+}

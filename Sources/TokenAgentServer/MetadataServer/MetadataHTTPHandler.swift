@@ -1,0 +1,224 @@
+import Logging
+import LoopbackPeer
+import MetadataEndpoint
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// Answers a connection's requests one at a time (NIO's pipelining handler holds a pipelined
+/// request until the answer before it is written), keep-alive as the client asks, up to
+/// `maxRequests` a connection; then `Connection: close`.
+///
+/// The peer is resolved once, on the first request, on `threadPool` (a netlink query and the
+/// user database, which may block), and kept for the connection's later requests: the socket's
+/// owner cannot change. Each request's head must come within `headTimeout` of the connection or
+/// of the answer before it.
+final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    /// Where a connection is between requests.
+    private enum State {
+        /// Waiting for a request's head.
+        case waitingForHead
+        /// The head came; its body (ignored, and bounded) is coming.
+        case readingBody(HTTPRequestHead)
+        /// The request is being answered.
+        case answering
+    }
+
+    struct Settings {
+        var router: RouterHolder
+        var resolver: any MetadataPeerResolver
+        var threadPool: NIOThreadPool
+        var headTimeout: TimeAmount
+        var maxRequests: Int
+        var logger: Logger
+        /// Told each answer's status.
+        var onAnswer: @Sendable (Int) -> Void
+    }
+
+    private let settings: Settings
+    private let byteLimit: RequestByteLimit
+    private let setAnswering: (Bool) -> Void
+    private var state = State.waitingForHead
+    private var headDeadline: Scheduled<Void>?
+    private var peer: MetadataPeer?
+    private var requests = 0
+    private var removed = false
+    /// The client shut its sending side: the request being answered is the last.
+    private var inputClosed = false
+
+    init(settings: Settings, byteLimit: RequestByteLimit, setAnswering: @escaping (Bool) -> Void) {
+        self.settings = settings
+        self.byteLimit = byteLimit
+        self.setAnswering = setAnswering
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        armHeadDeadline(context: context)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        removed = true
+        headDeadline?.cancel()
+    }
+
+    private func armHeadDeadline(context: ChannelHandlerContext) {
+        let channel = context.channel
+        headDeadline?.cancel()
+        headDeadline = context.eventLoop.scheduleTask(in: settings.headTimeout) { channel.close(promise: nil) }
+    }
+
+    /// A client that shuts its sending side after its request (socat, `nc -N`) gets its answer,
+    /// then the close; one that does so between requests is closed at once.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case ChannelEvent.inputClosed = event {
+            inputClosed = true
+            if case .waitingForHead = state { context.close(promise: nil) }
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch (unwrapInboundIn(data), state) {
+        case (.head(let head), .waitingForHead):
+            headDeadline?.cancel()
+            headDeadline = nil
+            setAnswering(true)
+            state = .readingBody(head)
+        case (.body, .readingBody):
+            break
+        case (.end, .readingBody(let head)):
+            state = .answering
+            answer(head, context: context)
+        default:
+            // Parts out of order cannot come from NIO's decoder; close rather than guess.
+            context.close(promise: nil)
+        }
+    }
+
+    /// Resolves the peer (once a connection), asks the router, writes its answer.
+    private func answer(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
+        requests += 1
+        let request = MetadataRequest(
+            method: head.method.rawValue,
+            target: head.uri,
+            headers: head.headers.map { (name: $0.name, value: $0.value) }
+        )
+        let eventLoop = context.eventLoop
+        let peerFuture: EventLoopFuture<MetadataPeer>
+        if let peer {
+            peerFuture = eventLoop.makeSucceededFuture(peer)
+        } else {
+            let resolver = settings.resolver
+            let ends = Self.endpoints(of: context.channel)
+            peerFuture = settings.threadPool.runIfActive(eventLoop: eventLoop) { () -> MetadataPeer in
+                guard let ends else { return .unidentified(reason: "the connection's addresses are not IP addresses") }
+                return resolver.peer(client: ends.client, server: ends.server)
+            }
+        }
+        let router = settings.router
+        let responsePromise = eventLoop.makePromise(of: (MetadataResponse, MetadataPeer).self)
+        peerFuture.assumeIsolated().whenComplete { result in
+            let peer: MetadataPeer
+            switch result {
+            case .success(let resolved): peer = resolved
+            case .failure(let error): peer = .unidentified(reason: "the lookup did not run: \(error)")
+            }
+            self.peer = peer
+            responsePromise.completeWithTask {
+                guard let router = router.router else {
+                    return (.unavailable("the endpoint is starting"), peer)
+                }
+                return (await router.respond(to: request, from: peer), peer)
+            }
+        }
+        responsePromise.futureResult.assumeIsolated().whenSuccess { response, peer in
+            guard !self.removed else { return }
+            self.write(response, for: head, peer: peer, context: context)
+        }
+    }
+
+    private func write(
+        _ response: MetadataResponse,
+        for head: HTTPRequestHead,
+        peer: MetadataPeer,
+        context: ChannelHandlerContext
+    ) {
+        log(response, for: head, peer: peer)
+        settings.onAnswer(response.status)
+        let keepAlive = head.isKeepAlive && requests < settings.maxRequests && !inputClosed
+        var headers = HTTPHeaders(response.headers.map { ($0.name, $0.value) })
+        headers.add(name: "Content-Length", value: "\(response.body.count)")
+        headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")
+        let status = HTTPResponseStatus(statusCode: response.status)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+            promise: nil
+        )
+        // HEAD: the fields GET would get, Content-Length included, and no body (RFC 9110 9.3.2).
+        if head.method != .HEAD, !response.body.isEmpty {
+            var body = context.channel.allocator.buffer(capacity: response.body.count)
+            body.writeBytes(response.body)
+            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        }
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { result in
+            guard !self.removed else { return }
+            guard keepAlive, case .success = result else {
+                context.close(promise: nil)
+                return
+            }
+            self.byteLimit.answered()
+            self.setAnswering(false)
+            self.state = .waitingForHead
+            self.armHeadDeadline(context: context)
+        }
+    }
+
+    private func log(_ response: MetadataResponse, for head: HTTPRequestHead, peer: MetadataPeer) {
+        // `request`: its number on the connection (2 and on: a kept-alive connection).
+        var metadata: Logger.Metadata = [
+            "status": "\(response.status)", "method": "\(head.method.rawValue)", "request": "\(requests)",
+        ]
+        switch peer {
+        case .user(let user): metadata["uid"] = "\(user.uid)"
+        case .unidentified(let reason): metadata["peer"] = "\(reason)"
+        }
+        if let failure = response.failure {
+            metadata["error"] = "\(failure)"
+            settings.logger.warning("metadata endpoint: the token source failed", metadata: metadata)
+        } else if response.status == 403 {
+            settings.logger.info("metadata endpoint: request refused", metadata: metadata)
+        } else {
+            settings.logger.debug("metadata endpoint: request answered", metadata: metadata)
+        }
+    }
+
+    /// The connection's (client, server) endpoints: its remote and local addresses.
+    static func endpoints(of channel: any Channel) -> (client: IPEndpoint, server: IPEndpoint)? {
+        guard let remote = channel.remoteAddress, let local = channel.localAddress,
+            let remoteHost = remote.ipAddress, let localHost = local.ipAddress,
+            let remotePort = remote.port, let localPort = local.port,
+            let client = IPEndpoint(host: remoteHost, port: UInt16(truncatingIfNeeded: remotePort)),
+            let server = IPEndpoint(host: localHost, port: UInt16(truncatingIfNeeded: localPort))
+        else { return nil }
+        return (client, server)
+    }
+}
+
+extension MetadataResponse {
+    /// A 503 the server itself answers (`reason` is logged, not sent).
+    static func unavailable(_ reason: String) -> MetadataResponse {
+        var response = MetadataResponse(
+            status: 503,
+            headers: [
+                ("Metadata-Flavor", "Google"), ("Content-Type", "text/plain; charset=utf-8"),
+                ("X-Content-Type-Options", "nosniff"),
+            ],
+            body: Array("503 Service Unavailable: try again\n".utf8)
+        )
+        response.failure = reason
+        return response
+    }
+}

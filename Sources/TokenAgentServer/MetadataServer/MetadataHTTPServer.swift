@@ -1,0 +1,165 @@
+import Logging
+import MetadataEndpoint
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import ServiceLifecycle
+
+/// The GCE metadata endpoint (`metadata_server`): HTTP on a loopback address answering the paths
+/// Google's auth libraries call for a service account's token (``MetadataRouter``), for the
+/// users the kernel says own the connecting sockets (``MetadataPeerResolver``).
+///
+/// Bounded whatever its peers do (``Limits``), as the metrics listener is: it runs on an event
+/// loop thread of its own, with one more thread for the peer lookups, so it never holds up the
+/// agent's socket. At most `maxRequestBytes` are read for each request; a request's head must
+/// have come whole within `headTimeout` of the connection or of the answer before it (keep-alive,
+/// as google-auth's sessions use it, up to `maxRequestsPerConnection`); a connection with no
+/// read or write for `idleTimeout` is closed. At most `maxConnections` are open at once: a new
+/// one past them closes the oldest one waiting for a request, and is itself closed only when
+/// every open connection is being answered.
+///
+/// `run()` serves until its task is cancelled or, as a swift-service-lifecycle `Service` in the
+/// agent's group, until the graceful shutdown; then it closes the listener and every connection.
+/// ``reconfigure(defaultEntry:projectID:tokens:)`` swaps what it serves (a reload); the address
+/// it listens on is fixed for its life.
+public final class MetadataHTTPServer: Service, Sendable {
+    /// What the endpoint may cost.
+    public struct Limits: Sendable {
+        /// Connections at once; past them a new connection closes the oldest one waiting for a
+        /// request, or is closed itself when every one is being answered.
+        public var maxConnections = 64
+        /// Bytes read for one request (head and any body); past it the connection is closed.
+        public var maxRequestBytes = 16 * 1024
+        /// Requests on one connection; the last is answered with `Connection: close`.
+        public var maxRequestsPerConnection = 100
+        /// A connection with no read or write for this long is closed (a token fetch included).
+        public var idleTimeout: TimeAmount = .seconds(30)
+        /// A request's head must come whole this long after the connection or the answer before.
+        public var headTimeout: TimeAmount = .seconds(10)
+
+        /// The default limits.
+        public init() {}
+    }
+
+    private let configuration: MetadataServerConfiguration
+    private let holder: RouterHolder
+    private let resolver: any MetadataPeerResolver
+    private let logger: Logger
+    private let limits: Limits
+    private let listening = ListeningAddress()
+    private let onAnswer: @Sendable (Int) -> Void
+
+    /// An endpoint for `configuration` serving `tokens`' entries to the peers `resolver` names;
+    /// `onAnswer` is told the status of every answer (for the agent's counters).
+    public init(
+        configuration: MetadataServerConfiguration,
+        tokens: any MetadataTokenSource,
+        resolver: any MetadataPeerResolver = KernelPeerResolver(),
+        logger: Logger,
+        limits: Limits = Limits(),
+        onAnswer: @escaping @Sendable (Int) -> Void = { _ in }
+    ) {
+        self.configuration = configuration
+        self.holder = RouterHolder(configuration: configuration, tokens: tokens)
+        self.resolver = resolver
+        self.logger = logger
+        self.limits = limits
+        self.onAnswer = onAnswer
+    }
+
+    /// The address listened on, once listening: the configured one, with the port the system
+    /// chose when it was 0.
+    public func listeningAddress() async throws -> MetadataListenAddress {
+        try await listening.wait()
+    }
+
+    /// Serves `tokens`' entries from now on, with `defaultEntry` as `default` and `projectID` as
+    /// the project: a reload. Each request is answered by one router, the old or the new.
+    public func reconfigure(defaultEntry: String, projectID: String?, tokens: any MetadataTokenSource) {
+        holder.reconfigure(defaultEntry: defaultEntry, projectID: projectID, tokens: tokens)
+    }
+
+    /// Listens and serves until the task is cancelled or the graceful shutdown.
+    public func run() async throws {
+        try await cancelWhenGracefulShutdown { try await self.listenAndServe() }
+    }
+
+    private func listenAndServe() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let threadPool = NIOThreadPool(numberOfThreads: 1)
+        threadPool.start()
+        do {
+            try await serve(on: group, threadPool: threadPool)
+        } catch {
+            listening.fail(error)
+            try? await threadPool.shutdownGracefully()
+            try? await group.shutdownGracefully()
+            throw error
+        }
+        try? await threadPool.shutdownGracefully()
+        try? await group.shutdownGracefully()
+    }
+
+    private func serve(on group: MultiThreadedEventLoopGroup, threadPool: NIOThreadPool) async throws {
+        let connections = MetadataConnections()
+        let limits = self.limits
+        let logger = self.logger
+        let settings = MetadataHTTPHandler.Settings(
+            router: holder,
+            resolver: resolver,
+            threadPool: threadPool,
+            headTimeout: limits.headTimeout,
+            maxRequests: limits.maxRequestsPerConnection,
+            logger: logger,
+            onAnswer: onAnswer
+        )
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
+            // A client that shuts its sending side after its request (socat, `nc -N`) still gets the
+            // answer, then the close (MetadataHTTPHandler).
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .childChannelInitializer { channel in
+                guard let admitted = connections.admit(channel, limit: limits.maxConnections) else {
+                    logger.debug("metadata connection refused: every connection is being answered")
+                    return channel.close()
+                }
+                if let evicted = admitted.evicted {
+                    logger.debug("metadata connection closed to make room: it was waiting for a request")
+                    evicted.close(promise: nil)
+                }
+                let number = admitted.number
+                channel.closeFuture.whenComplete { _ in connections.release(number) }
+                do {
+                    let sync = channel.pipeline.syncOperations
+                    let byteLimit = RequestByteLimit(limit: limits.maxRequestBytes)
+                    try sync.addHandler(byteLimit)
+                    try sync.addHandler(IdleStateHandler(allTimeout: limits.idleTimeout))
+                    try sync.addHandler(IdleCloser())
+                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
+                    try sync.addHandler(
+                        MetadataHTTPHandler(settings: settings, byteLimit: byteLimit) { answering in
+                            connections.setAnswering(number, answering)
+                        }
+                    )
+                    return channel.eventLoop.makeSucceededVoidFuture()
+                } catch {
+                    return channel.eventLoop.makeFailedFuture(error)
+                }
+            }
+            .bind(host: configuration.listen.host, port: Int(configuration.listen.port)).get()
+        let port = channel.localAddress?.port.map { UInt16(truncatingIfNeeded: $0) } ?? configuration.listen.port
+        let bound = configuration.listen.withPort(port)
+        holder.bind(bound)
+        listening.set(bound)
+        logger.info(
+            "serving the GCE metadata endpoint",
+            metadata: ["address": "\(bound)", "default": "\(configuration.defaultEntry)"]
+        )
+        try await withTaskCancellationHandler {
+            try await channel.closeFuture.get()
+        } onCancel: {
+            channel.close(promise: nil)
+        }
+    }
+}
