@@ -101,7 +101,7 @@ public final class MetadataHTTPServer: Service, Sendable {
     }
 
     private func serve(on group: MultiThreadedEventLoopGroup, threadPool: NIOThreadPool) async throws {
-        let connections = MetadataConnections()
+        let connections = HTTPConnectionGate()
         let limits = self.limits
         let logger = self.logger
         let settings = MetadataHTTPHandler.Settings(

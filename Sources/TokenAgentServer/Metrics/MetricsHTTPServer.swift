@@ -70,7 +70,7 @@ public final class MetricsHTTPServer: Service, Sendable {
 
     private func serve(on group: MultiThreadedEventLoopGroup) async throws {
         let exposition = RenderedExposition(status: status, interval: limits.renderInterval)
-        let gate = ScrapeConnections()
+        let gate = HTTPConnectionGate()
         let limits = self.limits
         let logger = self.logger
         let channel = try await ServerBootstrap(group: group)
@@ -95,7 +95,7 @@ public final class MetricsHTTPServer: Service, Sendable {
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: false)
                     try sync.addHandler(
                         MetricsHTTPHandler(exposition: exposition, headTimeout: limits.headTimeout) {
-                            gate.answering(number)
+                            gate.setAnswering(number, true)
                         }
                     )
                     return channel.eventLoop.makeSucceededVoidFuture()
@@ -111,46 +111,6 @@ public final class MetricsHTTPServer: Service, Sendable {
         logger.info("serving metrics over HTTP", metadata: metadata)
         try? await gracefulShutdown()
         try? await channel.close()
-    }
-}
-
-/// The open metrics connections, oldest first, and which of them are being answered.
-private final class ScrapeConnections: Sendable {
-    private struct Open {
-        var number: UInt64
-        var channel: any Channel
-        /// Its request's head came: it is being answered, and is never closed to make room.
-        var answering = false
-    }
-
-    private let state = Mutex<(next: UInt64, open: [Open])>((0, []))
-
-    /// Admits `channel` under `limit`, with the connection it displaces (to be closed by the
-    /// caller): the oldest still waiting for its request's head. `nil` when every open connection
-    /// is being answered: then `channel` is refused.
-    func admit(_ channel: any Channel, limit: Int) -> (number: UInt64, evicted: (any Channel)?)? {
-        state.withLock { state in
-            var evicted: (any Channel)?
-            if state.open.count >= limit {
-                guard let oldest = state.open.firstIndex(where: { !$0.answering }) else { return nil }
-                evicted = state.open.remove(at: oldest).channel
-            }
-            state.next += 1
-            state.open.append(Open(number: state.next, channel: channel))
-            return (state.next, evicted)
-        }
-    }
-
-    /// Connection `number` has its request's head: it is being answered.
-    func answering(_ number: UInt64) {
-        state.withLock { state in
-            if let index = state.open.firstIndex(where: { $0.number == number }) { state.open[index].answering = true }
-        }
-    }
-
-    /// Connection `number` closed.
-    func release(_ number: UInt64) {
-        state.withLock { state in state.open.removeAll { $0.number == number } }
     }
 }
 

@@ -1,9 +1,11 @@
 import NIOCore
 import Synchronization
 
-/// The open metadata connections, oldest first, and which of them are being answered; a
-/// connection between requests (keep-alive) is waiting, like one that has not sent its first.
-final class MetadataConnections: Sendable {
+/// The open connections of an HTTP listener (the metrics and the metadata endpoints), oldest
+/// first, and which of them are being answered; a connection between requests (keep-alive) is
+/// waiting, like one that has not sent its first. Past the limit a new connection closes the
+/// oldest waiting one, so trickling peers never keep a real client out.
+final class HTTPConnectionGate: Sendable {
     private struct Open {
         var number: UInt64
         var channel: any Channel
