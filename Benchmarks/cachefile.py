@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import time
 
-from startup import Notify, issuer_key, live, log, start, stop_agent
+from startup import agent_environment, issuer_key, live, log, run_killing_leftovers, start, stop_agent
 
 
 def stats(path):
@@ -86,20 +86,12 @@ def main():
     parser.add_argument("--state", required=True, help="an empty 0700 directory on tmpfs for the cache file")
     parser.add_argument("--json")
     options = parser.parse_args()
-    try:
-        run(options)
-    finally:
-        for process in live:
-            process.kill()
-            process.wait()
+    run_killing_leftovers(run, options)
 
 
 def run(options):
     work, count = options.work, options.tokens
-    notify = Notify(os.path.join(work, "notify.sock"))
-    env = dict(os.environ, NOTIFY_SOCKET=notify.path)
-    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "FLEET_TOKEND_SOCKET"):
-        env.pop(name, None)
+    notify, env = agent_environment(work)
     counter = [0]
 
     def socket_path():

@@ -157,6 +157,26 @@ def issuer_key(work):
     return ["--issuer-key", account_path]
 
 
+def run_killing_leftovers(run, options):
+    """Runs `run(options)`; any agent it started and did not stop is killed after it."""
+    try:
+        run(options)
+    finally:
+        for process in live:
+            process.kill()
+            process.wait()
+
+
+def agent_environment(work):
+    """$NOTIFY_SOCKET in `work` (a Notify reading it) and the agent's environment: this one, with
+    NOTIFY_SOCKET set and no inherited socket activation."""
+    notify = Notify(os.path.join(work, "notify.sock"))
+    env = dict(os.environ, NOTIFY_SOCKET=notify.path)
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "FLEET_TOKEND_SOCKET"):
+        env.pop(name, None)
+    return notify, env
+
+
 def summary(values):
     return {"median": statistics.median(values), "max": max(values), "min": min(values)}
 
@@ -170,20 +190,12 @@ def main():
     parser.add_argument("--json", help="also write the raw figures here")
     parser.add_argument("--work", required=True, help="an empty directory for sockets and logs")
     options = parser.parse_args()
-    try:
-        run(options)
-    finally:
-        for process in live:
-            process.kill()
-            process.wait()
+    run_killing_leftovers(run, options)
 
 
 def run(options):
     work = options.work
-    notify = Notify(os.path.join(work, "notify.sock"))
-    env = dict(os.environ, NOTIFY_SOCKET=notify.path)
-    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "FLEET_TOKEND_SOCKET"):
-        env.pop(name, None)
+    notify, env = agent_environment(work)
     counter = [0]
 
     def socket_path():
