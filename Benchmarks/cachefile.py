@@ -85,6 +85,12 @@ def main():
     parser.add_argument("--work", required=True, help="an empty directory for sockets and logs")
     parser.add_argument("--state", required=True, help="an empty 0700 directory on tmpfs for the cache file")
     parser.add_argument("--json")
+    parser.add_argument("--rows", default="replacement,crash,write-cost",
+                        help="which rows to measure, comma-separated (the file is always made first)")
+    parser.add_argument("--baseline-agent", action="append", default=[],
+                        help="another agent binary whose write every second joins the write-cost runs, "
+                             "alternated with this one's: a change's before and after in one sitting "
+                             "(repeatable)")
     options = parser.parse_args()
     run_killing_leftovers(run, options)
 
@@ -115,7 +121,22 @@ def run(options):
     size = os.stat(cache).st_size
     log(f"cache file: {size} bytes")
 
-    # Replacement, alternated with a start without the file.
+    wanted = set(options.rows.split(","))
+    rows["cache_bytes"] = size
+    if "replacement" in wanted:
+        replacement(options, rows, argv, env, notify, socket_path, cache, count)
+    if "crash" in wanted:
+        crash(options, rows, argv, env, notify, socket_path, cache, count)
+    if "write-cost" in wanted:
+        write_cost(options, rows, argv, env, notify, socket_path, cache, count)
+    if options.json:
+        with open(options.json, "w") as file:
+            json.dump(rows, file, indent=1)
+
+
+def replacement(options, rows, argv, env, notify, socket_path, cache, count):
+    """A start on the file, alternated with a start without it."""
+    size = rows["cache_bytes"]
     kinds = {
         "no cache file": (),
         f"{count}-token cache file": ("--cache-file", cache, "--cache-file-interval", "0"),
@@ -142,8 +163,19 @@ def run(options):
         rows[name] = {"ready_ms": ready, "pong_ms": pong}
         log(f"{name}: READY median {statistics.median(ready):.1f} ms, PONG median {statistics.median(pong):.1f} ms")
     rows["fetches_after_replacement"] = fetches_after
+    ready = {name: statistics.median(rows[name]["ready_ms"]) for name in kinds}
+    pong = {name: statistics.median(rows[name]["pong_ms"]) for name in kinds}
+    print("| start | starts | READY median ms | READY max ms | first PONG median ms |")
+    print("|---|---|---|---|---|")
+    for name in kinds:
+        print(f"| {name} | {len(rows[name]['ready_ms'])} | {ready[name]:.1f} | {max(rows[name]['ready_ms']):.1f} | "
+              f"{pong[name]:.1f} |")
+    print(f"\nreplacement: {count} tokens ({size} bytes) adopted; fetches after asking for all of them: "
+          f"{fetches_after}")
 
-    # Crash: the periodic write, then SIGKILL.
+
+def crash(options, rows, argv, env, notify, socket_path, cache, count):
+    """The periodic write, more keys, SIGKILL; the next start fetches only those."""
     path = socket_path()
     process, _, _ = start(argv(path, "--cache-file", cache, "--cache-file-interval", "1"), env, notify, path)
     warm(options, path, count, options.new)
@@ -166,15 +198,27 @@ def run(options):
     rows["crash"] = {"adopted": adopted, "fetched": fetched, "ready_ms": crash_ready,
                      "new_before_write": options.new, "late": options.late}
     log(f"crash: adopted {adopted}, fetched {fetched} (late keys: {options.late})")
+    print(f"crash: adopted {adopted}, fetched {fetched} of {count + options.new + options.late} asked "
+          f"({options.late} came after the last periodic write)")
 
-    # The write's cost: p99.9 of 64 x 1 GETs, writing every second against only at stop.
-    loads = {"writing every 1 s": "1", "writing only at stop": "0"}
+
+def write_cost(options, rows, argv, env, notify, socket_path, cache, count):
+    """The p99.9 of 64 x 1 GETs, writing every second against only at stop; runs alternated."""
+    loads = {"writing every 1 s": (options.agent, "1"), "writing only at stop": (options.agent, "0")}
+    for baseline in options.baseline_agent:
+        loads[f"writing every 1 s, {baseline}"] = (baseline, "1")
     runs = {name: [] for name in loads}
     for _ in range(options.rounds):
-        for name, interval in loads.items():
+        for name, (agent, interval) in loads.items():
             path = socket_path()
-            process, _, _ = start(argv(path, "--cache-file", cache, "--cache-file-interval", interval),
-                                  env, notify, path)
+            arguments = [agent] + argv(path, "--cache-file", cache, "--cache-file-interval", interval)[1:]
+            process, _, _ = start(arguments, env, notify, path)
+            # The write at start (the tokens just adopted) ends before the measurement begins.
+            deadline = time.monotonic() + 120
+            while stats(path)["snapshot_writes"] < 1:
+                if time.monotonic() > deadline:
+                    raise SystemExit("no write at start within 120 s")
+                time.sleep(0.05)
             result = load_gen(options, path, "--connections", "64", "--depth", "1", "--keys", str(count),
                               "--duration", str(options.duration), "--warmup", str(options.warmup))
             after = stats(path)
@@ -185,19 +229,6 @@ def run(options):
             log(f"{name}: p99.9 {result['p999_us']:.1f} us, {after['snapshot_writes']} writes, "
                 f"last {after['snapshot_write_ms']} ms")
     rows["write_cost"] = runs
-    rows["cache_bytes"] = size
-
-    ready = {name: statistics.median(rows[name]["ready_ms"]) for name in kinds}
-    pong = {name: statistics.median(rows[name]["pong_ms"]) for name in kinds}
-    print("| start | starts | READY median ms | READY max ms | first PONG median ms |")
-    print("|---|---|---|---|---|")
-    for name in kinds:
-        print(f"| {name} | {len(rows[name]['ready_ms'])} | {ready[name]:.1f} | {max(rows[name]['ready_ms']):.1f} | "
-              f"{pong[name]:.1f} |")
-    print(f"\nreplacement: {count} tokens ({size} bytes) adopted; fetches after asking for all of them: "
-          f"{fetches_after}")
-    print(f"crash: adopted {adopted}, fetched {fetched} of {count + options.new + options.late} asked "
-          f"({options.late} came after the last periodic write)")
     medians = {name: statistics.median(run["p999_us"] for run in runs[name]) for name in loads}
     print("\n| load | runs | p99.9 µs (median run) | writes per run | last write ms |")
     print("|---|---|---|---|---|")
@@ -206,9 +237,9 @@ def run(options):
         write_ms = statistics.median(run["write_ms"] for run in runs[name])
         print(f"| {name} | {len(runs[name])} | {medians[name]:.1f} | {writes:.0f} | {write_ms:.0f} |")
     print(f"\nwrite cost: p99.9 {medians['writing every 1 s'] / medians['writing only at stop']:.2f}x")
-    if options.json:
-        with open(options.json, "w") as file:
-            json.dump(rows, file, indent=1)
+    for baseline in options.baseline_agent:
+        ratio = medians[f"writing every 1 s, {baseline}"] / medians["writing only at stop"]
+        print(f"write cost, {baseline}: p99.9 {ratio:.2f}x")
 
 
 if __name__ == "__main__":

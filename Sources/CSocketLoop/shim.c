@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -142,3 +144,21 @@ int fsl_file_system_type(const char *path, int64_t *type) {
 }
 
 pid_t fsl_thread_id(void) { return (pid_t)syscall(SYS_gettid); }
+
+int fsl_thread_run_when_idle(int fallback_niceness) {
+    struct sched_param parameter = {.sched_priority = 0};
+    if (sched_setscheduler(0, SCHED_IDLE, &parameter) == 0) return 1;
+    id_t thread = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int current = getpriority(PRIO_PROCESS, thread);
+    if (errno != 0) return -1;
+    int wanted = current + fallback_niceness > 19 ? 19 : current + fallback_niceness;
+    return setpriority(PRIO_PROCESS, thread, wanted) == 0 ? 2 : -1;
+}
+
+int fsl_thread_scheduling(int *niceness) {
+    errno = 0;
+    *niceness = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (errno != 0) return -1;
+    return sched_getscheduler(0) == SCHED_IDLE ? 1 : 0;
+}

@@ -31,6 +31,17 @@ int fsl_file_system_type(const char *path, int64_t *type);
 /// thread alone.
 pid_t fsl_thread_id(void);
 
+/// Lets the calling thread run only when no other thread wants the core (SCHED_IDLE, which needs
+/// no privilege: a thread of the normal policy that wakes takes the core from it at once); where
+/// the system refuses that, lowers its nice value by `fallback_niceness` (at most to 19). Per
+/// thread, and for good: an unprivileged thread cannot take either back. 1: idle, 2: niced, -1:
+/// unchanged (errno set).
+int fsl_thread_run_when_idle(int fallback_niceness);
+
+/// The calling thread's scheduling: 1 when SCHED_IDLE, 0 otherwise, -1 on error; its nice value
+/// in `niceness`.
+int fsl_thread_scheduling(int *niceness);
+
 /// accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC: the new socket, or -1 with errno set.
 int fsl_accept(int listener);
 

@@ -21,10 +21,12 @@ public protocol SnapshotDestination: Sendable {
 /// holds an access token (``TokenCacheMedium``); the fd store's holds every kind's.
 ///
 /// A pass never stalls the socket loop, which shares the engine: the tokens are copied out of the
-/// store a chunk at a time (``TokenEngine/exportTokens(to:chunkSize:_:)``: one shard's lock held for
-/// at most 32 slots' copy), and the encoding, hashing and I/O run on the thread that runs the pass
-/// (``writeOffLoop(reason:)``: a thread of its own at a lower priority), never the loop's. One pass runs at a time.
-/// A failed write is a warning and a count, never a stop.
+/// store and encoded a chunk at a time (``TokenEngine/exportTokens(to:chunkSize:_:)``: one
+/// shard's lock held for at most 32 slots' copy), then checksummed and written, on the thread that
+/// runs the pass, never the loop's. Off the loop (``writeOffLoop(reason:)``) that is a thread of
+/// its own: the copy at the agent's priority, since it takes the locks GETs take, and the rest
+/// only when no other thread wants a core (``BackgroundThread``). One pass runs at a time. A
+/// failed write is a warning and a count, never a stop.
 public final class SnapshotWriter: Sendable {
     private let engine: TokenEngine
     private let destinations: [any SnapshotDestination]
@@ -66,57 +68,84 @@ public final class SnapshotWriter: Sendable {
     /// copies each chunk. When the destinations are on both media and such a kind is configured,
     /// the cache is exported once for each; otherwise one snapshot serves every destination.
     public func snapshots() -> [TokenCacheMedium: CacheSnapshot.Encoded]? {
+        encodedBodies().map(Self.framed)
+    }
+
+    /// The bodies of ``snapshots()``, each built by one export of the cache and serving the media
+    /// it names, not yet framed.
+    private func encodedBodies() -> [(media: [TokenCacheMedium], body: CacheSnapshot.Builder)]? {
         let media = Set(destinations.map(\.medium))
         // Room for what the last snapshot took and an eighth more, else about 1 KiB a cached entry.
         let last = statistics.counts.lastWrite?.bytes ?? engine.statistics().entries * 1024
         for _ in 0..<3 {
             let before = digests()
             let split = media.count > 1 && engine.kinds.contains { engine.tokensStayInMemory(kind: $0) }
-            var taken: [TokenCacheMedium: CacheSnapshot.Encoded] = [:]
+            var taken: [(media: [TokenCacheMedium], body: CacheSnapshot.Builder)] = []
             if split {
-                taken[.memory] = export(to: .memory, digests: before, expectedBytes: last)
-                taken[.disk] = export(to: .disk, digests: before, expectedBytes: last)
+                taken.append(([.memory], export(to: .memory, digests: before, expectedBytes: last)))
+                taken.append(([.disk], export(to: .disk, digests: before, expectedBytes: last)))
             } else if let strictest = media.contains(.disk) ? TokenCacheMedium.disk : media.first {
                 // A reload that adds a kind keeping its tokens in memory meanwhile changes the
                 // digests: this pass is taken again, split.
-                let snapshot = export(to: strictest, digests: before, expectedBytes: last)
-                for medium in media { taken[medium] = snapshot }
+                taken.append((Array(media), export(to: strictest, digests: before, expectedBytes: last)))
             }
             if digests() == before { return taken }
         }
         return nil
     }
 
-    /// One snapshot of the tokens that may go to `medium`, with the digests of those tokens' kinds.
+    /// Each body framed once (its checksum), for each medium it serves.
+    private static func framed(_ bodies: [(media: [TokenCacheMedium], body: CacheSnapshot.Builder)])
+        -> [TokenCacheMedium: CacheSnapshot.Encoded]
+    {
+        var snapshots: [TokenCacheMedium: CacheSnapshot.Encoded] = [:]
+        for (media, body) in bodies {
+            let snapshot = body.finish()
+            for medium in media { snapshots[medium] = snapshot }
+        }
+        return snapshots
+    }
+
+    /// The body of one snapshot of the tokens that may go to `medium`, with the digests of those
+    /// tokens' kinds.
     private func export(to medium: TokenCacheMedium, digests: [String: String], expectedBytes: Int)
-        -> CacheSnapshot.Encoded
+        -> CacheSnapshot.Builder
     {
         let providers = medium == .disk ? digests.filter { !engine.tokensStayInMemory(kind: $0.key) } : digests
         var builder = CacheSnapshot.Builder(providers: providers, expectedBytes: expectedBytes + expectedBytes / 8)
         engine.exportTokens(to: medium) { builder.append(contentsOf: $0) }
-        return builder.finish()
+        return builder
     }
 
-    /// One pass on the calling thread: export, encode, write each destination, record. Returns
-    /// whether every destination took the snapshot.
+    /// One pass on the calling thread, at its priority: export, encode, write each destination,
+    /// record (the write at stop, when nothing else runs). Returns whether every destination took
+    /// the snapshot.
     @discardableResult
     public func write(reason: String) -> Bool {
-        serial.withLock { _ in writeOnce(reason: reason) }
+        serial.withLock { _ in writeOnce(reason: reason, afterCopy: {}) }
     }
 
-    /// One pass off the socket loop and off Swift's concurrency pool, on a thread of its own at a
-    /// lower CPU priority (``BackgroundThread``), so that socket GETs keep their cores while it
-    /// runs; on NIO's blocking-I/O pool when the system refuses a thread.
+    /// One pass off the socket loop and off Swift's concurrency pool, on a thread of its own
+    /// (``BackgroundThread``): the copy out of the store at the agent's priority, then the
+    /// checksum and the writes only when no other thread wants a core, so that socket GETs keep
+    /// their cores; on NIO's blocking-I/O pool, at its priority, when the system refuses a thread.
     @discardableResult
     public func writeOffLoop(reason: String) async -> Bool {
-        if let written = await BackgroundThread.run({ self.write(reason: reason) }) { return written }
+        let yield: @Sendable () -> Void = { BackgroundThread.yieldToOthers() }
+        let written = await BackgroundThread.run {
+            self.serial.withLock { _ in self.writeOnce(reason: reason, afterCopy: yield) }
+        }
+        if let written { return written }
         return (try? await NIOThreadPool.singleton.runIfActive { self.write(reason: reason) }) ?? false
     }
 
-    private func writeOnce(reason: String) -> Bool {
+    /// A pass: `afterCopy` runs once the tokens are out of the store, before the checksum.
+    private func writeOnce(reason: String, afterCopy: () -> Void) -> Bool {
         guard !destinations.isEmpty else { return true }
         let started = clock.monotonicSeconds
-        guard let snapshots = snapshots() else {
+        let bodies = encodedBodies()
+        afterCopy()
+        guard let snapshots = bodies.map(Self.framed) else {
             logger.warning("cache snapshot skipped: reloads changed the providers while it was taken")
             for destination in destinations { statistics.recordFailure(destination: destination.name) }
             return false
