@@ -8,8 +8,9 @@ import Testing
 #endif
 
 /// The real agent's GCE metadata endpoint in STATS and the metrics: each answer moves its own
-/// counter, the same in both; without the endpoint, one STATS field says so and no metric shows.
-@Suite("GCE metadata endpoint: STATS and metrics")
+/// counter, the same in both; without the endpoint, one STATS field says so and no metric shows;
+/// a `listen` address another process holds stops the agent at start, naming it.
+@Suite("GCE metadata endpoint: STATS, metrics, start-up")
 struct MetadataObservabilityTests {
     typealias Agent = AccessTokenAgent
     typealias Metadata = MetadataAgent
@@ -104,5 +105,39 @@ struct MetadataObservabilityTests {
         let samples = try await prometheusParse(try await agent.metricsText())
         #expect(!samples.contains { $0.name.hasPrefix("fleet_tokend_metadata_") })
         await agent.stop()
+    }
+
+    @Test func aListenAddressInUseStopsTheAgentNamingIt() async throws {
+        let fake = try await Agent.fake()
+        let holder = try LoopbackSocket.listener(host: "127.0.0.1")
+        let port = try holder.localAddress().port
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let config = try Agent.config(
+            fake,
+            directory: directory,
+            entries: Self.entries,
+            extra: Metadata.key(port: port, defaultEntry: "fleet-admin")
+        )
+        let socket = directory.appendingPathComponent("tokens.sock").path
+        let environment = ProcessInfo.processInfo.environment.merging(Agent.environment(fake, directory: directory)) {
+            $1
+        }
+        let outcome = try await run(
+            "/usr/bin/timeout",
+            ["60", AgentProcess.binary, "serve", "--config", config, "--socket", socket],
+            environment: environment
+        )
+        #expect(outcome.status == 1, "\(outcome.stderr)")
+        #expect(
+            outcome.stderr.contains(
+                "metadata_server.listen 127.0.0.1:\(port): cannot listen: Address already in use (errno 98); "
+                    + "another process holds the port: stop it, or set another port in metadata_server.listen"
+            ),
+            "\(outcome.stderr)"
+        )
+        #expect(outcome.stderr.contains("agent stopped"))
+        _ = holder
+        await fake.stop()
     }
 }

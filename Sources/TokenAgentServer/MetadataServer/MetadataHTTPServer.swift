@@ -155,8 +155,13 @@ public final class MetadataHTTPServer: Service, Sendable {
                     return channel.eventLoop.makeFailedFuture(error)
                 }
             }
-        let channel = try await bootstrap.bind(host: configuration.listen.host, port: Int(configuration.listen.port))
-            .get()
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.bind(host: configuration.listen.host, port: Int(configuration.listen.port))
+                .get()
+        } catch {
+            throw MetadataListenError(address: configuration.listen, error: error)
+        }
         let port = channel.localAddress?.port.map { UInt16(truncatingIfNeeded: $0) } ?? configuration.listen.port
         let bound = configuration.listen.withPort(port)
         holder.bind(bound)
