@@ -9,6 +9,8 @@ public struct MetadataResponse: Sendable {
     public var body: [UInt8]
     /// What went wrong when the token source failed (for the server's log, never sent).
     public var failure: String?
+    /// What the answer was, for the agent's counters; its status is ``status``.
+    public var outcome: MetadataOutcome
 
     /// The body as text.
     public var text: String { String(decoding: body, as: UTF8.self) }
@@ -18,16 +20,25 @@ public struct MetadataResponse: Sendable {
         headers.first { $0.name.lowercased() == name.lowercased() }?.value
     }
 
-    /// A response as given: `headers` should carry `Metadata-Flavor: Google` and a content type.
-    public init(status: Int, headers: [(name: String, value: String)], body: [UInt8]) {
-        self.status = status
+    /// A response as given, of `outcome`'s status: `headers` should carry
+    /// `Metadata-Flavor: Google` and a content type.
+    public init(outcome: MetadataOutcome, headers: [(name: String, value: String)], body: [UInt8]) {
+        self.status = outcome.status
+        self.outcome = outcome
         self.headers = headers
         self.body = body
     }
 
-    /// A response of `status` with `body` of `contentType`, and the fields every response has.
-    init(status: Int, contentType: String, body: String, extraHeaders: [(name: String, value: String)] = []) {
-        self.status = status
+    /// A response of `outcome`'s status with `body` of `contentType`, and the fields every
+    /// response has.
+    init(
+        outcome: MetadataOutcome,
+        contentType: String,
+        body: String,
+        extraHeaders: [(name: String, value: String)] = []
+    ) {
+        self.status = outcome.status
+        self.outcome = outcome
         self.headers =
             [
                 ("Metadata-Flavor", "Google"),
@@ -46,18 +57,24 @@ public struct MetadataResponse: Sendable {
 
     /// A 200 text answer.
     static func text(_ body: String) -> MetadataResponse {
-        MetadataResponse(status: 200, contentType: textType, body: body)
+        MetadataResponse(outcome: .ok, contentType: textType, body: body)
     }
 
-    /// A 200 JSON answer.
-    static func json(_ body: String, extraHeaders: [(name: String, value: String)] = []) -> MetadataResponse {
-        MetadataResponse(status: 200, contentType: jsonType, body: body, extraHeaders: extraHeaders)
+    /// A 200 JSON answer (`outcome` `.token` for a token's).
+    static func json(
+        _ body: String,
+        outcome: MetadataOutcome = .ok,
+        extraHeaders: [(name: String, value: String)] = []
+    ) -> MetadataResponse {
+        MetadataResponse(outcome: outcome, contentType: jsonType, body: body, extraHeaders: extraHeaders)
     }
 
-    /// A refusal or error: `status`, with `message` and a newline as its text.
-    static func error(_ status: Int, _ message: String, extraHeaders: [(name: String, value: String)] = [])
-        -> MetadataResponse
-    {
-        MetadataResponse(status: status, contentType: errorType, body: message + "\n", extraHeaders: extraHeaders)
+    /// A refusal or error of `outcome`'s status, with `message` and a newline as its text.
+    static func error(
+        _ outcome: MetadataOutcome,
+        _ message: String,
+        extraHeaders: [(name: String, value: String)] = []
+    ) -> MetadataResponse {
+        MetadataResponse(outcome: outcome, contentType: errorType, body: message + "\n", extraHeaders: extraHeaders)
     }
 }

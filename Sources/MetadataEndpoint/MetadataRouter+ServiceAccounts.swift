@@ -30,14 +30,16 @@ extension MetadataRouter {
         }
         guard let allowed = candidates.first(where: { $0.allows(user) }) else {
             let names = candidates.map(\.name).joined(separator: ", ")
-            return .failure(Refusal(.error(403, "403 Forbidden: uid \(user.uid) is not allowed the token of \(names)")))
+            return .failure(
+                Refusal(.error(.refusedRules, "403 Forbidden: uid \(user.uid) is not allowed the token of \(names)"))
+            )
         }
         return .success(allowed)
     }
 
     /// The 403 for a peer the kernel did not identify.
     static func unidentified(_ reason: String) -> MetadataResponse {
-        .error(403, "403 Forbidden: the connecting process could not be identified: \(reason)")
+        .error(.refusedPeer, "403 Forbidden: the connecting process could not be identified: \(reason)")
     }
 
     /// `entries` with the default entry first, then the others by name.
@@ -121,7 +123,7 @@ extension MetadataRouter {
         let outside = asked.filter { !entry.scopes.contains($0) }
         if !outside.isEmpty {
             return .error(
-                403,
+                .refusedScopes,
                 "403 Forbidden: entry \(entry.name) does not have the scopes "
                     + outside.map { ResponseText.echo($0) }.joined(separator: ", ")
             )
@@ -131,7 +133,7 @@ extension MetadataRouter {
             token = try await tokens.token(for: entry)
         } catch {
             var response = MetadataResponse.error(
-                503,
+                .unavailable,
                 "503 Service Unavailable: no token for \(entry.name) now; try again"
             )
             response.failure = String(describing: error)
@@ -141,6 +143,7 @@ extension MetadataRouter {
         return .json(
             "{\"access_token\":\(ResponseText.json(token.accessToken)),\"expires_in\":\(expiresIn),"
                 + "\"token_type\":\"Bearer\"}",
+            outcome: .token,
             extraHeaders: [("Cache-Control", "no-store")]
         )
     }

@@ -51,13 +51,19 @@ public struct MetadataRouter: Sendable {
     public func respond(to request: MetadataRequest, from peer: MetadataPeer) async -> MetadataResponse {
         if let refusal = refusal(of: request) { return refusal }
         guard let target = RequestTarget(request.target) else {
-            return .error(400, "400 Bad Request: the request target \(ResponseText.echo(request.target)) is not a path")
+            return .error(
+                .badRequest,
+                "400 Bad Request: the request target \(ResponseText.echo(request.target)) is not a path"
+            )
         }
         if let authority = target.authority, !hostCheck.accepts(authority) {
-            return .error(403, "403 Forbidden: the target's host \(ResponseText.echo(authority)) is not this endpoint")
+            return .error(
+                .refusedHost,
+                "403 Forbidden: the target's host \(ResponseText.echo(authority)) is not this endpoint"
+            )
         }
         if target.isTrue("wait_for_change") {
-            return .error(400, "400 Bad Request: wait_for_change is not supported here")
+            return .error(.badRequest, "400 Bad Request: wait_for_change is not supported here")
         }
         return await route(target, peer: peer)
     }
@@ -68,20 +74,23 @@ public struct MetadataRouter: Sendable {
         guard hosts.count == 1, let host = hosts.first, hostCheck.accepts(host) else {
             let named = hosts.first.map { "Host \(ResponseText.echo($0))" } ?? "a missing Host"
             return .error(
-                403,
+                .refusedHost,
                 "403 Forbidden: \(hosts.count > 1 ? "several Host fields" : named) is not this endpoint "
                     + "(\(configuration.listen), localhost or metadata.google.internal)"
             )
         }
         if !request.values(of: "X-Forwarded-For").isEmpty || !request.values(of: "Forwarded").isEmpty {
-            return .error(403, "403 Forbidden: requests through a proxy (X-Forwarded-For, Forwarded) are refused")
+            return .error(
+                .refusedForwarded,
+                "403 Forbidden: requests through a proxy (X-Forwarded-For, Forwarded) are refused"
+            )
         }
         guard request.values(of: "Metadata-Flavor") == ["Google"] else {
-            return .error(403, "403 Forbidden: missing Metadata-Flavor: Google header")
+            return .error(.refusedFlavor, "403 Forbidden: missing Metadata-Flavor: Google header")
         }
         guard request.method == "GET" || request.method == "HEAD" else {
             return .error(
-                405,
+                .badMethod,
                 "405 Method Not Allowed: \(ResponseText.echo(request.method)); only GET and HEAD",
                 extraHeaders: [("Allow", "GET, HEAD")]
             )
@@ -123,7 +132,7 @@ public struct MetadataRouter: Sendable {
     /// 404, naming the path (decoded, then escaped and cut short: ``ResponseText/echo(_:)``).
     func notFound(_ target: RequestTarget, why: String? = nil) -> MetadataResponse {
         let path = "/" + target.segments.joined(separator: "/")
-        return .error(404, "404 Not Found: \(ResponseText.echo(path))" + (why.map { ": \($0)" } ?? ""))
+        return .error(.notFound, "404 Not Found: \(ResponseText.echo(path))" + (why.map { ": \($0)" } ?? ""))
     }
 
     /// The project id: configured, else the project of the default entry's account.

@@ -107,6 +107,14 @@ struct AgentRuntime {
             ),
             heartbeat: heartbeat
         )
+        // The GCE metadata endpoint, when configured: the access-token entries under their own
+        // rules only, from the engine's cache.
+        let metadata = AgentMetadataEndpoint(
+            configuration: configuration,
+            rules: rules,
+            engine: engine,
+            logger: Logger(label: "fleet-tokend.metadata")
+        )
         let status = AgentStatus(
             engine: engine,
             server: ServerStatistics(),
@@ -116,7 +124,8 @@ struct AgentRuntime {
             metrics: metrics,
             health: health,
             issuerMode: issuerMode,
-            snapshots: snapshots
+            snapshots: snapshots,
+            metadata: metadata?.server.statistics
         )
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
@@ -132,14 +141,6 @@ struct AgentRuntime {
             status: status,
             logger: Logger(label: "fleet-tokend.server"),
             onListening: { notifier.ready(status: status.summary()) }
-        )
-        // The GCE metadata endpoint, when configured: the access-token entries under their own
-        // rules only, from the engine's cache.
-        let metadata = AgentMetadataEndpoint(
-            configuration: configuration,
-            rules: rules,
-            engine: engine,
-            logger: Logger(label: "fleet-tokend.metadata")
         )
         let reload = ReloadService(
             configuration: configuration,

@@ -1,3 +1,4 @@
+import FakeGoogle
 import Foundation
 import TestSupport
 import Testing
@@ -57,6 +58,20 @@ struct ReplyFieldsDocsTests {
             #expect(undocumented.isEmpty, "STATS fields \(arguments) not in PROTOCOL.md: \(undocumented.sorted())")
             seen.formUnion(sent)
         }
+        // The metadata endpoint's fields come only with the endpoint: an access-token agent's.
+        let fake = try await AccessTokenAgent.fake()
+        let (agent, _) = try await MetadataAgent.start(
+            fake,
+            entries: #""fleet-admin": \#(AccessTokenAgent.entry(AccessTokenAgent.admin))"#
+        )
+        defer { try? FileManager.default.removeItem(at: agent.directory) }
+        let reply = try #require(try await agent.send("STATS").first)
+        await agent.stop()
+        await fake.stop()
+        let sent = Set(Self.names(reply).dropFirst(tables[0].rows.count))
+        let undocumented = sent.subtracting(further).filter { name in !perKind.contains { name.hasPrefix($0) } }
+        #expect(undocumented.isEmpty, "STATS fields with the metadata endpoint not in PROTOCOL.md: \(undocumented)")
+        seen.formUnion(sent)
         let neverSent = Set(further.filter { !$0.hasSuffix("<kind>") }).subtracting(seen).sorted()
         #expect(neverSent.isEmpty, "PROTOCOL.md STATS fields the agent never sends: \(neverSent)")
     }

@@ -124,8 +124,10 @@ func ask(
     return response
 }
 
-/// What every answer must have: `Metadata-Flavor: Google`, a content type, no CORS field.
+/// What every answer must have: `Metadata-Flavor: Google`, a content type, no CORS field, and
+/// an outcome of its status.
 func checkInvariants(_ response: MetadataResponse, sourceLocation: SourceLocation = #_sourceLocation) {
+    #expect(response.outcome.status == response.status, sourceLocation: sourceLocation)
     #expect(response.value(of: "Metadata-Flavor") == "Google", sourceLocation: sourceLocation)
     #expect(response.value(of: "Content-Type") != nil, sourceLocation: sourceLocation)
     #expect(

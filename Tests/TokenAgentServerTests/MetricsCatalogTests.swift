@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import MetadataEndpoint
 import Testing
 import TokenAgent
 import TokenWire
@@ -22,7 +23,16 @@ struct MetricsCatalogTests {
         let metrics = AgentMetrics()
         let engine = TokenEngine(providers: ["vehicle": LocalIssuerStub()], metrics: metrics.engineMetrics)
         let segments = SharedSegments(kinds: ["vehicle"], policy: RefreshPolicy(), logger: Logger(label: "test"))
-        let status = AgentStatus(engine: engine, server: ServerStatistics(), segments: segments, metrics: metrics)
+        let metadata = MetadataStatistics(listen: try! MetadataListenAddress(parsing: "127.0.0.1:8989"))
+        metadata.countAnswer(.refusedHost)
+        metadata.countClosed(.headTimeout)
+        let status = AgentStatus(
+            engine: engine,
+            server: ServerStatistics(),
+            segments: segments,
+            metrics: metrics,
+            metadata: metadata
+        )
         metrics.requests.count(.get, .ok)
         metrics.requests.count(.ping, .rejected)  // a code PING never has: counted under `other`
         let text = String(decoding: status.metricsReply(), as: UTF8.self)
@@ -62,6 +72,59 @@ struct MetricsCatalogTests {
         )
         #expect(!samples.contains { $0.labels["verb"] == "PING" && $0.labels["code"] == "rejected" })
         #expect(samples.contains { $0.name == "fleet_tokend_healthy" && $0.value == 1 })
+        // Every outcome and every closure has its series from the start.
+        let answers = samples.filter { $0.name == "fleet_tokend_metadata_requests_total" }
+        #expect(answers.count == MetadataOutcome.allCases.count)
+        #expect(
+            answers.contains(
+                MetricsText.Sample(
+                    name: "fleet_tokend_metadata_requests_total",
+                    labels: ["code": "403", "outcome": "refused_host"],
+                    value: 1
+                )
+            )
+        )
+        #expect(answers.filter { $0.value != 0 }.count == 1)
+        let closed = samples.filter { $0.name == "fleet_tokend_metadata_connections_closed_total" }
+        #expect(closed.count == MetadataStatistics.Closure.allCases.count)
+        #expect(closed.filter { $0.value != 0 }.map(\.labels) == [["reason": "head_timeout"]])
+    }
+
+    /// Without an endpoint, STATS says so in one field and the metrics have none of its series;
+    /// with one, its address and counts.
+    @Test func theMetadataEndpointsFieldsAreThereOnlyWithIt() throws {
+        let engine = TokenEngine(providers: ["vehicle": LocalIssuerStub()])
+        let off = AgentStatus(engine: engine, server: ServerStatistics())
+        let offFields = off.statsText().split(separator: " ").filter { $0.hasPrefix("metadata_") }
+        #expect(offFields == ["metadata_listen=-"])
+        let offMetrics = String(decoding: off.metricsReply(), as: UTF8.self)
+        #expect(!offMetrics.contains("fleet_tokend_metadata_"))
+
+        let metadata = MetadataStatistics(listen: try MetadataListenAddress(parsing: "[::1]:0"))
+        metadata.bound(try MetadataListenAddress(parsing: "[::1]:8989"))
+        metadata.countAnswer(.token)
+        metadata.countAnswer(.token)
+        metadata.countAnswer(.unavailable)
+        metadata.countAdmitted()
+        metadata.countAdmitted()
+        metadata.countReleased()
+        metadata.countRefused()
+        let on = AgentStatus(engine: engine, server: ServerStatistics(), metadata: metadata).statsText()
+        let fields = Dictionary(
+            uniqueKeysWithValues: on.split(separator: " ").filter { $0.hasPrefix("metadata_") }.map { field in
+                let pair = field.split(separator: "=", maxSplits: 1)
+                return (String(pair[0]), String(pair[1]))
+            }
+        )
+        #expect(fields["metadata_listen"] == "[::1]:8989")
+        #expect(fields["metadata_tokens"] == "2")
+        #expect(fields["metadata_unavailable"] == "1")
+        #expect(fields["metadata_refused_rules"] == "0")
+        #expect(fields["metadata_connections"] == "1")
+        #expect(fields["metadata_connections_total"] == "2")
+        #expect(fields["metadata_connections_refused"] == "1")
+        #expect(fields["metadata_head_timeout"] == "0")
+        #expect(fields.count == 1 + MetadataOutcome.allCases.count + 3 + MetadataStatistics.Closure.allCases.count)
     }
 
     @Test func listenAddresses() throws {

@@ -34,8 +34,8 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         var headTimeout: TimeAmount
         var maxRequests: Int
         var logger: Logger
-        /// Told each answer's status.
-        var onAnswer: @Sendable (Int) -> Void
+        /// Counts each answer's outcome, and the head time-outs.
+        var statistics: MetadataStatistics
     }
 
     private let settings: Settings
@@ -66,8 +66,12 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
 
     private func armHeadDeadline(context: ChannelHandlerContext) {
         let channel = context.channel
+        let statistics = settings.statistics
         headDeadline?.cancel()
-        headDeadline = context.eventLoop.scheduleTask(in: settings.headTimeout) { channel.close(promise: nil) }
+        headDeadline = context.eventLoop.scheduleTask(in: settings.headTimeout) {
+            statistics.countClosed(.headTimeout)
+            channel.close(promise: nil)
+        }
     }
 
     /// A client that shuts its sending side after its request (socat, `nc -N`) gets its answer,
@@ -147,7 +151,7 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         context: ChannelHandlerContext
     ) {
         log(response, for: head, peer: peer)
-        settings.onAnswer(response.status)
+        settings.statistics.countAnswer(response.outcome)
         let keepAlive = head.isKeepAlive && requests < settings.maxRequests && !inputClosed
         var headers = HTTPHeaders(response.headers.map { ($0.name, $0.value) })
         headers.add(name: "Content-Length", value: "\(response.body.count)")
@@ -211,7 +215,7 @@ extension MetadataResponse {
     /// A 503 the server itself answers (`reason` is logged, not sent).
     static func unavailable(_ reason: String) -> MetadataResponse {
         var response = MetadataResponse(
-            status: 503,
+            outcome: .unavailable,
             headers: [
                 ("Metadata-Flavor", "Google"), ("Content-Type", "text/plain; charset=utf-8"),
                 ("X-Content-Type-Options", "nosniff"),

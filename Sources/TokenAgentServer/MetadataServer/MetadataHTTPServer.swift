@@ -47,24 +47,23 @@ public final class MetadataHTTPServer: Service, Sendable {
     private let logger: Logger
     private let limits: Limits
     private let listening = ListeningAddress()
-    private let onAnswer: @Sendable (Int) -> Void
+    /// What it answered and what became of its connections (`STATS`, the metrics).
+    public let statistics: MetadataStatistics
 
-    /// An endpoint for `configuration` serving `tokens`' entries to the peers `resolver` names;
-    /// `onAnswer` is told the status of every answer (for the agent's counters).
+    /// An endpoint for `configuration` serving `tokens`' entries to the peers `resolver` names.
     public init(
         configuration: MetadataServerConfiguration,
         tokens: any MetadataTokenSource,
         resolver: any MetadataPeerResolver = KernelPeerResolver(),
         logger: Logger,
-        limits: Limits = Limits(),
-        onAnswer: @escaping @Sendable (Int) -> Void = { _ in }
+        limits: Limits = Limits()
     ) {
         self.configuration = configuration
         self.holder = RouterHolder(configuration: configuration, tokens: tokens)
         self.resolver = resolver
         self.logger = logger
         self.limits = limits
-        self.onAnswer = onAnswer
+        self.statistics = MetadataStatistics(listen: configuration.listen)
     }
 
     /// The address listened on, once listening: the configured one, with the port the system
@@ -104,6 +103,7 @@ public final class MetadataHTTPServer: Service, Sendable {
         let connections = HTTPConnectionGate()
         let limits = self.limits
         let logger = self.logger
+        let statistics = self.statistics
         let settings = MetadataHTTPHandler.Settings(
             router: holder,
             resolver: resolver,
@@ -111,9 +111,9 @@ public final class MetadataHTTPServer: Service, Sendable {
             headTimeout: limits.headTimeout,
             maxRequests: limits.maxRequestsPerConnection,
             logger: logger,
-            onAnswer: onAnswer
+            statistics: statistics
         )
-        let channel = try await ServerBootstrap(group: group)
+        let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
             // A client that shuts its sending side after its request (socat, `nc -N`) still gets the
@@ -122,20 +122,28 @@ public final class MetadataHTTPServer: Service, Sendable {
             .childChannelInitializer { channel in
                 guard let admitted = connections.admit(channel, limit: limits.maxConnections) else {
                     logger.debug("metadata connection refused: every connection is being answered")
+                    statistics.countRefused()
                     return channel.close()
                 }
+                statistics.countAdmitted()
                 if let evicted = admitted.evicted {
                     logger.debug("metadata connection closed to make room: it was waiting for a request")
+                    statistics.countClosed(.evicted)
                     evicted.close(promise: nil)
                 }
                 let number = admitted.number
-                channel.closeFuture.whenComplete { _ in connections.release(number) }
+                channel.closeFuture.whenComplete { _ in
+                    connections.release(number)
+                    statistics.countReleased()
+                }
                 do {
                     let sync = channel.pipeline.syncOperations
-                    let byteLimit = RequestByteLimit(limit: limits.maxRequestBytes)
+                    let byteLimit = RequestByteLimit(limit: limits.maxRequestBytes) {
+                        statistics.countClosed(.tooLarge)
+                    }
                     try sync.addHandler(byteLimit)
                     try sync.addHandler(IdleStateHandler(allTimeout: limits.idleTimeout))
-                    try sync.addHandler(IdleCloser())
+                    try sync.addHandler(IdleCloser { statistics.countClosed(.idleTimeout) })
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
                     try sync.addHandler(
                         MetadataHTTPHandler(settings: settings, byteLimit: byteLimit) { answering in
@@ -147,10 +155,17 @@ public final class MetadataHTTPServer: Service, Sendable {
                     return channel.eventLoop.makeFailedFuture(error)
                 }
             }
-            .bind(host: configuration.listen.host, port: Int(configuration.listen.port)).get()
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.bind(host: configuration.listen.host, port: Int(configuration.listen.port))
+                .get()
+        } catch {
+            throw MetadataListenError(address: configuration.listen, error: error)
+        }
         let port = channel.localAddress?.port.map { UInt16(truncatingIfNeeded: $0) } ?? configuration.listen.port
         let bound = configuration.listen.withPort(port)
         holder.bind(bound)
+        statistics.bound(bound)
         listening.set(bound)
         logger.info(
             "serving the GCE metadata endpoint",

@@ -8,9 +8,15 @@ final class RequestByteLimit: ChannelInboundHandler {
     typealias InboundOut = ByteBuffer
 
     private let limit: Int
+    private let onExceeded: () -> Void
     private var received = 0
+    private var exceeded = false
 
-    init(limit: Int) { self.limit = limit }
+    /// `onExceeded` is called when the limit closes the connection.
+    init(limit: Int, onExceeded: @escaping () -> Void = {}) {
+        self.limit = limit
+        self.onExceeded = onExceeded
+    }
 
     /// An answer was written: the next request has `limit` bytes again.
     func answered() { received = 0 }
@@ -18,6 +24,10 @@ final class RequestByteLimit: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         received += unwrapInboundIn(data).readableBytes
         guard received <= limit else {
+            if !exceeded {
+                exceeded = true
+                onExceeded()
+            }
             context.close(promise: nil)
             return
         }

@@ -1,5 +1,6 @@
 import BuildInfo
 import CoreMetrics
+import MetadataEndpoint
 import Prometheus
 import Synchronization
 import TokenAgent
@@ -201,6 +202,25 @@ public final class AgentMetrics: Sendable {
                 gauge("fleet_tokend_shm_mapped_bytes", [], Double(shared.mappedBytes))
                 gauge("fleet_tokend_shm_retired_mapped", [], Double(shared.retiredMapped))
                 counter("fleet_tokend_touch_requests_total", total: status.server.touchRequests)
+            }
+            if let metadata = status.metadata?.counts {
+                for outcome in MetadataOutcome.allCases {
+                    counter(
+                        "fleet_tokend_metadata_requests_total",
+                        [("code", String(outcome.status)), ("outcome", outcome.label)],
+                        total: metadata.answers(outcome)
+                    )
+                }
+                gauge("fleet_tokend_metadata_connections_open", [], Double(metadata.open))
+                counter("fleet_tokend_metadata_connections_total", total: metadata.accepted)
+                counter("fleet_tokend_metadata_connections_refused_total", total: metadata.refused)
+                for closure in MetadataStatistics.Closure.allCases {
+                    counter(
+                        "fleet_tokend_metadata_connections_closed_total",
+                        [("reason", closure.label)],
+                        total: metadata.closed(closure)
+                    )
+                }
             }
             gauge("fleet_tokend_healthy", [], health.isDegraded ? 0 : 1)
             gauge("fleet_tokend_demo_issuer", [], status.issuerMode.isDemo ? 1 : 0)

@@ -283,6 +283,36 @@ public enum MetricCatalog {
             help: "Client connections refused at the connection limits."
         ),
         Entry(
+            name: "fleet_tokend_metadata_requests_total",
+            kind: .counter,
+            labels: ["code", "outcome"],
+            help: "GCE metadata endpoint answers, by status and outcome (tokens, ok, refused_<check>, ...)."
+        ),
+        Entry(
+            name: "fleet_tokend_metadata_connections_open",
+            kind: .gauge,
+            labels: [],
+            help: "GCE metadata endpoint connections open."
+        ),
+        Entry(
+            name: "fleet_tokend_metadata_connections_total",
+            kind: .counter,
+            labels: [],
+            help: "GCE metadata endpoint connections admitted."
+        ),
+        Entry(
+            name: "fleet_tokend_metadata_connections_refused_total",
+            kind: .counter,
+            labels: [],
+            help: "GCE metadata endpoint connections refused at the cap, every open one being answered."
+        ),
+        Entry(
+            name: "fleet_tokend_metadata_connections_closed_total",
+            kind: .counter,
+            labels: ["reason"],
+            help: "GCE metadata endpoint connections it closed: evicted, head_timeout, idle_timeout, too_large."
+        ),
+        Entry(
             name: "fleet_tokend_reloads_total",
             kind: .counter,
             labels: ["outcome"],

@@ -161,8 +161,14 @@ private final class InboundByteLimit: ChannelInboundHandler {
 final class IdleCloser: ChannelInboundHandler {
     typealias InboundIn = NIOAny
 
+    private let onIdle: () -> Void
+
+    /// `onIdle` is called when the idle-state handler's report closes the connection.
+    init(onIdle: @escaping () -> Void = {}) { self.onIdle = onIdle }
+
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is IdleStateHandler.IdleStateEvent {
+            if context.channel.isActive { onIdle() }
             context.close(promise: nil)
         } else {
             context.fireUserInboundEventTriggered(event)

@@ -1,4 +1,5 @@
 import BuildInfo
+import MetadataEndpoint
 import NIOCore
 import TokenAgent
 import TokenWire
@@ -26,6 +27,8 @@ public struct AgentStatus: Sendable {
     public let issuerMode: IssuerMode
     /// The cache snapshots adopted at start and written since.
     public let snapshots: SnapshotStatistics
+    /// The GCE metadata endpoint's counts; `nil` when the agent serves none.
+    public let metadata: MetadataStatistics?
     private let startedAt: Double
     /// The clock uptime is counted on.
     let clock: any AgentClock
@@ -41,10 +44,12 @@ public struct AgentStatus: Sendable {
         health: AgentHealth = AgentHealth(),
         issuerMode: IssuerMode = IssuerMode(),
         snapshots: SnapshotStatistics = SnapshotStatistics(),
+        metadata: MetadataStatistics? = nil,
         clock: any AgentClock = SystemAgentClock()
     ) {
         self.issuerMode = issuerMode
         self.snapshots = snapshots
+        self.metadata = metadata
         self.access = access
         self.segments = segments
         self.metrics = metrics
@@ -103,6 +108,7 @@ public struct AgentStatus: Sendable {
         text.add("snapshot_write_ms", Int(saturating: ((snapshot.lastWrite?.duration ?? 0) * 1000).rounded()))
         text.add("snapshot_file", text: StatsWord.encode(snapshots.file))
         text.add("snapshot_source", text: snapshot.adoptedFrom ?? StatsWord.none)
+        writeMetadataFields(into: &text)
         // Four fields for each kind whose provider has a signature budget; none for the others.
         for (kind, counters) in engine.signatureBudgets() {
             text.add("signs_", kind: kind, counters.signatures)
@@ -126,6 +132,26 @@ public struct AgentStatus: Sendable {
         text.add("shm_retired_mapped", shared.retiredMapped)
         text.add("shm_old_readers", shared.oldReaderRequests)
         text.add("touches", server.touchRequests)
+    }
+
+    /// `metadata_listen`, the endpoint's address, and its counts; `metadata_listen=-` alone when
+    /// the agent serves no endpoint.
+    private func writeMetadataFields(into text: inout StatsLine) {
+        guard let metadata else {
+            text.add("metadata_listen", text: StatsWord.none)
+            return
+        }
+        let counts = metadata.counts
+        text.add("metadata_listen", text: counts.listen.description)
+        for outcome in MetadataOutcome.allCases {
+            text.add("metadata_", kind: outcome.label, counts.answers(outcome))
+        }
+        text.add("metadata_connections", counts.open)
+        text.add("metadata_connections_total", counts.accepted)
+        text.add("metadata_connections_refused", counts.refused)
+        for closure in MetadataStatistics.Closure.allCases {
+            text.add("metadata_", kind: closure.label, counts.closed(closure))
+        }
     }
 
     /// The agent's health now (walks the cache once: for status lines and metrics, not requests).

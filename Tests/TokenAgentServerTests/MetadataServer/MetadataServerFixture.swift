@@ -105,6 +105,21 @@ enum MetadataServerFixture {
         limits: MetadataHTTPServer.Limits = testLimits,
         _ body: (MetadataListenAddress, CountingTokenSource) async throws -> Void
     ) async throws -> [String] {
+        try await withCountedServer(host: host, tokens: tokens, limits: limits) { address, tokens, _ in
+            try await body(address, tokens)
+        }
+    }
+
+    /// ``withServer(host:tokens:limits:_:)`` with the peers `resolver` names, giving `body` the
+    /// endpoint's counts too.
+    @discardableResult
+    static func withCountedServer(
+        host: String = "127.0.0.1",
+        tokens: CountingTokenSource = CountingTokenSource(entries: entries),
+        resolver: any MetadataPeerResolver = KernelPeerResolver(),
+        limits: MetadataHTTPServer.Limits = testLimits,
+        _ body: (MetadataListenAddress, CountingTokenSource, MetadataStatistics) async throws -> Void
+    ) async throws -> [String] {
         let log = CapturedLog()
         let logger = log.logger(label: "metadata-test")
         let server = MetadataHTTPServer(
@@ -113,13 +128,14 @@ enum MetadataServerFixture {
                 defaultEntry: "fleet-admin"
             ),
             tokens: tokens,
+            resolver: resolver,
             logger: logger,
             limits: limits
         )
         let running = Task { try await server.run() }
         do {
             let address = try await server.listeningAddress()
-            try await body(address, tokens)
+            try await body(address, tokens, server.statistics)
         } catch {
             running.cancel()
             _ = await running.result
