@@ -107,14 +107,22 @@ struct AgentRuntime {
             ),
             heartbeat: heartbeat
         )
+        // READY once every configured listener listens: one that cannot stops the agent first.
+        let metricsAddress = configuration.metricsListen.flatMap { try? MetricsListenAddress(parsing: $0) }
+        var awaited: Set<ReadinessGate.Listener> = [.socket]
+        if metricsAddress != nil { awaited.insert(.metrics) }
+        if configuration.metadataServer != nil { awaited.insert(.metadata) }
+        let readiness = ReadinessGate(waitingFor: awaited)
         // The GCE metadata endpoint, when configured: the access-token entries under their own
         // rules only, from the engine's cache.
         let metadata = AgentMetadataEndpoint(
             configuration: configuration,
             rules: rules,
             engine: engine,
-            logger: Logger(label: "fleet-tokend.metadata")
+            logger: Logger(label: "fleet-tokend.metadata"),
+            onListening: { readiness.listening(.metadata) }
         )
+        if metadata == nil { readiness.listening(.metadata) }
         let status = AgentStatus(
             engine: engine,
             server: ServerStatistics(),
@@ -140,8 +148,9 @@ struct AgentRuntime {
             engine: engine,
             status: status,
             logger: Logger(label: "fleet-tokend.server"),
-            onListening: { notifier.ready(status: status.summary()) }
+            onListening: { readiness.listening(.socket) }
         )
+        readiness.whenReady { notifier.ready(status: status.summary()) }
         let reload = ReloadService(
             configuration: configuration,
             load: load,
@@ -174,7 +183,7 @@ struct AgentRuntime {
                 )
             )
         }
-        if let listen = configuration.metricsListen, let address = try? MetricsListenAddress(parsing: listen) {
+        if let address = metricsAddress {
             var limits = MetricsHTTPServer.Limits()
             limits.headTimeout = .milliseconds(Int64(configuration.metricsHeadTimeout * 1000))
             optional.append(
@@ -183,7 +192,8 @@ struct AgentRuntime {
                         address: address,
                         status: status,
                         logger: Logger(label: "fleet-tokend.metrics"),
-                        limits: limits
+                        limits: limits,
+                        onListening: { readiness.listening(.metrics) }
                     ),
                     serviceName: "metrics"
                 )

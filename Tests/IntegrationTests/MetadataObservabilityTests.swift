@@ -107,7 +107,15 @@ struct MetadataObservabilityTests {
         await agent.stop()
     }
 
-    @Test func aListenAddressInUseStopsTheAgentNamingIt() async throws {
+    /// Whether `notify` got READY=1 from an agent that has exited.
+    private func saidReady(_ notify: NotifyListener) async throws -> Bool {
+        while let message = try await notify.next(timeout: 0.2) {
+            if message.fields["READY"] == "1" { return true }
+        }
+        return false
+    }
+
+    @Test func aListenAddressInUseStopsTheAgentNamingItBeforeItSaysReady() async throws {
         let fake = try await Agent.fake()
         let holder = try LoopbackSocket.listener(host: "127.0.0.1")
         let port = try holder.localAddress().port
@@ -120,9 +128,10 @@ struct MetadataObservabilityTests {
             extra: Metadata.key(port: port, defaultEntry: "fleet-admin")
         )
         let socket = directory.appendingPathComponent("tokens.sock").path
+        let notify = try NotifyListener(directory: directory)
         let environment = ProcessInfo.processInfo.environment.merging(Agent.environment(fake, directory: directory)) {
             $1
-        }
+        }.merging(["NOTIFY_SOCKET": notify.path]) { $1 }
         let outcome = try await run(
             "/usr/bin/timeout",
             ["60", AgentProcess.binary, "serve", "--config", config, "--socket", socket],
@@ -137,7 +146,37 @@ struct MetadataObservabilityTests {
             "\(outcome.stderr)"
         )
         #expect(outcome.stderr.contains("agent stopped"))
+        // systemd sees a start that failed, not a started unit that fails a moment later.
+        #expect(try await !saidReady(notify))
         _ = holder
         await fake.stop()
+    }
+
+    @Test func aMetricsAddressInUseStopsTheAgentBeforeItSaysReady() async throws {
+        let holder = try LoopbackSocket.listener(host: "127.0.0.1")
+        let port = try holder.localAddress().port
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let socket = directory.appendingPathComponent("tokens.sock").path
+        let notify = try NotifyListener(directory: directory)
+        let environment = ProcessInfo.processInfo.environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 }
+        let outcome = try await run(
+            "/usr/bin/timeout",
+            [
+                "60", AgentProcess.binary, "serve", "--demo", "--socket", socket, "--metrics-listen",
+                "127.0.0.1:\(port)",
+            ],
+            environment: environment
+        )
+        #expect(outcome.status == 1, "\(outcome.stderr)")
+        #expect(
+            outcome.stderr.contains(
+                "metrics_listen 127.0.0.1:\(port): cannot listen: Address already in use (errno 98); "
+                    + "another process holds the port: stop it, or set another port in metrics_listen"
+            ),
+            "\(outcome.stderr)"
+        )
+        #expect(try await !saidReady(notify))
+        _ = holder
     }
 }

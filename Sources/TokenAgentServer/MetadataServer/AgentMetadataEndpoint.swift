@@ -14,14 +14,16 @@ public final class AgentMetadataEndpoint: Sendable {
     public let server: MetadataHTTPServer
     private let engine: TokenEngine
 
-    /// The endpoint `configuration` asks for, serving its entries under `rules`; `nil` when it
-    /// asks for none. `configuration` is a validated one.
+    /// The endpoint `configuration` asks for, serving its entries under `rules` and calling
+    /// `onListening` once it listens; `nil` when it asks for none. `configuration` is a validated
+    /// one.
     public init?(
         configuration: AgentConfiguration,
         rules: AccessRules,
         engine: TokenEngine,
         logger: Logger,
-        limits: MetadataHTTPServer.Limits = MetadataHTTPServer.Limits()
+        limits: MetadataHTTPServer.Limits = MetadataHTTPServer.Limits(),
+        onListening: @escaping @Sendable () -> Void = {}
     ) {
         guard let settings = try? configuration.metadataServerConfiguration() else { return nil }
         self.engine = engine
@@ -29,7 +31,8 @@ public final class AgentMetadataEndpoint: Sendable {
             configuration: settings,
             tokens: EngineMetadataTokens(entries: configuration.metadataEntries(rules: rules), engine: engine),
             logger: logger,
-            limits: limits
+            limits: limits,
+            onListening: onListening
         )
     }
 

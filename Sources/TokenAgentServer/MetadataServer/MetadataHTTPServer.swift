@@ -50,14 +50,19 @@ public final class MetadataHTTPServer: Service, Sendable {
     /// What it answered and what became of its connections (`STATS`, the metrics).
     public let statistics: MetadataStatistics
 
-    /// An endpoint for `configuration` serving `tokens`' entries to the peers `resolver` names.
+    private let onListening: @Sendable () -> Void
+
+    /// An endpoint for `configuration` serving `tokens`' entries to the peers `resolver` names,
+    /// calling `onListening` once it listens.
     public init(
         configuration: MetadataServerConfiguration,
         tokens: any MetadataTokenSource,
         resolver: any MetadataPeerResolver = KernelPeerResolver(),
         logger: Logger,
-        limits: Limits = Limits()
+        limits: Limits = Limits(),
+        onListening: @escaping @Sendable () -> Void = {}
     ) {
+        self.onListening = onListening
         self.configuration = configuration
         self.holder = RouterHolder(configuration: configuration, tokens: tokens)
         self.resolver = resolver
@@ -160,7 +165,7 @@ public final class MetadataHTTPServer: Service, Sendable {
             channel = try await bootstrap.bind(host: configuration.listen.host, port: Int(configuration.listen.port))
                 .get()
         } catch {
-            throw MetadataListenError(address: configuration.listen, error: error)
+            throw ListenError(key: "metadata_server.listen", address: "\(configuration.listen)", error: error)
         }
         let port = channel.localAddress?.port.map { UInt16(truncatingIfNeeded: $0) } ?? configuration.listen.port
         let bound = configuration.listen.withPort(port)
@@ -171,6 +176,7 @@ public final class MetadataHTTPServer: Service, Sendable {
             "serving the GCE metadata endpoint",
             metadata: ["address": "\(bound)", "default": "\(configuration.defaultEntry)"]
         )
+        onListening()
         try await withTaskCancellationHandler {
             try await channel.closeFuture.get()
         } onCancel: {

@@ -48,13 +48,21 @@ public final class MetricsHTTPServer: Service, Sendable {
     private let status: AgentStatus
     private let logger: Logger
     private let limits: Limits
+    private let onListening: @Sendable () -> Void
 
-    /// A listener on `address` for `status`'s metrics.
-    public init(address: MetricsListenAddress, status: AgentStatus, logger: Logger, limits: Limits = Limits()) {
+    /// A listener on `address` for `status`'s metrics, calling `onListening` once it listens.
+    public init(
+        address: MetricsListenAddress,
+        status: AgentStatus,
+        logger: Logger,
+        limits: Limits = Limits(),
+        onListening: @escaping @Sendable () -> Void = {}
+    ) {
         self.address = address
         self.status = status
         self.logger = logger
         self.limits = limits
+        self.onListening = onListening
     }
 
     public func run() async throws {
@@ -73,7 +81,7 @@ public final class MetricsHTTPServer: Service, Sendable {
         let gate = HTTPConnectionGate()
         let limits = self.limits
         let logger = self.logger
-        let channel = try await ServerBootstrap(group: group)
+        let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 64 * 1024))
             .childChannelInitializer { channel in
@@ -103,12 +111,18 @@ public final class MetricsHTTPServer: Service, Sendable {
                     return channel.eventLoop.makeFailedFuture(error)
                 }
             }
-            .bind(host: address.host, port: address.port).get()
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.bind(host: address.host, port: address.port).get()
+        } catch {
+            throw ListenError(key: "metrics_listen", address: "\(address)", error: error)
+        }
         var metadata: Logger.Metadata = ["address": "\(address)"]
         if !address.isLoopback {
             metadata["warning"] = "not a loopback address: anyone who can reach it can read the metrics"
         }
         logger.info("serving metrics over HTTP", metadata: metadata)
+        onListening()
         try? await gracefulShutdown()
         try? await channel.close()
     }
