@@ -1,6 +1,8 @@
 import CSocketLoop
+import Foundation
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 import TokenAgent
 import TokenAgentServer
@@ -80,6 +82,63 @@ struct SnapshotSchedulingTests {
         #expect(writer(to: destination, digestsSeen: digestsSeen).write(reason: "stop"))
         #expect(destination.seen.all == [caller])
         #expect(digestsSeen.all.allSatisfy { $0 == caller })
+    }
+
+    /// A destination whose write waits, on the pass's thread, until the test lets it go.
+    final class Held: SnapshotDestination {
+        let name = "held"
+        let medium = TokenCacheMedium.disk
+        private let state = Mutex<(entered: Int, released: Bool)>((0, false))
+        func write(_ snapshot: CacheSnapshot.Encoded) throws {
+            state.withLock { $0.entered += 1 }
+            while !state.withLock({ $0.released }) { usleep(1000) }
+        }
+        var entered: Int { state.withLock { $0.entered } }
+        func release() { state.withLock { $0.released = true } }
+    }
+
+    /// A destination that counts its writes.
+    final class Counted: SnapshotDestination {
+        let name = "counted"
+        let medium = TokenCacheMedium.memory
+        private let count = Mutex(0)
+        func write(_ snapshot: CacheSnapshot.Encoded) throws { count.withLock { $0 += 1 } }
+        var writes: Int { count.withLock { $0 } }
+    }
+
+    @Test func aPassOffTheLoopIsGivenUpAtStopAndTheWriteAtStopIsWhole() async throws {
+        let engine = TokenEngine(providers: ["vehicle": InstantProvider()])
+        let expiresAt = Int64(SystemAgentClock().wallSeconds) + 3000
+        engine.importTokens(
+            [CachedToken(kind: "vehicle", id: "v-1", token: "tok", expiresAt: expiresAt)],
+            from: .memory
+        )
+        let held = Held()
+        let counted = Counted()
+        let statistics = SnapshotStatistics(destinations: ["held", "counted"])
+        let writer = SnapshotWriter(
+            engine: engine,
+            destinations: [held, counted],
+            digests: { ["vehicle": "digest"] },
+            statistics: statistics,
+            logger: Logger(label: "test")
+        )
+        let pass = Task { await writer.writeOffLoop(reason: "interval") }
+        #expect(await eventually { held.entered == 1 })
+        // The agent stops while the pass is in its first destination.
+        writer.giveUpPassesOffLoop()
+        held.release()
+        #expect(await pass.value == false)
+        #expect(counted.writes == 0, "the pass gave up before its next destination")
+        #expect(statistics.counts.writes == 0)
+        #expect(statistics.counts.failures.values.allSatisfy { $0 == 0 }, "giving up is not a failure")
+        // Passes off the loop after it give up at once; the write at stop is whole.
+        #expect(await writer.writeOffLoop(reason: "interval") == false)
+        #expect(held.entered == 1)
+        #expect(writer.write(reason: "stop"))
+        #expect(held.entered == 2)
+        #expect(counted.writes == 1)
+        #expect(statistics.counts.writes == 1)
     }
 
     @Test func eachPassHasAThreadOfItsOwn() async throws {

@@ -86,7 +86,13 @@ extension CacheSnapshot {
 
         /// The header for the body built so far, and the body.
         public func finish() -> Encoded {
-            var encoded = CacheSnapshot.frame(body)
+            finish(while: { true })!
+        }
+
+        /// As ``finish()``, asking `shouldGoOn` before each mebibyte of the checksum: `nil` once it
+        /// says no (a pass given up, ``CacheSnapshot/frame(_:while:)``).
+        public func finish(while shouldGoOn: () -> Bool) -> Encoded? {
+            guard var encoded = CacheSnapshot.frame(body, while: shouldGoOn) else { return nil }
             encoded.tokenCount = tokenCount
             encoded.leftOut = leftOut
             return encoded
@@ -117,13 +123,32 @@ extension CacheSnapshot {
     /// ``Builder/finish()`` does, and what the fuzzer and the tests use to get arbitrary bodies
     /// past the framing to the line reader.
     public static func frame(_ body: [UInt8]) -> Encoded {
+        frame(body, while: { true })!
+    }
+
+    /// The bytes checksummed between two questions of ``frame(_:while:)``.
+    static let checksumStep = 1 << 20
+
+    /// As ``frame(_:)``, asking `shouldGoOn` before each ``checksumStep`` bytes of the checksum
+    /// and giving up (`nil`) once it says no: a snapshot of tens of megabytes checksummed on a
+    /// thread that runs only when a core is idle can take seconds on a busy host, and the write at
+    /// stop need not wait for it.
+    public static func frame(_ body: [UInt8], while shouldGoOn: () -> Bool) -> Encoded? {
+        var hasher = SHA256()
+        var offset = 0
+        while offset < body.count {
+            guard shouldGoOn() else { return nil }
+            let end = min(offset + checksumStep, body.count)
+            body.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[offset..<end])) }
+            offset = end
+        }
         var header = Array((CacheSnapshot.header + "\n").utf8)
         header += CacheSnapshot.lengthPrefix
         let length = String(body.count)
         header += Array(repeating: UInt8(ascii: "0"), count: CacheSnapshot.lengthDigits - length.utf8.count)
         header += Array(length.utf8) + [0x0A]
         header += CacheSnapshot.checksumPrefix
-        header += Array(CacheSnapshot.hex(SHA256.hash(data: body)).utf8) + [0x0A]
+        header += Array(CacheSnapshot.hex(hasher.finalize()).utf8) + [0x0A]
         return Encoded(header: header, body: body, tokenCount: 0, leftOut: 0)
     }
 

@@ -5,7 +5,7 @@ import TokenAgent
 /// just adopted, so a crash in the first interval loses nothing), then one every `interval`
 /// seconds (`cache_file_interval`; 0: none until the stop). The write at stop is the runtime's,
 /// once the socket has stopped taking requests; this service ends before it, its pass in progress
-/// finished.
+/// given up at its next step.
 public struct SnapshotService: Service {
     private let writer: SnapshotWriter
     private let interval: Double
@@ -17,7 +17,7 @@ public struct SnapshotService: Service {
     }
 
     public func run() async throws {
-        await writer.writeOffLoop(reason: "start")
+        await pass(reason: "start")
         guard interval > 0 else {
             try? await gracefulShutdown()
             return
@@ -30,7 +30,18 @@ public struct SnapshotService: Service {
             } catch {
                 return
             }
-            await writer.writeOffLoop(reason: "interval")
+            await pass(reason: "interval")
+        }
+    }
+
+    /// A pass off the loop, given up when the graceful shutdown begins: it may be waiting for an
+    /// idle core, and the write at stop, which follows this service's end, need not wait for it.
+    private func pass(reason: String) async {
+        let writer = self.writer
+        _ = await withGracefulShutdownHandler {
+            await writer.writeOffLoop(reason: reason)
+        } onGracefulShutdown: {
+            writer.giveUpPassesOffLoop()
         }
     }
 }

@@ -35,6 +35,8 @@ public final class SnapshotWriter: Sendable {
     private let clock: any AgentClock
     private let logger: Logger
     private let serial = Mutex(())
+    /// Set when the agent stops: passes off the loop give up (``giveUpPassesOffLoop()``).
+    private let givingUp = Atomic<Bool>(false)
 
     /// A writer of `engine`'s tokens to `destinations`, recording each kind's provider digest as
     /// `digests` gives it at the time of the pass (a reload changes them).
@@ -68,7 +70,7 @@ public final class SnapshotWriter: Sendable {
     /// copies each chunk. When the destinations are on both media and such a kind is configured,
     /// the cache is exported once for each; otherwise one snapshot serves every destination.
     public func snapshots() -> [TokenCacheMedium: CacheSnapshot.Encoded]? {
-        encodedBodies().map(Self.framed)
+        encodedBodies().flatMap { Self.framed($0) }
     }
 
     /// The bodies of ``snapshots()``, each built by one export of the cache and serving the media
@@ -94,16 +96,26 @@ public final class SnapshotWriter: Sendable {
         return nil
     }
 
-    /// Each body framed once (its checksum), for each medium it serves.
-    private static func framed(_ bodies: [(media: [TokenCacheMedium], body: CacheSnapshot.Builder)])
-        -> [TokenCacheMedium: CacheSnapshot.Encoded]
-    {
+    /// Each body framed once (its checksum), for each medium it serves; `nil` when `shouldGoOn`
+    /// said no meanwhile.
+    private static func framed(
+        _ bodies: [(media: [TokenCacheMedium], body: CacheSnapshot.Builder)],
+        while shouldGoOn: () -> Bool = { true }
+    ) -> [TokenCacheMedium: CacheSnapshot.Encoded]? {
         var snapshots: [TokenCacheMedium: CacheSnapshot.Encoded] = [:]
         for (media, body) in bodies {
-            let snapshot = body.finish()
+            guard let snapshot = body.finish(while: shouldGoOn) else { return nil }
             for medium in media { snapshots[medium] = snapshot }
         }
         return snapshots
+    }
+
+    private func givenUp(reason: String) -> Bool? {
+        logger.debug(
+            "cache snapshot given up: the agent is stopping, its write at stop follows",
+            metadata: ["reason": "\(reason)"]
+        )
+        return nil
     }
 
     /// The body of one snapshot of the tokens that may go to `medium`, with the digests of those
@@ -122,7 +134,10 @@ public final class SnapshotWriter: Sendable {
     /// the snapshot.
     @discardableResult
     public func write(reason: String) -> Bool {
-        serial.withLock { _ in writeOnce(reason: reason, afterCopy: {}) }
+        serial.withLock { _ in
+            givingUp.store(false, ordering: .relaxed)
+            return writeOnce(reason: reason, afterCopy: {}, shouldGoOn: { true }) ?? false
+        }
     }
 
     /// One pass off the socket loop and off Swift's concurrency pool, on a thread of its own
@@ -132,20 +147,31 @@ public final class SnapshotWriter: Sendable {
     @discardableResult
     public func writeOffLoop(reason: String) async -> Bool {
         let yield: @Sendable () -> Void = { BackgroundThread.yieldToOthers() }
+        let shouldGoOn: @Sendable () -> Bool = { !self.givingUp.load(ordering: .relaxed) }
         let written = await BackgroundThread.run {
-            self.serial.withLock { _ in self.writeOnce(reason: reason, afterCopy: yield) }
+            self.serial.withLock { _ in self.writeOnce(reason: reason, afterCopy: yield, shouldGoOn: shouldGoOn) }
         }
-        if let written { return written }
+        if let written { return written ?? false }
         return (try? await NIOThreadPool.singleton.runIfActive { self.write(reason: reason) }) ?? false
     }
 
-    /// A pass: `afterCopy` runs once the tokens are out of the store, before the checksum.
-    private func writeOnce(reason: String, afterCopy: () -> Void) -> Bool {
+    /// Gives up the pass off the loop in progress, if any, and any that starts after, at its next
+    /// step (a mebibyte of its checksum, or a destination): the agent is stopping, and its write
+    /// at stop (``write(reason:)``) follows with fresher tokens. A pass given up records nothing.
+    public func giveUpPassesOffLoop() {
+        givingUp.store(true, ordering: .relaxed)
+    }
+
+    /// A pass: `afterCopy` runs once the tokens are out of the store, before the checksum;
+    /// `shouldGoOn` is asked before each step after it. `nil` when it said no.
+    private func writeOnce(reason: String, afterCopy: () -> Void, shouldGoOn: () -> Bool) -> Bool? {
         guard !destinations.isEmpty else { return true }
         let started = clock.monotonicSeconds
         let bodies = encodedBodies()
         afterCopy()
-        guard let snapshots = bodies.map(Self.framed) else {
+        let framed = bodies.map { Self.framed($0, while: shouldGoOn) }
+        if case .some(.none) = framed { return givenUp(reason: reason) }
+        guard let snapshots = framed ?? nil else {
             logger.warning("cache snapshot skipped: reloads changed the providers while it was taken")
             for destination in destinations { statistics.recordFailure(destination: destination.name) }
             return false
@@ -161,6 +187,7 @@ public final class SnapshotWriter: Sendable {
         }
         var wroteAll = true
         for destination in destinations {
+            guard shouldGoOn() else { return givenUp(reason: reason) }
             do {
                 try destination.write(snapshots[destination.medium] ?? snapshot)
             } catch {
