@@ -20,6 +20,7 @@ Prints the figures as markdown; --json also writes them as one JSON object.
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -206,6 +207,7 @@ def main():
     if options.json:
         with open(options.json, "w") as file:
             json.dump(result, file, indent=1)
+    shutil.rmtree(work)  # kept, with the agent's log, when the run fails
 
 
 def report(result, options):
