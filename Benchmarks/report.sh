@@ -5,24 +5,25 @@
 #   bash Benchmarks/report.sh                         # every row (about 16 min on 2 cores, built)
 #   bash Benchmarks/report.sh --only memory           # some groups: --only a,b or --only a --only b
 # Groups (in the table's order): shm, socket, instructions, allocations, client, memory, stall,
-# startup, cachefile, keyless.
+# startup, cachefile, keyless, access.
 # Environment (defaults in brackets), to trade time for noise while iterating:
 #   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated)
 #   SHM_ITERATIONS [400000]  CLIENT_ITERATIONS [20000]            token-bench --iterations
 #   CALLGRIND_REQUESTS [20000]  CALLGRIND_ROUNDS [2]              callgrind.sh's windows
 #   MEMORY_KEYS [100000]  READERS [50]                            agent-memory.sh, shm-memory.sh
 #   STARTUP_RUNS [20]  HANDOVER_TOKENS [100000]                   startup.sh
-#   KEYLESS_IDS [2000]  IAM_LATENCY_MS [50]  KEYLESS_BUDGET [1200]  keyless.py
+#   KEYLESS_IDS [2000]  IAM_LATENCY_MS [50]  KEYLESS_BUDGET [1200]  keyless.py (and access.py's IAM)
+#   METADATA_LATENCY_MS [2-5]  ACCESS_PROCESSES [8]  ACCESS_SECONDS [3]  access.py
 # Builds the release agent (.build-bench-release) and the Benchmarks package (release) once, then
 # runs the existing programs and scripts (token-bench, compare.sh with load-gen, callgrind.sh,
-# per-get.sh, the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh) against that
-# one agent.
+# per-get.sh, the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh, cachefile.py,
+# keyless.py, access.py) against that one agent.
 # Their own outputs are kept in Benchmarks/.report/. Rows: docs/BENCHMARKS.md; method: docs/BENCHMARKS-METHOD.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 
-all_groups="shm socket instructions allocations client memory stall startup cachefile keyless"
+all_groups="shm socket instructions allocations client memory stall startup cachefile keyless access"
 groups=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
             shift 2
             ;;
         -h | --help)
-            sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 64 ;;
@@ -67,6 +68,9 @@ knob HANDOVER_TOKENS 100000
 knob KEYLESS_IDS 2000
 knob IAM_LATENCY_MS 50
 knob KEYLESS_BUDGET 1200
+knob METADATA_LATENCY_MS 2-5
+knob ACCESS_PROCESSES 8
+knob ACCESS_SECONDS 3
 
 began=$(date +%s)
 # What is measured is the commit's code (documents aside), as it stands when the run starts.
@@ -85,7 +89,9 @@ if wants socket; then source Benchmarks/ensure-redis.sh; fi
 
 step "building (release): the agent, then the Benchmarks package"
 swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2
-if wants keyless; then swift build -c release --product fake-google --scratch-path .build-bench-release >&2; fi
+if wants keyless || wants access; then
+    swift build -c release --product fake-google --scratch-path .build-bench-release >&2
+fi
 swift build -c release --package-path Benchmarks >&2
 export AGENT_BINARY=.build-bench-release/release/fleet-tokend
 TOKENBENCH=Benchmarks/.build/release/token-bench
@@ -150,6 +156,12 @@ if wants keyless; then
         --ids "$KEYLESS_IDS" --connections 64 --latency-ms "$IAM_LATENCY_MS" --budgets "60000,$KEYLESS_BUDGET" \
         >"$out/keyless.jsonl"
 fi
+if wants access; then
+    step "access-token reads: shared memory, the metadata endpoint, a metadata server at $METADATA_LATENCY_MS ms (access.py)"
+    python3 Benchmarks/access.py --agent "$AGENT_BINARY" --fake .build-bench-release/release/fake-google \
+        --token-bench "$TOKENBENCH" --iam-latency-ms "$IAM_LATENCY_MS" --metadata-latency-ms "$METADATA_LATENCY_MS" \
+        --processes "$ACCESS_PROCESSES" --seconds "$ACCESS_SECONDS" --json "$out/access.json" >"$out/access.txt"
+fi
 ended=$(date +%s)
 
 # The machine and the run, in the header line.
@@ -159,7 +171,7 @@ swift_version=$(swift --version 2>/dev/null | head -1 | sed 's/.*Swift version \
 step "done"
 
 # The table, from the programs' outputs in $out.
-export OUT=$out GROUPS_RUN=$groups BEGAN=$began BUILT=$built ENDED=$ended COMMIT=$commit DIRTY=$dirty KNOBS=$knobs STARTED_AT=$started_at \
+export OUT=$out GROUPS_RUN=$groups ALL_GROUPS=$all_groups BEGAN=$began BUILT=$built ENDED=$ended COMMIT=$commit DIRTY=$dirty KNOBS=$knobs STARTED_AT=$started_at \
     CORES=$(nproc) MEMORY_GIB=$memory_gib OS=$os KERNEL=$(uname -r) SWIFT_VERSION=$swift_version \
     LOAD_AT_START=$load_at_start MEMORY_KEYS READERS HANDOVER_TOKENS MAX_CONCURRENT_FETCHES=16
 python3 - <<'PY'
@@ -173,7 +185,7 @@ began, built, ended = int(env["BEGAN"]), int(env["BUILT"]), int(env["ENDED"])
 memory_keys, readers, handover_tokens = int(env["MEMORY_KEYS"]), int(env["READERS"]), int(env["HANDOVER_TOKENS"])
 minutes = lambda seconds: f"{seconds / 60:.0f} min"
 run_note = minutes(ended - built) + (f" (and {minutes(built - began)} of builds)" if built - began >= 60 else "")
-subset = "" if len(groups) == 9 else f" --only {','.join(groups)}"
+subset = "" if set(groups) == set(env["ALL_GROUPS"].split()) else f" --only {','.join(groups)}"
 redis = ""
 if os.path.exists(f"{out}/redis-version.txt"):
     match = re.search(r"v=([0-9.]+)", open(f"{out}/redis-version.txt").read())
@@ -429,5 +441,30 @@ if "keyless" in groups:
         f"({replies}); at the fake: most {budgeted['most_in_1s']} in 1 s, {budgeted['most_in_10s']} in 10 s, "
         f"{budgeted['most_in_60s']} in 60 s | burst {burst} + {per_minute / 60:g}/s: "
         f"**{'never exceeded' if held else 'EXCEEDED'}** |"
+    )
+
+if "access" in groups:
+    access = json.load(open(f"{out}/access.json"))
+    single, multi, fake = access["single"], access["multi"], access["fake"]
+    base, shm, kept, fresh = single["baseline"], single["shm"], single["endpoint"], single["endpoint-new"]
+    reads = lambda row: f"p50 {us(row['p50_us'])} µs, p99 {us(row['p99_us'])} µs, {n(row['reads_per_s'])} reads/s"
+    times = lambda row, against: f"**{n(row['reads_per_s'] / against['reads_per_s'])}x**"
+    print(
+        f"| access token fetched from a metadata server ({access['metadata_latency_ms']} ms), one process "
+        f"| {reads(base)} | each worker fetching its own: the baseline of the access-token rows |"
+    )
+    print(f"| access-token read, shared memory, one process | {reads(shm)} | the fetch: {times(shm, base)} |")
+    print(
+        f"| access-token read, metadata endpoint, one process | keep-alive: {reads(kept)}; a new connection each: "
+        f"{reads(fresh)} | the fetch: {times(kept, base)} kept alive, {times(fresh, base)} new |"
+    )
+    processes, fetching = multi["shm"]["processes"], multi["baseline"]
+    during = sum(multi[path][calls] for path in ("shm", "endpoint") for calls in ("generate_access_token", "metadata_requests"))
+    print(
+        f"| access token, {processes} processes at once | shared memory {n(multi['shm']['reads_per_s'])} reads/s, "
+        f"endpoint {n(multi['endpoint']['reads_per_s'])} reads/s; at the fake: **{fake['generate_access_token']}** "
+        f"generateAccessToken in the run, {during} calls during these reads | each fetching its own: "
+        f"{n(fetching['reads_per_s'])} reads/s, {n(fetching['metadata_requests'])} metadata requests at the fake; "
+        f"shared memory {times(multi['shm'], fetching)}, endpoint {times(multi['endpoint'], fetching)} |"
     )
 PY

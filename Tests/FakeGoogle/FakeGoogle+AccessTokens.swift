@@ -45,7 +45,7 @@ extension FakeGoogle {
             state.generateAccessTokenCalls.append(call)
             return (state.iamLatencyMilliseconds, state.iamHeld)
         }
-        reply.delayMilliseconds = latency.0
+        reply.delayMicroseconds = latency.0 * 1000
         reply.held = latency.1
         return reply
     }

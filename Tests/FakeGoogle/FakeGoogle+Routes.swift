@@ -16,7 +16,7 @@ struct FakeReply {
     var status: Int
     var headers: [(String, String)] = []
     var body: [UInt8] = []
-    var delayMilliseconds = 0
+    var delayMicroseconds = 0
     var drop = false
     var hang = false
     /// Send the head, then the body one byte at a time this many milliseconds apart.
@@ -110,7 +110,7 @@ extension FakeGoogle {
 
     private func metadata(_ request: FakeRequest) -> FakeReply {
         let flavor = request.headers.first(name: "Metadata-Flavor")
-        let reply: FakeReply
+        var reply: FakeReply
         if let fault = takeFault(.metadata) {
             reply = self.reply(for: fault, api: .metadata, account: Self.instanceAccount)
         } else if request.method != .GET {
@@ -129,9 +129,11 @@ extension FakeGoogle {
                 headers: [("Metadata-Flavor", "Google")]
             )
         }
-        state.withLock {
-            $0.metadataRequests.append(MetadataRequest(flavor: flavor, status: reply.status, receivedAt: Date()))
+        let latency = state.withLock { state in
+            state.metadataRequests.append(MetadataRequest(flavor: flavor, status: reply.status, receivedAt: Date()))
+            return state.metadataLatencyMicroseconds
         }
+        reply.delayMicroseconds = Int.random(in: latency)
         return reply
     }
 
@@ -220,7 +222,7 @@ extension FakeGoogle {
             )
             return (state.iamLatencyMilliseconds, state.iamHeld)
         }
-        reply.delayMilliseconds = latency.0
+        reply.delayMicroseconds = latency.0 * 1000
         reply.held = latency.1
         return reply
     }

@@ -39,6 +39,7 @@ public final class FakeGoogle: Sendable {
         var issuedOrder: [String] = []
         var accessTokenLifetime = 3600
         var iamLatencyMilliseconds = 0
+        var metadataLatencyMicroseconds = 0...0
         var iamHeld = false
         var heldReplies: [@Sendable () -> Void] = []
         var faults: [FaultRule] = []
@@ -230,8 +231,15 @@ public final class FakeGoogle: Sendable {
         if !parked { send() }
     }
 
-    /// A delay before every `signJwt` answer (IAM's latency).
+    /// A delay before every IAM Credentials answer (`signJwt`, `generateAccessToken`): IAM's latency.
     public func setIAMLatency(milliseconds: Int) { state.withLock { $0.iamLatencyMilliseconds = milliseconds } }
+
+    /// A delay before every answer of the metadata server's token path, drawn for each answer
+    /// uniformly from `milliseconds` (to the microsecond): a real metadata server takes a few.
+    public func setMetadataLatency(milliseconds: ClosedRange<Int>) {
+        let microseconds = max(0, milliseconds.lowerBound) * 1000...max(0, milliseconds.upperBound) * 1000
+        state.withLock { $0.metadataLatencyMicroseconds = microseconds }
+    }
 
     /// The `expires_in` of access tokens issued from now on, seconds (3600 by default).
     public func setAccessTokenLifetime(seconds: Int) { state.withLock { $0.accessTokenLifetime = seconds } }

@@ -66,12 +66,12 @@ final class FakeGoogleHandler: ChannelInboundHandler {
                 }
                 return
             }
-            if reply.delayMilliseconds <= 0 {
+            if reply.delayMicroseconds <= 0 {
                 send(reply, keepAlive: keepAlive, context: context)
                 return
             }
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            context.eventLoop.scheduleTask(in: .milliseconds(Int64(reply.delayMilliseconds))) {
+            context.eventLoop.scheduleTask(in: .microseconds(Int64(reply.delayMicroseconds))) {
                 let (handler, context) = bound.value
                 handler.send(reply, keepAlive: keepAlive, context: context)
             }

@@ -6,11 +6,15 @@ import Foundation
 // caller needs, one `name value` line each, and `listening <port>` last, once ready.
 
 let usage = """
-    usage: fake-google --port P [--host H] [--iam-latency-ms N] [--expires-in S] [--accounts a@b,c@d]
+    usage: fake-google --port P [--host H] [--iam-latency-ms N] [--metadata-latency-ms MIN-MAX]
+                       [--expires-in S] [--accounts a@b,c@d]
                        [--write-adc-service-account PATH | --write-adc-authorized-user PATH]
                        [--quota-project ID] [--write-public-key PATH] [--log-calls yes]
-    --log-calls yes: after `listening`, one line per signJwt call as it is answered:
-    `signJwt <unix-ms received> <status> <account>` (a benchmark counts signatures by them).
+    --metadata-latency-ms MIN-MAX (or N): each answer of the metadata server's token path is
+    delayed by a time drawn uniformly from MIN to MAX ms.
+    --log-calls yes: after `listening`, one line per call as it is answered (a benchmark counts
+    calls by them): `signJwt <unix-ms received> <status> <account>`,
+    `generateAccessToken <unix-ms received> <status> <account>`, `metadata <unix-ms received> <status>`.
     """
 
 func fail(_ message: String) -> Never {
@@ -21,7 +25,8 @@ func fail(_ message: String) -> Never {
 var options: [String: String] = [:]
 var arguments = CommandLine.arguments.dropFirst()
 let known: Set<String> = [
-    "--port", "--host", "--iam-latency-ms", "--expires-in", "--accounts", "--write-adc-service-account",
+    "--port", "--host", "--iam-latency-ms", "--metadata-latency-ms", "--expires-in", "--accounts",
+    "--write-adc-service-account",
     "--write-adc-authorized-user", "--quota-project", "--write-public-key", "--log-calls",
 ]
 while let name = arguments.popFirst() {
@@ -37,6 +42,17 @@ guard let port = options["--port"].flatMap(Int.init), (0...65535).contains(port)
 if options["--write-adc-service-account"] != nil, options["--write-adc-authorized-user"] != nil {
     fail("--write-adc-service-account and --write-adc-authorized-user exclude each other")
 }
+/// `MIN-MAX` or `N` milliseconds, 0 <= MIN <= MAX.
+func latencyRange(_ text: String) -> ClosedRange<Int>? {
+    let bounds = text.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+    guard let low = Int(bounds[0]), let high = Int(bounds[bounds.count - 1]), 0 <= low, low <= high else { return nil }
+    return low...high
+}
+var metadataLatency: ClosedRange<Int>?
+if let text = options["--metadata-latency-ms"] {
+    guard let range = latencyRange(text) else { fail("--metadata-latency-ms takes MIN-MAX or N milliseconds") }
+    metadataLatency = range
+}
 let accounts =
     options["--accounts"].map { $0.split(separator: ",").map(String.init) } ?? [FakeGoogle.defaultSigningAccount]
 
@@ -51,6 +67,7 @@ do {
     if let milliseconds = options["--iam-latency-ms"].flatMap(Int.init) {
         fake.setIAMLatency(milliseconds: milliseconds)
     }
+    if let metadataLatency { fake.setMetadataLatency(milliseconds: metadataLatency) }
     if let seconds = options["--expires-in"].flatMap(Int.init) { fake.setAccessTokenLifetime(seconds: seconds) }
     if let path = options["--write-adc-service-account"] { write(fake.serviceAccountKeyJSON(), to: path) }
     if let path = options["--write-adc-authorized-user"] {
@@ -70,16 +87,26 @@ do {
     guard options["--log-calls"] == "yes" else {
         while true { try await Task.sleep(for: .seconds(3600)) }
     }
-    var logged = 0
+    // Each record's count so far: the lines for the calls after it are written every 100 ms.
+    var logged = (signJwt: 0, generateAccessToken: 0, metadata: 0)
+    func milliseconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970 * 1000) }
     while true {
         try await Task.sleep(for: .milliseconds(100))
-        let calls = fake.signJwtCalls
-        guard calls.count > logged else { continue }
-        let lines = calls[logged...].map { call in
-            "signJwt \(Int64(call.receivedAt.timeIntervalSince1970 * 1000)) \(call.status) \(call.account)\n"
+        var lines: [String] = []
+        let signatures = fake.signJwtCalls
+        for call in signatures.dropFirst(logged.signJwt) {
+            lines.append("signJwt \(milliseconds(call.receivedAt)) \(call.status) \(call.account)\n")
         }
-        logged = calls.count
-        FileHandle.standardOutput.write(Data(lines.joined().utf8))
+        let generated = fake.generateAccessTokenCalls
+        for call in generated.dropFirst(logged.generateAccessToken) {
+            lines.append("generateAccessToken \(milliseconds(call.receivedAt)) \(call.status) \(call.account)\n")
+        }
+        let metadata = fake.metadataRequests
+        for request in metadata.dropFirst(logged.metadata) {
+            lines.append("metadata \(milliseconds(request.receivedAt)) \(request.status)\n")
+        }
+        logged = (signatures.count, generated.count, metadata.count)
+        if !lines.isEmpty { FileHandle.standardOutput.write(Data(lines.joined().utf8)) }
     }
 } catch {
     fail("\(error)")

@@ -37,6 +37,13 @@ if arguments.first == "provider" {
     while true { try await Task.sleep(for: .seconds(3600)) }
 }
 
+// `token-bench access ...`: reads of an access token from a running agent and metadata servers
+// (AccessReads.swift; Benchmarks/access.py runs it).
+if arguments.first == "access" {
+    try await AccessReads(option: option).run()
+    exit(0)
+}
+
 let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
 try? FileManager.default.removeItem(at: directory)
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
