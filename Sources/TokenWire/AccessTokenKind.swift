@@ -34,6 +34,7 @@ public enum AccessTokenKind {
     }
 
     /// The entry name of `kind`, when it is an entry's kind.
+    @inlinable
     public static func name(ofKind kind: some StringProtocol) -> Substring? {
         guard isAccessKind(kind) else { return nil }
         return Substring(kind).dropFirst(prefix.utf8.count)
@@ -51,6 +52,7 @@ public enum AccessTokenKind {
     public static let nameRule = "access token name must be 1 to \(maxNameBytes) of a-z, 0-9 and -"
 
     /// Why `id` cannot be asked for under the entry kind `kind`, or `nil`: its one id is its name.
+    @inlinable
     public static func keyProblem(kind: some StringProtocol, id: some Collection<UInt8>) -> String? {
         guard let name = name(ofKind: kind) else { return nil }
         return name.utf8.elementsEqual(id) ? nil : "access token \(name) has one id: its name"
