@@ -9,8 +9,8 @@ import TokenAgentServer
 import TokenWire
 
 /// Where a cache snapshot's work runs: a periodic pass copies the tokens out of the store at the
-/// agent's priority (the copy takes the locks GETs take) and checksums and writes them only when
-/// no other thread wants a core; the write at stop runs on its caller's thread, as it is.
+/// agent's priority (the copy takes the locks GETs take) and writes them only when no other
+/// thread wants a core; the write at stop runs on its caller's thread, as it is.
 @Suite("Snapshot writer: the priority of each part of a pass")
 struct SnapshotSchedulingTests {
     /// How the calling thread was scheduled: idle (SCHED_IDLE) or not, and its nice value.

@@ -143,6 +143,25 @@ struct CacheSnapshotTests {
         #expect(builder.finish { true }?.bytes == builder.finish().bytes)
     }
 
+    @Test func aChecksumTakenAsTheBodyGrowsIsTheWholeBodysChecksum() throws {
+        var whole = CacheSnapshot.Builder(providers: Self.providers)
+        whole.append(contentsOf: Self.tokens)
+        var piecewise = CacheSnapshot.Builder(providers: Self.providers)
+        piecewise.checksumAppended()
+        for start in stride(from: 0, to: Self.tokens.count, by: 32) {
+            piecewise.append(contentsOf: Array(Self.tokens[start..<min(start + 32, Self.tokens.count)]))
+            piecewise.checksumAppended()
+            piecewise.checksumAppended()  // nothing new: no change
+        }
+        #expect(piecewise.finish().bytes == whole.finish().bytes)
+        // Bytes appended after the last call are taken at the finish.
+        piecewise.append(CachedToken(kind: "vehicle", id: "late", token: "tok.late.sig", expiresAt: 1_900_000_000))
+        whole.append(CachedToken(kind: "vehicle", id: "late", token: "tok.late.sig", expiresAt: 1_900_000_000))
+        let read = try CacheSnapshot.read(piecewise.finish().bytes)
+        #expect(piecewise.finish().bytes == whole.finish().bytes)
+        #expect(read.tokens.count == Self.tokens.count + 1)
+    }
+
     @Test func theBuilderLeavesOutWhatTheFormatCannotHoldAndWhatPassesItsLimit() throws {
         var builder = CacheSnapshot.Builder(providers: ["vehicle": "ab", "bad\tkind": "x"])
         builder.append(CachedToken(kind: "vehicle", id: "v\t1", token: "tok", expiresAt: 1))

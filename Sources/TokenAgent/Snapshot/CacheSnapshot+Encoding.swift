@@ -30,6 +30,9 @@ extension CacheSnapshot {
     /// the lock is let go.
     public struct Builder: Sendable {
         private var body: [UInt8] = []
+        /// The checksum of `body[..<hashed]` so far (``checksumAppended()``).
+        private var hasher = SHA256()
+        private var hashed = 0
         private var tokenCount = 0
         private var leftOut = 0
         private let limit: Int
@@ -89,13 +92,27 @@ extension CacheSnapshot {
             finish(while: { true })!
         }
 
-        /// As ``finish()``, asking `shouldGoOn` before each mebibyte of the checksum: `nil` once it
-        /// says no (a pass given up, ``CacheSnapshot/frame(_:while:)``).
+        /// As ``finish()``, asking `shouldGoOn` before each mebibyte of the checksum still to take:
+        /// `nil` once it says no (a pass given up, ``CacheSnapshot/frame(_:while:)``).
         public func finish(while shouldGoOn: () -> Bool) -> Encoded? {
-            guard var encoded = CacheSnapshot.frame(body, while: shouldGoOn) else { return nil }
+            guard var encoded = CacheSnapshot.frame(body, hasher: hasher, from: hashed, while: shouldGoOn) else {
+                return nil
+            }
             encoded.tokenCount = tokenCount
             encoded.leftOut = leftOut
             return encoded
+        }
+
+        /// Takes the bytes appended since the last call into the checksum now, while they are in
+        /// the processor's cache: the agent calls it after each chunk of tokens, so the body is not
+        /// read again, whole, to checksum it (tens of megabytes through the cache the socket loop
+        /// shares, ``finish()`` then takes only what is left).
+        public mutating func checksumAppended() {
+            let end = body.count
+            guard hashed < end else { return }
+            let start = hashed
+            body.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[start..<end])) }
+            hashed = end
         }
 
         private mutating func append(line fields: [String]) {
@@ -134,8 +151,13 @@ extension CacheSnapshot {
     /// thread that runs only when a core is idle can take seconds on a busy host, and the write at
     /// stop need not wait for it.
     public static func frame(_ body: [UInt8], while shouldGoOn: () -> Bool) -> Encoded? {
-        var hasher = SHA256()
-        var offset = 0
+        frame(body, hasher: SHA256(), from: 0, while: shouldGoOn)
+    }
+
+    /// ``frame(_:while:)`` with `hasher` holding the checksum of `body[..<offset]` already.
+    static func frame(_ body: [UInt8], hasher: SHA256, from offset: Int, while shouldGoOn: () -> Bool) -> Encoded? {
+        var hasher = hasher
+        var offset = offset
         while offset < body.count {
             guard shouldGoOn() else { return nil }
             let end = min(offset + checksumStep, body.count)

@@ -21,12 +21,13 @@ public protocol SnapshotDestination: Sendable {
 /// holds an access token (``TokenCacheMedium``); the fd store's holds every kind's.
 ///
 /// A pass never stalls the socket loop, which shares the engine: the tokens are copied out of the
-/// store and encoded a chunk at a time (``TokenEngine/exportTokens(to:chunkSize:_:)``: one
-/// shard's lock held for at most 32 slots' copy), then checksummed and written, on the thread that
-/// runs the pass, never the loop's. Off the loop (``writeOffLoop(reason:)``) that is a thread of
-/// its own: the copy at the agent's priority, since it takes the locks GETs take, and the rest
-/// only when no other thread wants a core (``BackgroundThread``). One pass runs at a time. A
-/// failed write is a warning and a count, never a stop.
+/// store, encoded and checksummed a chunk at a time (``TokenEngine/exportTokens(to:chunkSize:_:)``:
+/// one shard's lock held for at most 32 slots' copy; each chunk checksummed while it is in the
+/// processor's cache), then written, on the thread that runs the pass, never the loop's. Off the
+/// loop (``writeOffLoop(reason:)``) that is a thread of its own: the copy at the agent's priority,
+/// since it takes the locks GETs take, and the writes only when no other thread wants a core
+/// (``BackgroundThread``). One pass runs at a time. A failed write is a warning and a count,
+/// never a stop.
 public final class SnapshotWriter: Sendable {
     private let engine: TokenEngine
     private let destinations: [any SnapshotDestination]
@@ -125,7 +126,10 @@ public final class SnapshotWriter: Sendable {
     {
         let providers = medium == .disk ? digests.filter { !engine.tokensStayInMemory(kind: $0.key) } : digests
         var builder = CacheSnapshot.Builder(providers: providers, expectedBytes: expectedBytes + expectedBytes / 8)
-        engine.exportTokens(to: medium) { builder.append(contentsOf: $0) }
+        engine.exportTokens(to: medium) {
+            builder.append(contentsOf: $0)
+            builder.checksumAppended()
+        }
         return builder
     }
 
@@ -141,9 +145,8 @@ public final class SnapshotWriter: Sendable {
     }
 
     /// One pass off the socket loop and off Swift's concurrency pool, on a thread of its own
-    /// (``BackgroundThread``): the copy out of the store at the agent's priority, then the
-    /// checksum and the writes only when no other thread wants a core, so that socket GETs keep
-    /// their cores; on NIO's blocking-I/O pool, at its priority, when the system refuses a thread.
+    /// (``BackgroundThread``): the copy out of the store at the agent's priority, then the writes
+    /// only when no other thread wants a core, so that socket GETs keep their cores; on NIO's blocking-I/O pool, at its priority, when the system refuses a thread.
     @discardableResult
     public func writeOffLoop(reason: String) async -> Bool {
         let yield: @Sendable () -> Void = { BackgroundThread.yieldToOthers() }
@@ -156,13 +159,13 @@ public final class SnapshotWriter: Sendable {
     }
 
     /// Gives up the pass off the loop in progress, if any, and any that starts after, at its next
-    /// step (a mebibyte of its checksum, or a destination): the agent is stopping, and its write
+    /// step (a mebibyte of checksum left, or a destination): the agent is stopping, and its write
     /// at stop (``write(reason:)``) follows with fresher tokens. A pass given up records nothing.
     public func giveUpPassesOffLoop() {
         givingUp.store(true, ordering: .relaxed)
     }
 
-    /// A pass: `afterCopy` runs once the tokens are out of the store, before the checksum;
+    /// A pass: `afterCopy` runs once the tokens are out of the store, before the framing;
     /// `shouldGoOn` is asked before each step after it. `nil` when it said no.
     private func writeOnce(reason: String, afterCopy: () -> Void, shouldGoOn: () -> Bool) -> Bool? {
         guard !destinations.isEmpty else { return true }
