@@ -162,6 +162,24 @@ struct CacheSnapshotTests {
         #expect(read.tokens.count == Self.tokens.count + 1)
     }
 
+    @Test func roomForAChunkIsMadeAheadAndTheBytesAppendAsTheStringsDo() throws {
+        var builder = CacheSnapshot.Builder(providers: Self.providers)
+        builder.makeRoom(forTokens: 32)
+        var strings = CacheSnapshot.Builder(providers: Self.providers)
+        for token in Self.tokens {
+            var text = token.token
+            text.withUTF8 {
+                builder.append(kind: token.kind, id: token.id, expiresAt: token.expiresAt, token: .init($0))
+            }
+            strings.append(token)
+        }
+        // A field the format cannot hold is left out as from a String.
+        builder.append(kind: "vehicle", id: "v-1", expiresAt: 1, token: UnsafeRawBufferPointer(start: nil, count: 0))
+        Array("a\tb".utf8).withUnsafeBytes { builder.append(kind: "vehicle", id: "v-2", expiresAt: 1, token: $0) }
+        #expect(builder.finish().bytes == strings.finish().bytes)
+        #expect(builder.finish().leftOut == 2)
+    }
+
     @Test func theBuilderLeavesOutWhatTheFormatCannotHoldAndWhatPassesItsLimit() throws {
         var builder = CacheSnapshot.Builder(providers: ["vehicle": "ab", "bad\tkind": "x"])
         builder.append(CachedToken(kind: "vehicle", id: "v\t1", token: "tok", expiresAt: 1))

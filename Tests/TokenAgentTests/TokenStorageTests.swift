@@ -90,6 +90,12 @@ struct TokenStorageTests {
         storage.overwrite("vehicle", "v-1", with: "tok-as-the-segment-says")
         #expect(try await engine.get(kind: "vehicle", id: "v-1").get().token == "tok-as-the-segment-says")
         #expect(engine.exportTokens(to: .memory).map(\.token) == ["tok-as-the-segment-says"])
+        // The cache snapshot encodes the storage's bytes straight into its body.
+        var builder = CacheSnapshot.Builder(providers: [:])
+        engine.exportTokens(to: .memory, into: &builder)
+        let encoded = try CacheSnapshot.read(builder.finish().bytes)
+        #expect(encoded.tokens == engine.exportTokens(to: .memory))
+        #expect(encoded.tokens.map(\.token) == ["tok-as-the-segment-says"])
         let info = try #require(try engine.info(kind: "vehicle", id: "v-1").get())
         #expect(info.fingerprint == TokenFingerprint.of("tok-as-the-segment-says"))
         #expect(provider.fetches == 1)

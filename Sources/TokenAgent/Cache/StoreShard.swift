@@ -198,6 +198,13 @@ struct StoreShard {
         }
     }
 
+    /// Hands `entry`'s token to `body` as it is held (the storage's bytes, valid during the call);
+    /// `false`, with `body` not called, when it has none to give.
+    func withToken(_ entry: CacheEntry, key: EntryKey, _ body: (TokenView) -> Void) -> Bool {
+        var entry = entry
+        return Self.hand(&entry, key: key, storage: storage, to: body)
+    }
+
     /// `entry`'s token as a `String` of its own (a copy when the storage holds it); `nil` when it
     /// has none to give.
     func tokenText(_ entry: CacheEntry, key: EntryKey) -> String? {

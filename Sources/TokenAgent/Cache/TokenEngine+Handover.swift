@@ -26,6 +26,29 @@ extension TokenEngine {
         store.forEachServableChunk(now: clock.now, chunkSize: max(1, chunkSize), medium: medium, body)
     }
 
+    /// Appends the tokens that can still be served, for `medium` as ``exportTokens(to:)`` chooses
+    /// them, to `builder`, each encoded straight from where the store holds it (no `String` per
+    /// token), under its shard's lock a chunk of at most `chunkSize` slots at a time, and each
+    /// chunk checksummed once the lock is let go (``CacheSnapshot/Builder/checksumAppended()``).
+    /// Room for a chunk is made before the lock is taken, so the body never grows under it.
+    public func exportTokens(
+        to medium: TokenCacheMedium,
+        into builder: inout CacheSnapshot.Builder,
+        chunkSize: Int = TokenEngine.exportChunk
+    ) {
+        let chunkSize = max(1, chunkSize)
+        store.forEachServable(now: clock.now, chunkSize: chunkSize, medium: medium) { step in
+            switch step {
+            case .chunkStarts:
+                builder.makeRoom(forTokens: chunkSize)
+            case .token(let kind, let id, let view):
+                builder.append(kind: kind, id: id, expiresAt: view.expiresAt, token: view.bytes)
+            case .chunkEnds:
+                builder.checksumAppended()
+            }
+        }
+    }
+
     /// Takes over tokens an earlier process held, read from `medium`: those of configured kinds
     /// that can still be served are cached as if fetched now; from ``TokenCacheMedium/disk``,
     /// never those of a kind whose tokens stay in memory. Returns how many were taken.

@@ -170,48 +170,73 @@ final class TokenStore: Sendable {
         }
     }
 
-    /// Calls `body` with the tokens that can still be served at `now`, a chunk of at most
-    /// `chunkSize` slots of one shard at a time: each chunk is copied out under its shard's lock,
-    /// which is let go before `body` runs, so a snapshot of the whole cache holds no lock for
-    /// longer than one chunk's copy (requests for that shard's keys wait at most that long).
-    /// Chunks go by slot, not by use: an entry added to a slot already passed is not seen, one
-    /// changed meanwhile is seen as it is when its chunk is copied. For `medium`
-    /// ``TokenCacheMedium/disk``, the tokens of kinds that stay in memory are left where they are,
-    /// never copied out.
+    /// What ``forEachServable(now:chunkSize:medium:_:)`` hands its visitor, chunk by chunk.
+    enum ExportStep {
+        /// A chunk is about to be copied; no lock is held yet.
+        case chunkStarts
+        /// A token of the chunk, under its shard's lock: its bytes are valid only during the call.
+        case token(kind: String, id: String, view: TokenView)
+        /// The chunk is copied and its shard's lock let go.
+        case chunkEnds
+    }
+
+    /// Hands `visit` the tokens that can still be served at `now`, a chunk of at most `chunkSize`
+    /// slots of one shard at a time: each chunk's tokens under its shard's lock, as they are held
+    /// (no copy), between a ``ExportStep/chunkStarts`` and a ``ExportStep/chunkEnds`` outside it,
+    /// so a snapshot of the whole cache holds no lock for longer than one chunk's visits (requests
+    /// for that shard's keys wait at most that long). Chunks go by slot, not by use: an entry
+    /// added to a slot already passed is not seen, one changed meanwhile is seen as it is when its
+    /// chunk is visited. For `medium` ``TokenCacheMedium/disk``, the tokens of kinds that stay in
+    /// memory are left where they are, never visited.
+    func forEachServable(
+        now: MonotonicInstant,
+        chunkSize: Int,
+        medium: TokenCacheMedium,
+        _ visit: (ExportStep) -> Void
+    ) {
+        for shard in shards {
+            var start = 0
+            while true {
+                visit(.chunkStarts)
+                let next = shard.state.withLock { shard -> Int? in
+                    let end = min(start + chunkSize, shard.table.slotCount)
+                    guard start < end else { return nil }
+                    let runtime = shard.runtime
+                    for slot in start..<end {
+                        guard let held = shard.table.entry(inSlot: slot),
+                            runtime.keeps(held.key.kind, on: medium),
+                            runtime.policy(for: held.key.kind).isServable(remaining: held.value.remaining(at: now))
+                        else { continue }
+                        _ = shard.withToken(held.value, key: held.key) { view in
+                            visit(.token(kind: held.key.kind, id: held.key.tokenKey.id, view: view))
+                        }
+                    }
+                    return end
+                }
+                visit(.chunkEnds)
+                guard let next else { break }
+                start = next
+            }
+        }
+    }
+
+    /// ``forEachServable(now:chunkSize:medium:_:)``'s tokens copied out a chunk at a time, each
+    /// chunk handed to `body` after its lock is let go.
     func forEachServableChunk(
         now: MonotonicInstant,
         chunkSize: Int,
         medium: TokenCacheMedium,
         _ body: ([CachedToken]) -> Void
     ) {
-        for shard in shards {
-            var start = 0
-            while true {
-                let (tokens, next) = shard.state.withLock { shard -> ([CachedToken], Int?) in
-                    let end = min(start + chunkSize, shard.table.slotCount)
-                    guard start < end else { return ([], nil) }
-                    let runtime = shard.runtime
-                    var tokens: [CachedToken] = []
-                    for slot in start..<end {
-                        guard let held = shard.table.entry(inSlot: slot),
-                            runtime.keeps(held.key.kind, on: medium),
-                            runtime.policy(for: held.key.kind).isServable(remaining: held.value.remaining(at: now)),
-                            let token = shard.tokenText(held.value, key: held.key)
-                        else { continue }
-                        tokens.append(
-                            CachedToken(
-                                kind: held.key.kind,
-                                id: held.key.tokenKey.id,
-                                token: token,
-                                expiresAt: held.value.unixExpiry.wholeSeconds
-                            )
-                        )
-                    }
-                    return (tokens, end)
-                }
+        var tokens: [CachedToken] = []
+        forEachServable(now: now, chunkSize: chunkSize, medium: medium) { step in
+            switch step {
+            case .chunkStarts:
+                tokens = []
+            case .token(let kind, let id, let view):
+                tokens.append(CachedToken(kind: kind, id: id, token: view.served.token, expiresAt: view.expiresAt))
+            case .chunkEnds:
                 if !tokens.isEmpty { body(tokens) }
-                guard let next else { break }
-                start = next
             }
         }
     }

@@ -59,27 +59,42 @@ extension CacheSnapshot {
         /// break in it, a kind starting with `#`) or the snapshot would pass its limit: then it is
         /// counted as left out.
         public mutating func append(_ token: CachedToken) {
-            guard Self.fits(token.kind), token.kind.utf8.first != UInt8(ascii: "#"), Self.fits(token.id),
-                Self.fits(token.token)
-            else {
+            var text = token.token
+            text.withUTF8 { append(kind: token.kind, id: token.id, expiresAt: token.expiresAt, token: .init($0)) }
+        }
+
+        /// Adds the token whose bytes are `token`, of `kind` and `id`, expiring at `expiresAt`
+        /// (Unix seconds), as ``append(_:)`` does: the bytes are copied into the body.
+        public mutating func append(kind: String, id: String, expiresAt: Int64, token: UnsafeRawBufferPointer) {
+            guard Self.fits(kind), kind.utf8.first != UInt8(ascii: "#"), Self.fits(id), Self.fits(token) else {
                 leftOut += 1
                 return
             }
-            let expiry = String(token.expiresAt)
-            let size = token.kind.utf8.count + token.id.utf8.count + expiry.utf8.count + token.token.utf8.count + 4
+            let expiry = String(expiresAt)
+            let size = kind.utf8.count + id.utf8.count + expiry.utf8.count + token.count + 4
             guard body.count + size <= limit else {
                 leftOut += 1
                 return
             }
-            body.append(contentsOf: token.kind.utf8)
+            body.append(contentsOf: kind.utf8)
             body.append(0x09)
-            body.append(contentsOf: token.id.utf8)
+            body.append(contentsOf: id.utf8)
             body.append(0x09)
             body.append(contentsOf: expiry.utf8)
             body.append(0x09)
-            body.append(contentsOf: token.token.utf8)
+            body.append(contentsOf: token)
             body.append(0x0A)
             tokenCount += 1
+        }
+
+        /// Makes room for `count` more tokens of the longest a request and a provider allow, at
+        /// once, up to the limit: the agent calls it before taking a shard's lock for a chunk, so
+        /// the body does not grow (a copy of tens of megabytes) while the lock is held.
+        public mutating func makeRoom(forTokens count: Int) {
+            let longest = WireLimits.maxKindBytes + 4 * WireLimits.maxIDScalars + 20 + TokenAcceptance.maxTokenBytes + 4
+            let needed = min(body.count + count * longest, limit)
+            guard body.capacity < needed else { return }
+            body.reserveCapacity(min(max(needed, body.count + body.count / 4), limit))
         }
 
         /// Adds each of `tokens`.
@@ -128,11 +143,13 @@ extension CacheSnapshot {
         /// tokens are tens of megabytes.)
         private static func fits(_ field: String) -> Bool {
             var field = field
-            return field.withUTF8 { bytes in
-                guard let start = bytes.baseAddress, !bytes.isEmpty else { return false }
-                return memchr(start, 0x09, bytes.count) == nil && memchr(start, 0x0A, bytes.count) == nil
-                    && memchr(start, 0x0D, bytes.count) == nil
-            }
+            return field.withUTF8 { fits(UnsafeRawBufferPointer($0)) }
+        }
+
+        private static func fits(_ bytes: UnsafeRawBufferPointer) -> Bool {
+            guard let start = bytes.baseAddress, !bytes.isEmpty else { return false }
+            return memchr(start, 0x09, bytes.count) == nil && memchr(start, 0x0A, bytes.count) == nil
+                && memchr(start, 0x0D, bytes.count) == nil
         }
     }
 

@@ -21,9 +21,9 @@ public protocol SnapshotDestination: Sendable {
 /// holds an access token (``TokenCacheMedium``); the fd store's holds every kind's.
 ///
 /// A pass never stalls the socket loop, which shares the engine: the tokens are copied out of the
-/// store, encoded and checksummed a chunk at a time (``TokenEngine/exportTokens(to:chunkSize:_:)``:
-/// one shard's lock held for at most 32 slots' copy; each chunk checksummed while it is in the
-/// processor's cache), then written, on the thread that runs the pass, never the loop's. Off the
+/// store, encoded and checksummed a chunk at a time (``TokenEngine/exportTokens(to:into:chunkSize:)``:
+/// one shard's lock held for at most 32 slots' encoding, straight from the segments; each chunk
+/// checksummed while it is in the processor's cache), then written, on the thread that runs the pass, never the loop's. Off the
 /// loop (``writeOffLoop(reason:)``) that is a thread of its own: the copy at the agent's priority,
 /// since it takes the locks GETs take, and the writes only when no other thread wants a core
 /// (``BackgroundThread``). One pass runs at a time. A failed write is a warning and a count,
@@ -126,10 +126,7 @@ public final class SnapshotWriter: Sendable {
     {
         let providers = medium == .disk ? digests.filter { !engine.tokensStayInMemory(kind: $0.key) } : digests
         var builder = CacheSnapshot.Builder(providers: providers, expectedBytes: expectedBytes + expectedBytes / 8)
-        engine.exportTokens(to: medium) {
-            builder.append(contentsOf: $0)
-            builder.checksumAppended()
-        }
+        engine.exportTokens(to: medium, into: &builder)
         return builder
     }
 
