@@ -157,7 +157,8 @@ struct CacheFileHostileTests {
         defer { try? FileManager.default.removeItem(at: agent.directory) }
         #expect(logField(agent.log, "cache taken over", "tokens_of_changed_providers") == "2", "\(agent.log)")
         #expect(logField(agent.log, "cache taken over", "tokens") == "0")
-        _ = try #require(tokenOf(try await agent.send("GET vehicle h-1").first))
+        let reply = try await agent.send("GET vehicle h-1").first
+        _ = try #require(tokenOf(reply), "GET vehicle h-1 answered \(reply ?? "nothing"); the log: \(agent.log)")
         #expect(provider.requests(for: "h-1") == 2, "fetched from the provider now configured")
         #expect(await agent.stop() == 0)
     }
