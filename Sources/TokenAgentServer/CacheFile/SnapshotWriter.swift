@@ -152,7 +152,10 @@ public final class SnapshotWriter: Sendable {
             self.serial.withLock { _ in self.writeOnce(reason: reason, afterCopy: yield, shouldGoOn: shouldGoOn) }
         }
         if let written { return written ?? false }
-        return (try? await NIOThreadPool.singleton.runIfActive { self.write(reason: reason) }) ?? false
+        let onPool = try? await NIOThreadPool.singleton.runIfActive {
+            self.serial.withLock { _ in self.writeOnce(reason: reason, afterCopy: {}, shouldGoOn: shouldGoOn) }
+        }
+        return (onPool ?? nil) ?? false
     }
 
     /// Gives up the pass off the loop in progress, if any, and any that starts after, at its next
