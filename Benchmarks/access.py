@@ -26,8 +26,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from fakegoogle import start_fake
 
 
 def parse():
@@ -52,25 +53,6 @@ def log(text):
 
 def now_ms():
     return int(time.time() * 1000)
-
-
-def start_fake(options):
-    process = subprocess.Popen(
-        [options.fake, "--port", "0", "--iam-latency-ms", str(options.iam_latency_ms),
-         "--metadata-latency-ms", options.metadata_latency_ms, "--log-calls", "yes"],
-        stdout=subprocess.PIPE, text=True, bufsize=1,
-    )
-    info = {}
-    for line in process.stdout:
-        name, _, value = line.strip().partition(" ")
-        info[name] = value
-        if name == "listening":
-            break
-    # The call log is read as it comes: a pipe left unread fills (64 KiB) and stalls the fake.
-    calls = []
-    reader = threading.Thread(target=lambda: calls.extend(line.split() for line in process.stdout), daemon=True)
-    reader.start()
-    return process, info, calls, reader
 
 
 def free_port():
@@ -106,7 +88,10 @@ def count(calls, name, began, ended):
 def main():
     options = parse()
     work = tempfile.mkdtemp(prefix="ftd-access-")
-    fake, info, calls, reader = start_fake(options)
+    fake, info, call_lines, reader = start_fake(
+        options.fake, "--iam-latency-ms", str(options.iam_latency_ms),
+        "--metadata-latency-ms", options.metadata_latency_ms,
+    )
     agent = None
     try:
         socket_path = os.path.join(work, "tokens.sock")
@@ -184,6 +169,7 @@ def main():
         fake.terminate()
         fake.wait()
         reader.join(timeout=5)
+    calls = [line.split() for line in call_lines]
     for path, row in multi.items():
         row["generate_access_token"] = count(calls, "generateAccessToken", *row["window"])
         row["metadata_requests"] = count(calls, "metadata", *row["window"])

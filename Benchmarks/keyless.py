@@ -19,8 +19,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from fakegoogle import start_fake
 
 
 def parse():
@@ -32,24 +33,6 @@ def parse():
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--budgets", default="60000,1200", help="signs_per_minute values, one run each")
     return parser.parse_args()
-
-
-def start_fake(fake, latency_ms):
-    process = subprocess.Popen(
-        [fake, "--port", "0", "--iam-latency-ms", str(latency_ms), "--log-calls", "yes"],
-        stdout=subprocess.PIPE, text=True, bufsize=1,
-    )
-    info = {}
-    for line in process.stdout:
-        name, _, value = line.strip().partition(" ")
-        info[name] = value
-        if name == "listening":
-            break
-    # The call log is read as it comes: a pipe left unread fills (64 KiB) and stalls the fake.
-    calls = []
-    reader = threading.Thread(target=lambda: calls.extend(process.stdout), daemon=True)
-    reader.start()
-    return process, info, calls, reader
 
 
 async def client(path, ids, replies):
@@ -85,7 +68,7 @@ def windows(times, width):
 
 
 def run(args, budget):
-    fake, info, call_lines, call_reader = start_fake(args.fake, args.latency_ms)
+    fake, info, call_lines, call_reader = start_fake(args.fake, "--iam-latency-ms", str(args.latency_ms))
     directory = tempfile.mkdtemp(prefix="keyless-bench-")
     socket_path = os.path.join(directory, "tokens.sock")
     config = {

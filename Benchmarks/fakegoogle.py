@@ -1,0 +1,28 @@
+"""Starting `fake-google` (the test suite's fakes of Google's metadata server, OAuth and IAM
+Credentials, as a program) for the benchmarks that sign or fetch through it: keyless.py and
+access.py."""
+
+import subprocess
+import threading
+
+
+def start_fake(fake, *arguments):
+    """Starts `fake --port 0 ARGUMENTS... --log-calls yes` and reads its start-up lines up to
+    `listening`. Returns the process, those lines as a dict (name -> value), the list its call
+    log's lines go into as they come, and the thread reading them (join it once the fake is
+    stopped, before reading the list)."""
+    process = subprocess.Popen(
+        [fake, "--port", "0", *arguments, "--log-calls", "yes"],
+        stdout=subprocess.PIPE, text=True, bufsize=1,
+    )
+    info = {}
+    for line in process.stdout:
+        name, _, value = line.strip().partition(" ")
+        info[name] = value
+        if name == "listening":
+            break
+    # The call log is read as it comes: a pipe left unread fills (64 KiB) and stalls the fake.
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    return process, info, lines, reader
