@@ -25,8 +25,7 @@ public enum SealedMemoryFile {
     /// returns its descriptor (the caller closes it): a header and a large body need not be
     /// copied into one array first.
     public static func create(name: String, parts: [[UInt8]]) throws -> Int32 {
-        let fd = csystemd_memfd_create(name)
-        guard fd >= 0 else { throw Failure(description: "memfd_create: \(String(cString: strerror(errno)))") }
+        let fd = try createUnsealed(name: name)
         for bytes in parts {
             var written = 0
             while written < bytes.count {
@@ -39,11 +38,28 @@ public enum SealedMemoryFile {
                 written += n
             }
         }
-        guard csystemd_seal(fd) == 0 else {
+        do {
+            try seal(fd)
+        } catch {
             close(fd)
-            throw Failure(description: "sealing: \(String(cString: strerror(errno)))")
+            throw error
         }
         return fd
+    }
+
+    /// A new memory file named `name`, not sealed yet: the caller writes it, then ``seal(_:)``s
+    /// it (and closes it).
+    public static func createUnsealed(name: String) throws -> Int32 {
+        let fd = csystemd_memfd_create(name)
+        guard fd >= 0 else { throw Failure(description: "memfd_create: \(String(cString: strerror(errno)))") }
+        return fd
+    }
+
+    /// Seals the memory file `fd` against writes, growth and shrinking.
+    public static func seal(_ fd: Int32) throws {
+        guard csystemd_seal(fd) == 0 else {
+            throw Failure(description: "sealing: \(String(cString: strerror(errno)))")
+        }
     }
 
     /// Whether `fd` is a memory file sealed against writes.

@@ -8,20 +8,27 @@ import TokenAgent
 import TokenAgentServer
 import TokenWire
 
-/// Where a cache snapshot's work runs: a periodic pass copies the tokens out of the store at the
-/// agent's priority (the copy takes the locks GETs take) and writes them only when no other
-/// thread wants a core; the write at stop runs on its caller's thread, as it is.
-@Suite("Snapshot writer: the priority of each part of a pass")
+/// Where a cache snapshot's work runs: a periodic pass on a thread of its own, its copy (and the
+/// writes streamed with it) at the agent's priority, since the copy takes the locks GETs take (it
+/// rests instead, ``SnapshotPacing``), and its commits only when no other thread wants a core; the
+/// write at stop on its caller's thread, as it is.
+@Suite("Snapshot writer: the thread and priority of each part of a pass")
 struct SnapshotSchedulingTests {
-    /// How the calling thread was scheduled: idle (SCHED_IDLE) or not, and its nice value.
+    /// Which thread ran, and how it was scheduled: idle (SCHED_IDLE) or not, and its nice value.
     struct Scheduling: Equatable {
+        var thread: Int32
         var idle: Bool
         var niceness: Int32
 
         static func ofThisThread() -> Scheduling? {
             var niceness: Int32 = 0
             let idle = fsl_thread_scheduling(&niceness)
-            return idle < 0 ? nil : Scheduling(idle: idle == 1, niceness: niceness)
+            return idle < 0 ? nil : Scheduling(thread: fsl_thread_id(), idle: idle == 1, niceness: niceness)
+        }
+
+        /// The same scheduling on the thread `thread`.
+        func on(_ thread: Int32) -> Scheduling {
+            Scheduling(thread: thread, idle: idle, niceness: niceness)
         }
     }
 
@@ -33,11 +40,11 @@ struct SnapshotSchedulingTests {
     }
 
     /// A destination that records the scheduling of the thread that writes to it.
-    final class Observed: SnapshotDestination {
+    final class Observed: WholeSnapshotDestination {
         let name = "file"
         let medium = TokenCacheMedium.disk
         let seen = SchedulingLog()
-        func write(_ snapshot: CacheSnapshot.Encoded) throws { seen.record() }
+        func received(_ bytes: [UInt8]) throws { seen.record() }
     }
 
     /// A writer of one cached token to `destination`, whose provider digests (read before and
@@ -61,18 +68,21 @@ struct SnapshotSchedulingTests {
         )
     }
 
-    @Test func aPeriodicPassCopiesAtTheAgentsPriorityAndWritesWhenTheCoresAreIdle() async throws {
+    @Test func aPeriodicPassCopiesOnAThreadOfItsOwnAtTheAgentsPriorityAndCommitsWhenTheCoresAreIdle() async throws {
         let destination = Observed()
         let digestsSeen = SchedulingLog()
         let caller = try #require(Scheduling.ofThisThread())
         #expect(await writer(to: destination, digestsSeen: digestsSeen).writeOffLoop(reason: "interval"))
-        // The digests are read before the copy and again after it, before the thread yields.
-        let copying = digestsSeen.all
+        // The digests are read before the copy and again after it; the commit follows.
+        let copying = digestsSeen.all.compactMap { $0 }
         #expect(copying.count == 2)
-        #expect(copying.allSatisfy { $0 == caller })
-        #expect(destination.seen.all == [Scheduling(idle: true, niceness: caller.niceness)])
-        // Only the pass's own thread changed: the caller's is as it was.
-        #expect(Scheduling.ofThisThread() == caller)
+        let pass = try #require(copying.first?.thread)
+        #expect(pass != caller.thread, "not the caller's thread")
+        #expect(copying.allSatisfy { $0 == caller.on(pass) })
+        #expect(destination.seen.all == [Scheduling(thread: pass, idle: true, niceness: caller.niceness)])
+        // Only the pass's own thread changed: the pool's threads are as they were.
+        let after = try #require(Scheduling.ofThisThread())
+        #expect(after == caller.on(after.thread))
     }
 
     @Test func theWriteAtStopRunsOnTheCallersThreadAsItIs() throws {
@@ -85,11 +95,11 @@ struct SnapshotSchedulingTests {
     }
 
     /// A destination whose write waits, on the pass's thread, until the test lets it go.
-    final class Held: SnapshotDestination {
+    final class Held: WholeSnapshotDestination {
         let name = "held"
         let medium = TokenCacheMedium.disk
         private let state = Mutex<(entered: Int, released: Bool)>((0, false))
-        func write(_ snapshot: CacheSnapshot.Encoded) throws {
+        func received(_ bytes: [UInt8]) throws {
             state.withLock { $0.entered += 1 }
             while !state.withLock({ $0.released }) { usleep(1000) }
         }
@@ -98,11 +108,11 @@ struct SnapshotSchedulingTests {
     }
 
     /// A destination that counts its writes.
-    final class Counted: SnapshotDestination {
+    final class Counted: WholeSnapshotDestination {
         let name = "counted"
         let medium = TokenCacheMedium.memory
         private let count = Mutex(0)
-        func write(_ snapshot: CacheSnapshot.Encoded) throws { count.withLock { $0 += 1 } }
+        func received(_ bytes: [UInt8]) throws { count.withLock { $0 += 1 } }
         var writes: Int { count.withLock { $0 } }
     }
 
@@ -149,7 +159,8 @@ struct SnapshotSchedulingTests {
         for _ in 0..<3 { #expect(await writer.writeOffLoop(reason: "interval")) }
         // A thread made idle by one pass would copy the next one's tokens idle too.
         #expect(digestsSeen.all.count == 6)
-        #expect(digestsSeen.all.allSatisfy { $0 == caller })
+        #expect(digestsSeen.all.allSatisfy { $0?.idle == false && $0?.niceness == caller.niceness })
+        #expect(destination.seen.all.count == 3)
         #expect(destination.seen.all.allSatisfy { $0?.idle == true })
     }
 }

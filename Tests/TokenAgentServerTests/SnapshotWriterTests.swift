@@ -13,7 +13,7 @@ struct SnapshotWriterTests {
     static let access = AccessTokenKind.kind(name: "fleet-admin")
 
     /// A destination that keeps what it was given.
-    final class Recorded: SnapshotDestination {
+    final class Recorded: WholeSnapshotDestination {
         let name: String
         let medium: TokenCacheMedium
         private let written = Mutex<[UInt8]?>(nil)
@@ -23,7 +23,7 @@ struct SnapshotWriterTests {
             self.medium = medium
         }
 
-        func write(_ snapshot: CacheSnapshot.Encoded) throws { written.withLock { $0 = snapshot.bytes } }
+        func received(_ bytes: [UInt8]) throws { written.withLock { $0 = bytes } }
 
         var bytes: [UInt8]? { written.withLock { $0 } }
 

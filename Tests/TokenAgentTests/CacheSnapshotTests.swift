@@ -162,6 +162,32 @@ struct CacheSnapshotTests {
         #expect(read.tokens.count == Self.tokens.count + 1)
     }
 
+    @Test func aBodyDrainedInPiecesFramesAsTheWholeOneAndKeepsItsLimit() throws {
+        let limit = CacheSnapshot.headerBytes + 400
+        var whole = CacheSnapshot.Builder(providers: Self.providers, limit: limit)
+        whole.append(contentsOf: Self.tokens)
+        var drained = CacheSnapshot.Builder(providers: Self.providers, limit: limit)
+        var pieces: [[UInt8]] = []
+        for token in Self.tokens {
+            drained.append(token)
+            drained.drain { pieces.append(Array($0)) }
+            #expect(drained.pendingBytes == 0)
+        }
+        drained.append(CachedToken(kind: "vehicle", id: "late", token: "tok.late.sig", expiresAt: 1_900_000_000))
+        whole.append(CachedToken(kind: "vehicle", id: "late", token: "tok.late.sig", expiresAt: 1_900_000_000))
+        let expected = whole.finish()
+        let framed = drained.finish()
+        // The header frames every piece and what is left; the tokens past the limit are left out
+        // as when nothing is drained.
+        #expect(framed.header == expected.header)
+        #expect(framed.header + pieces.joined() + framed.body == expected.bytes)
+        #expect(framed.bodyLength == expected.bodyLength && framed.byteCount == expected.byteCount)
+        #expect(framed.byteCount <= limit)
+        #expect(framed.tokenCount == expected.tokenCount && framed.leftOut == expected.leftOut)
+        #expect(framed.leftOut > 0, "the limit was reached")
+        #expect(pieces.filter { !$0.isEmpty }.count > 1)
+    }
+
     @Test func roomForAChunkIsMadeAheadAndTheBytesAppendAsTheStringsDo() throws {
         var builder = CacheSnapshot.Builder(providers: Self.providers)
         builder.makeRoom(forTokens: 32)

@@ -31,13 +31,19 @@ extension TokenEngine {
     /// token), under its shard's lock a chunk of at most `chunkSize` slots at a time, and each
     /// chunk checksummed once the lock is let go (``CacheSnapshot/Builder/checksumAppended()``).
     /// Room for a chunk is made before the lock is taken, so the body never grows under it.
+    /// `afterChunk` runs after each chunk, outside the lock, with the builder (where a writer
+    /// drains it and a periodic pass rests); once it returns `false`, the export stops there and
+    /// returns `false`.
+    @discardableResult
     public func exportTokens(
         to medium: TokenCacheMedium,
         into builder: inout CacheSnapshot.Builder,
-        chunkSize: Int = TokenEngine.exportChunk
-    ) {
+        chunkSize: Int = TokenEngine.exportChunk,
+        afterChunk: (inout CacheSnapshot.Builder) -> Bool = { _ in true }
+    ) -> Bool {
         let chunkSize = max(1, chunkSize)
-        store.forEachServable(now: clock.now, chunkSize: chunkSize, medium: medium) { step in
+        var goOn = true
+        return store.forEachServable(now: clock.now, chunkSize: chunkSize, medium: medium, goOn: { goOn }) { step in
             switch step {
             case .chunkStarts:
                 builder.makeRoom(forTokens: chunkSize)
@@ -45,6 +51,7 @@ extension TokenEngine {
                 builder.append(kind: kind, id: id, expiresAt: view.expiresAt, token: view.bytes)
             case .chunkEnds:
                 builder.checksumAppended()
+                goOn = afterChunk(&builder)
             }
         }
     }

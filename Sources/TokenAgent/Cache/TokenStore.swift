@@ -187,13 +187,16 @@ final class TokenStore: Sendable {
     /// for that shard's keys wait at most that long). Chunks go by slot, not by use: an entry
     /// added to a slot already passed is not seen, one changed meanwhile is seen as it is when its
     /// chunk is visited. For `medium` ``TokenCacheMedium/disk``, the tokens of kinds that stay in
-    /// memory are left where they are, never visited.
+    /// memory are left where they are, never visited. `goOn` is asked after each chunk: once it
+    /// says no, no more is visited and `false` is returned.
+    @discardableResult
     func forEachServable(
         now: MonotonicInstant,
         chunkSize: Int,
         medium: TokenCacheMedium,
+        goOn: () -> Bool = { true },
         _ visit: (ExportStep) -> Void
-    ) {
+    ) -> Bool {
         for shard in shards {
             var start = 0
             while true {
@@ -214,10 +217,12 @@ final class TokenStore: Sendable {
                     return end
                 }
                 visit(.chunkEnds)
+                guard goOn() else { return false }
                 guard let next else { break }
                 start = next
             }
         }
+        return true
     }
 
     /// ``forEachServable(now:chunkSize:medium:_:)``'s tokens copied out a chunk at a time, each

@@ -7,30 +7,41 @@ import TokenWire
 
 extension CacheSnapshot {
     /// A snapshot ready to write: its header and body apart, so that neither is copied into the
-    /// other (a snapshot of 100,000 tokens is tens of megabytes).
+    /// other (a snapshot of 100,000 tokens is tens of megabytes). A snapshot built a piece at a
+    /// time (``Builder/drain(_:)``) holds only the body's last piece.
     public struct Encoded: Sendable {
         /// The three header lines (``CacheSnapshot/headerBytes``).
         public var header: [UInt8]
-        /// The body the header frames.
+        /// The body the header frames, or its part not drained.
         public var body: [UInt8]
+        /// The length of the whole body, in bytes.
+        public var bodyLength: Int
         /// The tokens in the body.
         public var tokenCount: Int
         /// Tokens left out: over ``CacheSnapshot/maxBytes``, or a field the format cannot hold.
         public var leftOut: Int
 
         /// The snapshot's size in bytes.
-        public var byteCount: Int { header.count + body.count }
+        public var byteCount: Int { header.count + bodyLength }
 
-        /// Header and body in one array (tests, small snapshots).
-        public var bytes: [UInt8] { header + body }
+        /// Header and body in one array (tests, small snapshots): a snapshot none of whose body
+        /// was drained.
+        public var bytes: [UInt8] {
+            precondition(body.count == bodyLength, "a drained snapshot's body is not all here")
+            return header + body
+        }
     }
 
     /// Builds a snapshot's body token by token, then frames it with ``finish()``: the agent feeds
-    /// it the cache in small chunks, each copied out under a shard's lock, and encodes them after
-    /// the lock is let go.
+    /// it the cache in small chunks, each encoded straight from the store under a shard's lock.
+    /// A writer may take the body a piece at a time as it grows (``drain(_:)``), so a snapshot of
+    /// tens of megabytes never sits whole in memory.
     public struct Builder: Sendable {
+        /// The body's bytes not drained yet.
         private var body: [UInt8] = []
-        /// The checksum of `body[..<hashed]` so far (``checksumAppended()``).
+        /// The bytes drained before `body`.
+        private var drained = 0
+        /// The checksum of the bytes drained and of `body[..<hashed]` (``checksumAppended()``).
         private var hasher = SHA256()
         private var hashed = 0
         private var tokenCount = 0
@@ -72,7 +83,7 @@ extension CacheSnapshot {
             }
             let expiry = String(expiresAt)
             let size = kind.utf8.count + id.utf8.count + expiry.utf8.count + token.count + 4
-            guard body.count + size <= limit else {
+            guard drained + body.count + size <= limit else {
                 leftOut += 1
                 return
             }
@@ -92,9 +103,24 @@ extension CacheSnapshot {
         /// the body does not grow (a copy of tens of megabytes) while the lock is held.
         public mutating func makeRoom(forTokens count: Int) {
             let longest = WireLimits.maxKindBytes + 4 * WireLimits.maxIDScalars + 20 + TokenAcceptance.maxTokenBytes + 4
-            let needed = min(body.count + count * longest, limit)
+            let needed = min(body.count + count * longest, limit - drained)
             guard body.capacity < needed else { return }
-            body.reserveCapacity(min(max(needed, body.count + body.count / 4), limit))
+            body.reserveCapacity(min(max(needed, body.count + body.count / 4), limit - drained))
+        }
+
+        /// The bytes appended since the last ``drain(_:)``.
+        public var pendingBytes: Int { body.count }
+
+        /// Checksums the bytes appended since the last call and hands them to `write`, then lets
+        /// them go (the buffer is kept for the next ones): a writer streams the body out this way
+        /// and frames it with ``finish()`` at the end, whose ``Encoded/body`` is then what was
+        /// appended after the last drain.
+        public mutating func drain(_ write: (UnsafeRawBufferPointer) -> Void) {
+            checksumAppended()
+            body.withUnsafeBytes { write($0) }
+            drained += body.count
+            body.removeAll(keepingCapacity: true)
+            hashed = 0
         }
 
         /// Adds each of `tokens`.
@@ -110,9 +136,15 @@ extension CacheSnapshot {
         /// As ``finish()``, asking `shouldGoOn` before each mebibyte of the checksum still to take:
         /// `nil` once it says no (a pass given up, ``CacheSnapshot/frame(_:while:)``).
         public func finish(while shouldGoOn: () -> Bool) -> Encoded? {
-            guard var encoded = CacheSnapshot.frame(body, hasher: hasher, from: hashed, while: shouldGoOn) else {
-                return nil
-            }
+            guard
+                var encoded = CacheSnapshot.frame(
+                    body,
+                    after: drained,
+                    hasher: hasher,
+                    from: hashed,
+                    while: shouldGoOn
+                )
+            else { return nil }
             encoded.tokenCount = tokenCount
             encoded.leftOut = leftOut
             return encoded
@@ -168,11 +200,18 @@ extension CacheSnapshot {
     /// thread that runs only when a core is idle can take seconds on a busy host, and the write at
     /// stop need not wait for it.
     public static func frame(_ body: [UInt8], while shouldGoOn: () -> Bool) -> Encoded? {
-        frame(body, hasher: SHA256(), from: 0, while: shouldGoOn)
+        frame(body, after: 0, hasher: SHA256(), from: 0, while: shouldGoOn)
     }
 
-    /// ``frame(_:while:)`` with `hasher` holding the checksum of `body[..<offset]` already.
-    static func frame(_ body: [UInt8], hasher: SHA256, from offset: Int, while shouldGoOn: () -> Bool) -> Encoded? {
+    /// ``frame(_:while:)`` for a body whose first `drained` bytes went out before `body`, with
+    /// `hasher` holding the checksum of those and of `body[..<offset]` already.
+    static func frame(
+        _ body: [UInt8],
+        after drained: Int,
+        hasher: SHA256,
+        from offset: Int,
+        while shouldGoOn: () -> Bool
+    ) -> Encoded? {
         var hasher = hasher
         var offset = offset
         while offset < body.count {
@@ -183,12 +222,12 @@ extension CacheSnapshot {
         }
         var header = Array((CacheSnapshot.header + "\n").utf8)
         header += CacheSnapshot.lengthPrefix
-        let length = String(body.count)
+        let length = String(drained + body.count)
         header += Array(repeating: UInt8(ascii: "0"), count: CacheSnapshot.lengthDigits - length.utf8.count)
         header += Array(length.utf8) + [0x0A]
         header += CacheSnapshot.checksumPrefix
         header += Array(CacheSnapshot.hex(hasher.finalize()).utf8) + [0x0A]
-        return Encoded(header: header, body: body, tokenCount: 0, leftOut: 0)
+        return Encoded(header: header, body: body, bodyLength: drained + body.count, tokenCount: 0, leftOut: 0)
     }
 
     /// Encodes `tokens`, made by the providers whose digests `providers` gives by kind, as one

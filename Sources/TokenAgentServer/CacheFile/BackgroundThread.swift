@@ -4,12 +4,12 @@ import TokenWire
 /// Runs work on a thread of its own, which the work hands to the cores' idle time once it has
 /// done what must not wait (``yieldToOthers()``).
 ///
-/// A periodic cache snapshot of 100,000 tokens is about a third of a second of one core. Its copy
-/// out of the store takes the locks a socket GET takes too, so it runs at the agent's own
-/// priority: a thread preempted while it holds one would hold up the GETs that wait for it. What
-/// follows (the file's write) holds no lock, and runs only when no other thread wants the core: a
-/// socket loop that wakes takes the core from it at once, where a thread at a lower nice value
-/// would keep the core to the end of its time slice.
+/// A periodic cache snapshot's copy out of the store takes the locks a socket GET takes too, so
+/// it runs at the agent's own priority (paced, ``SnapshotPacing``): a thread preempted while it
+/// holds one would hold up the GETs that wait for it. What follows (each destination's commit: a
+/// sync, and a rename that frees the old file's pages in one go) holds no lock, and runs only when
+/// no other thread wants the core: a socket loop that wakes takes the core from it at once, where
+/// a thread at a lower nice value would keep the core to the end of its time slice.
 enum BackgroundThread {
     /// How much lower than the agent's the thread's nice value goes where the system refuses the
     /// idle policy: nice 10 has about a tenth of the CPU weight of nice 0.

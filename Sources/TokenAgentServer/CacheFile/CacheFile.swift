@@ -147,57 +147,6 @@ public struct CacheFile: SnapshotDestination {
         return nil
     }
 
-    /// Writes `snapshot` in the file's place, atomically: the directory and its file system are
-    /// checked again, a temporary file beside it (`<file>.tmp`, made anew, mode 0600) takes the
-    /// bytes and is synced, then renamed over the file, and the directory is synced. On a failure
-    /// the temporary file is removed and the file is left as it was.
-    public func write(_ snapshot: CacheSnapshot.Encoded) throws {
-        do {
-            try SocketPath.secureDirectory(directory, uid: uid, role: .cacheFile)
-        } catch {
-            throw Problem(description: "\(error)")
-        }
-        try checkFileSystem()
-        let temporary = temporaryPath
-        // A temporary file left by a process that died while writing; unlink never follows a link.
-        if unlink(temporary) != 0, errno != ENOENT {
-            throw Problem(description: "cannot remove \(temporary): \(Self.errorText())")
-        }
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw Problem(description: "cannot create \(temporary): \(Self.errorText())") }
-        do {
-            defer { close(fd) }
-            // The umask may have taken bits away, never added: set exactly 0600.
-            guard fchmod(fd, 0o600) == 0 else { throw Problem(description: "chmod: \(Self.errorText())") }
-            try Self.writeAll(fd, snapshot.header)
-            try Self.writeAll(fd, snapshot.body)
-            guard fsync(fd) == 0 else { throw Problem(description: "fsync: \(Self.errorText())") }
-        } catch {
-            unlink(temporary)
-            throw Problem(description: "cannot write \(temporary): \(error)")
-        }
-        guard rename(temporary, path) == 0 else {
-            let problem = Problem(description: "cannot rename \(temporary) to \(path): \(Self.errorText())")
-            unlink(temporary)
-            throw problem
-        }
-        let directoryFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directoryFD >= 0 {
-            _ = fsync(directoryFD)
-            close(directoryFD)
-        }
-    }
-
-    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(Problem) {
-        var written = 0
-        while written < bytes.count {
-            let count = bytes[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if count < 0, errno == EINTR { continue }
-            guard count > 0 else { throw Problem(description: "write: \(errorText())") }
-            written += count
-        }
-    }
-
     /// The names of common file systems by `statfs` type (`linux/magic.h`).
     static let knownFileSystems: [Int: String] = [
         tmpfsMagic: "tmpfs", ramfsMagic: "ramfs", 0xEF53: "ext2/ext3/ext4", 0x5846_5342: "xfs",
@@ -211,5 +160,5 @@ public struct CacheFile: SnapshotDestination {
             ?? "a file system of statfs type 0x\(String(type, radix: 16))"
     }
 
-    static func errorText() -> String { String(cString: strerror(errno)) }
+    public static func errorText() -> String { String(cString: strerror(errno)) }
 }

@@ -47,8 +47,9 @@ enum CacheHandover {
     }
 }
 
-/// systemd's file-descriptor store as a place for cache snapshots: each write drops the stored
-/// snapshot and stores the new one (none when it holds no token).
+/// systemd's file-descriptor store as a place for cache snapshots: each snapshot goes into a new
+/// memory file, which the commit seals and stores in the place of the stored one (none when it
+/// holds no token).
 struct FDStoreDestination: SnapshotDestination {
     /// The service manager did not take the descriptor.
     struct NotTaken: Error, CustomStringConvertible {
@@ -62,15 +63,56 @@ struct FDStoreDestination: SnapshotDestination {
     /// A sealed memory file, never on disk: every kind's tokens, access tokens too.
     var medium: TokenCacheMedium { .memory }
 
-    func write(_ snapshot: CacheSnapshot.Encoded) throws {
-        guard notifier.isEnabled else { return }
-        // Made before the old one is dropped: a failure here leaves the stored one.
-        let fd = try SealedMemoryFile.create(name: "fleet-tokend-cache", parts: [snapshot.header, snapshot.body])
-        defer { close(fd) }
-        notifier.removeStored(name: CacheHandover.name)
-        guard snapshot.tokenCount > 0 else { return }
-        guard notifier.store(fileDescriptor: fd, name: CacheHandover.name) else {
-            throw NotTaken()
+    func begin() throws -> any SnapshotSink {
+        // Without a service manager there is nowhere to store it: the snapshot goes nowhere.
+        Sink(
+            notifier: notifier,
+            fd: notifier.isEnabled ? try SealedMemoryFile.createUnsealed(name: "fleet-tokend-cache") : -1
+        )
+    }
+
+    /// A snapshot on its way into a memory file.
+    final class Sink: SnapshotSink {
+        private let notifier: SystemdNotifier
+        private var fd: Int32
+        private var offset = CacheSnapshot.headerBytes
+
+        init(notifier: SystemdNotifier, fd: Int32) {
+            self.notifier = notifier
+            self.fd = fd
+        }
+
+        deinit { abandon() }
+
+        func append(_ bytes: UnsafeRawBufferPointer) throws {
+            guard fd >= 0 else { return }
+            do {
+                try SnapshotBytes.write(bytes, to: fd, at: offset)
+                offset += bytes.count
+            } catch {
+                abandon()
+                throw error
+            }
+        }
+
+        func commit(_ framing: CacheSnapshot.Encoded) throws {
+            guard fd >= 0 else { return }
+            try framing.body.withUnsafeBytes { try append($0) }
+            defer { abandon() }
+            try framing.header.withUnsafeBytes { try SnapshotBytes.write($0, to: fd, at: 0) }
+            // Sealed before the old one is dropped: a failure here leaves the stored one.
+            try SealedMemoryFile.seal(fd)
+            notifier.removeStored(name: CacheHandover.name)
+            guard framing.tokenCount > 0 else { return }
+            guard notifier.store(fileDescriptor: fd, name: CacheHandover.name) else {
+                throw NotTaken()
+            }
+        }
+
+        func abandon() {
+            guard fd >= 0 else { return }
+            close(fd)
+            fd = -1
         }
     }
 }

@@ -1,0 +1,108 @@
+import TokenAgent
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension CacheFile {
+    /// Starts a snapshot in the file's place, to be written atomically: the directory and its
+    /// file system are checked again, and a temporary file beside it (`<file>.tmp`, made anew,
+    /// mode 0600) takes the body as it comes; the commit writes the header at its start, syncs
+    /// it, renames it over the file and syncs the directory. On a failure, or when abandoned, the
+    /// temporary file is removed and the file is left as it was.
+    public func begin() throws -> any SnapshotSink {
+        do {
+            try SocketPath.secureDirectory(directory, uid: uid, role: .cacheFile)
+        } catch {
+            throw Problem(description: "\(error)")
+        }
+        try checkFileSystem()
+        let temporary = temporaryPath
+        // A temporary file left by a process that died while writing; unlink never follows a link.
+        if unlink(temporary) != 0, errno != ENOENT {
+            throw Problem(description: "cannot remove \(temporary): \(Self.errorText())")
+        }
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Problem(description: "cannot create \(temporary): \(Self.errorText())") }
+        // The umask may have taken bits away, never added: set exactly 0600.
+        guard fchmod(fd, 0o600) == 0 else {
+            let problem = Problem(description: "cannot write \(temporary): chmod: \(Self.errorText())")
+            close(fd)
+            unlink(temporary)
+            throw problem
+        }
+        return Sink(file: self, fd: fd)
+    }
+
+    /// A snapshot on its way into the temporary file.
+    final class Sink: SnapshotSink {
+        private let file: CacheFile
+        private var fd: Int32
+        private var offset = CacheSnapshot.headerBytes
+
+        init(file: CacheFile, fd: Int32) {
+            self.file = file
+            self.fd = fd
+        }
+
+        deinit { abandon() }
+
+        func append(_ bytes: UnsafeRawBufferPointer) throws {
+            do {
+                try SnapshotBytes.write(bytes, to: fd, at: offset)
+                offset += bytes.count
+            } catch {
+                abandon()
+                throw Problem(description: "cannot write \(file.temporaryPath): \(error)")
+            }
+        }
+
+        func commit(_ framing: CacheSnapshot.Encoded) throws {
+            precondition(framing.header.count == CacheSnapshot.headerBytes)
+            try framing.body.withUnsafeBytes { try append($0) }
+            let temporary = file.temporaryPath
+            do {
+                try framing.header.withUnsafeBytes { try SnapshotBytes.write($0, to: fd, at: 0) }
+                guard fsync(fd) == 0 else { throw Problem(description: "fsync: \(CacheFile.errorText())") }
+            } catch {
+                abandon()
+                throw Problem(description: "cannot write \(temporary): \(error)")
+            }
+            close(fd)
+            fd = -1
+            guard rename(temporary, file.path) == 0 else {
+                let problem = Problem(
+                    description: "cannot rename \(temporary) to \(file.path): \(CacheFile.errorText())"
+                )
+                unlink(temporary)
+                throw problem
+            }
+            let directoryFD = open(file.directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if directoryFD >= 0 {
+                _ = fsync(directoryFD)
+                close(directoryFD)
+            }
+        }
+
+        func abandon() {
+            guard fd >= 0 else { return }
+            close(fd)
+            fd = -1
+            unlink(file.temporaryPath)
+        }
+    }
+}
+
+/// Writing a snapshot's bytes to a descriptor.
+public enum SnapshotBytes {
+    /// Writes all of `bytes` to `fd` at `offset` (`pwrite`, again after a short write or EINTR).
+    public static func write(_ bytes: UnsafeRawBufferPointer, to fd: Int32, at offset: Int) throws {
+        var written = 0
+        while written < bytes.count {
+            let count = pwrite(fd, bytes.baseAddress! + written, bytes.count - written, off_t(offset + written))
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { throw CacheFile.Problem(description: "write: \(CacheFile.errorText())") }
+            written += count
+        }
+    }
+}
