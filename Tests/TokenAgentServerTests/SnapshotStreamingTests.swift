@@ -113,6 +113,54 @@ struct SnapshotStreamingTests {
         #expect(statistics.counts.writes == 0, "a pass is recorded only when every destination took it")
     }
 
+    /// A destination whose first `begin()` fails; then it keeps what it is committed.
+    final class FailingOnce: WholeSnapshotDestination {
+        struct Failure: Error {}
+        let name = "file"
+        let medium = TokenCacheMedium.disk
+        let state = Mutex<(begun: Int, received: [UInt8]?)>((0, nil))
+
+        func begin() throws -> any SnapshotSink {
+            let begun = state.withLock {
+                $0.begun += 1
+                return $0.begun
+            }
+            if begun == 1 { throw Failure() }
+            return CollectingSink(self)
+        }
+
+        func received(_ bytes: [UInt8]) throws { state.withLock { $0.received = bytes } }
+    }
+
+    @Test func aTryTakenAgainAfterAReloadCountsNothingOfTheTryBefore() throws {
+        let (engine, tokens) = engine()
+        let destination = FailingOnce()
+        let statistics = SnapshotStatistics(destinations: ["file"])
+        // A reload lands during the first try: its two reads of the digests differ.
+        let reads = Mutex(0)
+        let writer = SnapshotWriter(
+            engine: engine,
+            destinations: [destination],
+            digests: {
+                let read = reads.withLock {
+                    $0 += 1
+                    return $0
+                }
+                return ["vehicle": read == 1 ? "before" : "after"]
+            },
+            statistics: statistics,
+            logger: Logger(label: "test")
+        )
+        #expect(writer.write(reason: "stop"))
+        let state = destination.state.withLock { $0 }
+        #expect(state.begun == 2)
+        let contents = try CacheSnapshot.read(try #require(state.received))
+        #expect(contents.providers == ["vehicle": "after"])
+        #expect(Set(contents.tokens) == Set(tokens))
+        #expect(statistics.counts.failures["file"] ?? 0 == 0, "the failed try was taken again")
+        #expect(statistics.counts.writes == 1)
+    }
+
     @Test func theCacheFileTakesTheStreamAtomically() throws {
         let directory = "/dev/shm/ftd-stream-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -3,22 +3,24 @@
 #endif
 
 /// How a periodic cache snapshot spreads its copy of the tokens out of the store in time: bursts
-/// of at most ``burstMicroseconds`` of work, each followed by a rest of ``restMicroseconds``.
+/// of ``burstMicroseconds`` of work (checked after each chunk of the copy, so a burst ends with
+/// the chunk that passes it), each followed by a rest of ``restMicroseconds``.
 ///
 /// The copy runs at the agent's priority, since it takes the locks socket GETs take; a copy of
 /// 100,000 tokens in one go (a tenth of a second or more of one core) is a thread that a socket
 /// loop waits behind for a whole time slice whenever the cores are busy. In bursts, the loop
 /// waits for one burst at most. The write at stop is not paced: nothing else runs then.
 public struct SnapshotPacing: Sendable {
-    /// The longest stretch of work between two rests (checked after each chunk of the copy).
+    /// The stretch of work after which a pass rests (checked after each chunk of the copy).
     public var burstMicroseconds: Int
     /// How long each rest lasts.
     public var restMicroseconds: Int
     /// Rests the calling thread for the microseconds given (tests record them instead).
     let rest: @Sendable (Int) -> Void
 
-    /// 50 µs of work, then 200 µs of rest: the copy takes at most a fifth of one core, and a
-    /// pass of 100,000 tokens about a second and a half (docs/BENCHMARKS.md).
+    /// 50 µs of work (to the end of the chunk that passes them), then 200 µs of rest: the copy
+    /// takes about a fifth of one core, and a pass of 100,000 tokens (73 MB) under a second
+    /// (`Benchmarks/cache-file.sh`).
     public static let standard = SnapshotPacing(burstMicroseconds: 50, restMicroseconds: 200)
 
     /// Bursts of `burstMicroseconds` (0: a rest after every chunk), rests of `restMicroseconds`,

@@ -30,7 +30,8 @@ struct SnapshotPass {
     private var pacer: SnapshotPacer?
     private let shouldGoOn: () -> Bool
     private let beforeCommits: () -> Void
-    /// The destinations that failed, by name, and why.
+    /// The destinations that failed in the last try, by name, and why (a try taken again
+    /// because a reload changed the digests counts nothing).
     private(set) var failures: [(String, any Error)] = []
 
     /// A pass of `writer`'s, paced by `pacer` when there is one, asking `shouldGoOn` after each
@@ -58,6 +59,7 @@ struct SnapshotPass {
     /// Runs the pass: up to three tries while reloads change the digests.
     mutating func run() -> Outcome {
         for _ in 0..<3 {
+            failures = []
             let before = digests()
             var streams = begin()
             for index in streams.indices {
@@ -72,6 +74,7 @@ struct SnapshotPass {
             }
             return commit(streams)
         }
+        failures = []
         return .providersChanging
     }
 

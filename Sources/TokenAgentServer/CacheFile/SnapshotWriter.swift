@@ -10,8 +10,8 @@ import TokenAgent
 /// A pass streams: the tokens are copied out of the store, encoded and checksummed a chunk at a
 /// time (``TokenEngine/exportTokens(to:into:chunkSize:afterChunk:)``: one shard's lock held for at
 /// most 32 slots' encoding, straight from the segments), and each ``flushBytes`` of body goes to
-/// the destinations at once (``SnapshotSink``), through one small buffer: a snapshot of 100,000
-/// tokens (73 MB) never sits whole in memory. The header, which has a fixed size, is written
+/// the destinations at once (``SnapshotSink``), through one reused buffer (that and room for one
+/// more chunk, some 0.6 MB): a snapshot of 100,000 tokens (73 MB) never sits whole in memory. The header, which has a fixed size, is written
 /// last, at the start. A pass runs on the thread that asks for it, never the socket loop's. Off
 /// the loop (``writeOffLoop(reason:)``) that is a thread of its own, at the agent's priority
 /// (the copy takes the locks GETs take), in short bursts with rests between them
@@ -95,7 +95,7 @@ public final class SnapshotWriter: Sendable {
     /// Gives up the pass off the loop in progress, if any, and any that starts after, at its next
     /// step (a chunk of the copy, or a destination's commit): the agent is stopping, and its write
     /// at stop (``write(reason:)``) follows with fresher tokens. A pass given up records nothing,
-    /// and leaves every destination as it was.
+    /// and a destination it had not committed to yet keeps what it held.
     public func giveUpPassesOffLoop() {
         givingUp.store(true, ordering: .relaxed)
     }
