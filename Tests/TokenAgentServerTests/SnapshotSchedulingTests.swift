@@ -85,6 +85,51 @@ struct SnapshotSchedulingTests {
         #expect(after == caller.on(after.thread))
     }
 
+    /// A destination that records the scheduling of the thread at each piece appended and at
+    /// the commit.
+    final class Streamed: SnapshotDestination {
+        let name = "file"
+        let medium = TokenCacheMedium.disk
+        let appends = SchedulingLog()
+        let commits = SchedulingLog()
+        func begin() throws -> any SnapshotSink { Sink(self) }
+
+        final class Sink: SnapshotSink {
+            let destination: Streamed
+            init(_ destination: Streamed) { self.destination = destination }
+            func append(_ bytes: UnsafeRawBufferPointer) throws { destination.appends.record() }
+            func commit(_ framing: CacheSnapshot.Encoded) throws { destination.commits.record() }
+            func abandon() {}
+        }
+    }
+
+    @Test func theWritesStreamedWithTheCopyRunAtTheAgentsPriorityAndOnlyTheCommitIdle() async throws {
+        let engine = TokenEngine(providers: ["vehicle": InstantProvider()])
+        let expiresAt = Int64(SystemAgentClock().wallSeconds) + 3000
+        let padding = String(repeating: "x", count: 500)
+        let tokens = (0..<1000).map {
+            CachedToken(kind: "vehicle", id: "v-\($0)", token: "tok-\($0).\(padding)", expiresAt: expiresAt)
+        }
+        engine.importTokens(tokens, from: .memory)
+        let destination = Streamed()
+        let writer = SnapshotWriter(
+            engine: engine,
+            destinations: [destination],
+            digests: { ["vehicle": "digest"] },
+            statistics: SnapshotStatistics(destinations: ["file"]),
+            logger: Logger(label: "test")
+        )
+        let caller = try #require(Scheduling.ofThisThread())
+        #expect(await writer.writeOffLoop(reason: "interval"))
+        // Some 520 KB of body: several pieces, each written as it is encoded.
+        let appends = destination.appends.all.compactMap { $0 }
+        #expect(appends.count >= 5)
+        #expect(appends.allSatisfy { !$0.idle && $0.niceness == caller.niceness && $0.thread != caller.thread })
+        let commits = destination.commits.all.compactMap { $0 }
+        #expect(commits.count == 1)
+        #expect(commits.allSatisfy { $0.idle && $0.thread == appends.first?.thread })
+    }
+
     @Test func theWriteAtStopRunsOnTheCallersThreadAsItIs() throws {
         let destination = Observed()
         let digestsSeen = SchedulingLog()
