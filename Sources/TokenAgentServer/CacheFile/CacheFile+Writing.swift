@@ -37,20 +37,18 @@ extension CacheFile {
     /// A snapshot on its way into the temporary file.
     final class Sink: SnapshotSink {
         private let file: CacheFile
-        private var fd: Int32
-        private var offset = CacheSnapshot.headerBytes
+        private var descriptor: SnapshotDescriptor
 
         init(file: CacheFile, fd: Int32) {
             self.file = file
-            self.fd = fd
+            descriptor = SnapshotDescriptor(fd)
         }
 
         deinit { abandon() }
 
         func append(_ bytes: UnsafeRawBufferPointer) throws {
             do {
-                try SnapshotBytes.write(bytes, to: fd, at: offset)
-                offset += bytes.count
+                try descriptor.append(bytes)
             } catch {
                 abandon()
                 throw Problem(description: "cannot write \(file.temporaryPath): \(error)")
@@ -58,18 +56,15 @@ extension CacheFile {
         }
 
         func commit(_ framing: CacheSnapshot.Encoded) throws {
-            precondition(framing.header.count == CacheSnapshot.headerBytes)
-            try framing.body.withUnsafeBytes { try append($0) }
             let temporary = file.temporaryPath
             do {
-                try framing.header.withUnsafeBytes { try SnapshotBytes.write($0, to: fd, at: 0) }
-                guard fsync(fd) == 0 else { throw Problem(description: "fsync: \(CacheFile.errorText())") }
+                try descriptor.finish(framing)
+                guard fsync(descriptor.fd) == 0 else { throw Problem(description: "fsync: \(CacheFile.errorText())") }
             } catch {
                 abandon()
                 throw Problem(description: "cannot write \(temporary): \(error)")
             }
-            close(fd)
-            fd = -1
+            descriptor.close()
             guard rename(temporary, file.path) == 0 else {
                 let problem = Problem(
                     description: "cannot rename \(temporary) to \(file.path): \(CacheFile.errorText())"
@@ -85,24 +80,7 @@ extension CacheFile {
         }
 
         func abandon() {
-            guard fd >= 0 else { return }
-            close(fd)
-            fd = -1
-            unlink(file.temporaryPath)
-        }
-    }
-}
-
-/// Writing a snapshot's bytes to a descriptor.
-public enum SnapshotBytes {
-    /// Writes all of `bytes` to `fd` at `offset` (`pwrite`, again after a short write or EINTR).
-    public static func write(_ bytes: UnsafeRawBufferPointer, to fd: Int32, at offset: Int) throws {
-        var written = 0
-        while written < bytes.count {
-            let count = pwrite(fd, bytes.baseAddress! + written, bytes.count - written, off_t(offset + written))
-            if count < 0, errno == EINTR { continue }
-            guard count > 0 else { throw CacheFile.Problem(description: "write: \(CacheFile.errorText())") }
-            written += count
+            if descriptor.close() { unlink(file.temporaryPath) }
         }
     }
 }

@@ -71,24 +71,22 @@ struct FDStoreDestination: SnapshotDestination {
         )
     }
 
-    /// A snapshot on its way into a memory file.
+    /// A snapshot on its way into a memory file (none without a service manager).
     final class Sink: SnapshotSink {
         private let notifier: SystemdNotifier
-        private var fd: Int32
-        private var offset = CacheSnapshot.headerBytes
+        private var descriptor: SnapshotDescriptor
 
         init(notifier: SystemdNotifier, fd: Int32) {
             self.notifier = notifier
-            self.fd = fd
+            descriptor = SnapshotDescriptor(fd)
         }
 
         deinit { abandon() }
 
         func append(_ bytes: UnsafeRawBufferPointer) throws {
-            guard fd >= 0 else { return }
+            guard descriptor.isOpen else { return }
             do {
-                try SnapshotBytes.write(bytes, to: fd, at: offset)
-                offset += bytes.count
+                try descriptor.append(bytes)
             } catch {
                 abandon()
                 throw error
@@ -96,23 +94,20 @@ struct FDStoreDestination: SnapshotDestination {
         }
 
         func commit(_ framing: CacheSnapshot.Encoded) throws {
-            guard fd >= 0 else { return }
-            try framing.body.withUnsafeBytes { try append($0) }
+            guard descriptor.isOpen else { return }
             defer { abandon() }
-            try framing.header.withUnsafeBytes { try SnapshotBytes.write($0, to: fd, at: 0) }
+            try descriptor.finish(framing)
             // Sealed before the old one is dropped: a failure here leaves the stored one.
-            try SealedMemoryFile.seal(fd)
+            try SealedMemoryFile.seal(descriptor.fd)
             notifier.removeStored(name: CacheHandover.name)
             guard framing.tokenCount > 0 else { return }
-            guard notifier.store(fileDescriptor: fd, name: CacheHandover.name) else {
+            guard notifier.store(fileDescriptor: descriptor.fd, name: CacheHandover.name) else {
                 throw NotTaken()
             }
         }
 
         func abandon() {
-            guard fd >= 0 else { return }
-            close(fd)
-            fd = -1
+            descriptor.close()
         }
     }
 }
