@@ -29,6 +29,7 @@ import tempfile
 import time
 
 from fakegoogle import start_fake
+from startup import agent_line, agent_stats
 
 
 def parse():
@@ -59,20 +60,6 @@ def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def agent_line(path, line):
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(30)
-        sock.connect(path)
-        sock.sendall(line.encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    return data.decode(errors="replace")
 
 
 def token_bench(options, common, *arguments):
@@ -160,7 +147,7 @@ def main():
                 "first_us": statistics.median(row["first_us"] for row in rows),
                 "window": [window_began, window_ended],
             }
-        stats = agent_line(socket_path, "STATS")
+        stats = agent_stats(socket_path)
         time.sleep(0.3)  # the fake logs its calls every 100 ms
     finally:
         if agent is not None:
@@ -173,8 +160,8 @@ def main():
     for path, row in multi.items():
         row["generate_access_token"] = count(calls, "generateAccessToken", *row["window"])
         row["metadata_requests"] = count(calls, "metadata", *row["window"])
-    access_stats = {field.split("=", 1)[0]: field.split("=", 1)[1] for field in stats.split()[1:]
-                    if "=" in field and ("access" in field or field.startswith("fetches="))}
+    access_stats = {name: value for name, value in stats.items()
+                    if "access" in f"{name}={value}" or name == "fetches"}
     result = {
         "iam_latency_ms": options.iam_latency_ms,
         "metadata_latency_ms": options.metadata_latency_ms,

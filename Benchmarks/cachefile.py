@@ -22,33 +22,17 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import time
 
-from startup import agent_environment, issuer_key, live, log, run_killing_leftovers, start, stop_agent
+from startup import (agent_environment, agent_stats, issuer_key, live, log, run_killing_leftovers, start,
+                     stop_agent)
 
 
 def stats(path):
-    """The agent's STATS as a dict of integers."""
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.settimeout(30)
-    client.connect(path)
-    client.sendall(b"STATS\n")
-    reply = b""
-    while not reply.endswith(b"\n"):
-        chunk = client.recv(65536)
-        if not chunk:
-            break
-        reply += chunk
-    client.close()
-    fields = {}
-    for field in reply.decode().split()[1:]:
-        name, _, value = field.partition("=")
-        if value.lstrip("-").isdigit():
-            fields[name] = int(value)
-    return fields
+    """The agent's STATS fields that are integers, by name."""
+    return {name: int(value) for name, value in agent_stats(path).items() if value.lstrip("-").isdigit()}
 
 
 def load_gen(options, path, *arguments):

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from fakegoogle import start_fake
+from startup import agent_stats
 
 
 def parse():
@@ -44,17 +45,6 @@ async def client(path, ids, replies):
         code = line.split(" ", 2)[1] if line.startswith("ERR ") else "OK" if line.startswith("OK ") else "other"
         replies[code] = replies.get(code, 0) + 1
     writer.close()
-
-
-def stats(path):
-    import socket
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.connect(path)
-        sock.sendall(b"STATS\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            data += sock.recv(65536)
-    return dict(field.split("=", 1) for field in data.decode().split()[1:] if "=" in field)
 
 
 def windows(times, width):
@@ -97,7 +87,7 @@ def run(args, budget):
 
     asyncio.run(load())
     elapsed = time.monotonic() - began
-    agent_stats = stats(socket_path)
+    stats = agent_stats(socket_path)
     time.sleep(0.3)  # the fake logs its calls every 100 ms
     agent.terminate()
     agent.wait()
@@ -117,7 +107,7 @@ def run(args, budget):
         "replies": replies,
         "signatures": len(signed),
         "signjwt_calls": len(calls),
-        "agent_stats": {key: value for key, value in agent_stats.items() if "sign" in key or key in ("fetches",)},
+        "agent_stats": {key: value for key, value in stats.items() if "sign" in key or key in ("fetches",)},
     }
     for width in (1, 10, 60):
         result[f"most_in_{width}s"] = windows(signed, width)

@@ -69,6 +69,27 @@ class Notify:
                 os.close(fd)
 
 
+def agent_line(path, line, timeout=30):
+    """Sends `line` to the agent's socket at `path` and returns its reply line (text), or what
+    came before the agent closed the connection."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(timeout)
+        client.connect(path)
+        client.sendall(line.encode() + b"\n")
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = client.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    return reply.decode(errors="replace")
+
+
+def agent_stats(path):
+    """The agent's STATS fields, each value as text, by name."""
+    return dict(field.split("=", 1) for field in agent_line(path, "STATS").split()[1:] if "=" in field)
+
+
 def probe_pong(path, stop, result):
     """Connects to `path` and sends PING every 0.5 ms until a PONG comes back; records when."""
     while not stop.is_set():
