@@ -118,31 +118,6 @@ struct CacheSnapshotTests {
         #expect(contents.malformedLines == 10)
     }
 
-    @Test func aChecksumAsksBeforeEachMebibyteAndGivesUpWhenTold() throws {
-        // 2.5 MiB of body: three steps of the checksum.
-        let body = [UInt8]((0..<(5 * CacheSnapshot.checksumStep / 2)).map { UInt8(truncatingIfNeeded: $0) })
-        var asked = 0
-        let whole = try #require(
-            CacheSnapshot.frame(body) {
-                asked += 1; return true
-            }
-        )
-        #expect(asked == 3)
-        #expect(whole.bytes == CacheSnapshot.frame(body).bytes)
-        #expect(try CacheSnapshot.read(whole.bytes).tokens.isEmpty)
-        asked = 0
-        #expect(
-            CacheSnapshot.frame(body) {
-                asked += 1; return asked < 3
-            } == nil
-        )
-        #expect(asked == 3, "asked once more, then gave up")
-        var builder = CacheSnapshot.Builder(providers: Self.providers)
-        builder.append(contentsOf: Self.tokens)
-        #expect(builder.finish { false } == nil)
-        #expect(builder.finish { true }?.bytes == builder.finish().bytes)
-    }
-
     @Test func aChecksumTakenAsTheBodyGrowsIsTheWholeBodysChecksum() throws {
         var whole = CacheSnapshot.Builder(providers: Self.providers)
         whole.append(contentsOf: Self.tokens)

@@ -128,23 +128,9 @@ extension CacheSnapshot {
             for token in tokens { append(token) }
         }
 
-        /// The header for the body built so far, and the body.
+        /// The header for the body built so far, and the body (its part not drained).
         public func finish() -> Encoded {
-            finish(while: { true })!
-        }
-
-        /// As ``finish()``, asking `shouldGoOn` before each mebibyte of the checksum still to take:
-        /// `nil` once it says no (a pass given up, ``CacheSnapshot/frame(_:while:)``).
-        public func finish(while shouldGoOn: () -> Bool) -> Encoded? {
-            guard
-                var encoded = CacheSnapshot.frame(
-                    body,
-                    after: drained,
-                    hasher: hasher,
-                    from: hashed,
-                    while: shouldGoOn
-                )
-            else { return nil }
+            var encoded = CacheSnapshot.frame(body, after: drained, hasher: hasher, from: hashed)
             encoded.tokenCount = tokenCount
             encoded.leftOut = leftOut
             return encoded
@@ -189,36 +175,15 @@ extension CacheSnapshot {
     /// ``Builder/finish()`` does, and what the fuzzer and the tests use to get arbitrary bodies
     /// past the framing to the line reader.
     public static func frame(_ body: [UInt8]) -> Encoded {
-        frame(body, while: { true })!
+        frame(body, after: 0, hasher: SHA256(), from: 0)
     }
 
-    /// The bytes checksummed between two questions of ``frame(_:while:)``.
-    static let checksumStep = 1 << 20
-
-    /// As ``frame(_:)``, asking `shouldGoOn` before each ``checksumStep`` bytes of the checksum
-    /// and giving up (`nil`) once it says no: a snapshot of tens of megabytes checksummed on a
-    /// thread that runs only when a core is idle can take seconds on a busy host, and the write at
-    /// stop need not wait for it.
-    public static func frame(_ body: [UInt8], while shouldGoOn: () -> Bool) -> Encoded? {
-        frame(body, after: 0, hasher: SHA256(), from: 0, while: shouldGoOn)
-    }
-
-    /// ``frame(_:while:)`` for a body whose first `drained` bytes went out before `body`, with
-    /// `hasher` holding the checksum of those and of `body[..<offset]` already.
-    static func frame(
-        _ body: [UInt8],
-        after drained: Int,
-        hasher: SHA256,
-        from offset: Int,
-        while shouldGoOn: () -> Bool
-    ) -> Encoded? {
+    /// ``frame(_:)`` for a body whose first `drained` bytes went out before `body`, with `hasher`
+    /// holding the checksum of those and of `body[..<offset]` already.
+    static func frame(_ body: [UInt8], after drained: Int, hasher: SHA256, from offset: Int) -> Encoded {
         var hasher = hasher
-        var offset = offset
-        while offset < body.count {
-            guard shouldGoOn() else { return nil }
-            let end = min(offset + checksumStep, body.count)
-            body.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[offset..<end])) }
-            offset = end
+        if offset < body.count {
+            body.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[offset...])) }
         }
         var header = Array((CacheSnapshot.header + "\n").utf8)
         header += CacheSnapshot.lengthPrefix
