@@ -68,8 +68,12 @@ final class AgentProcess: @unchecked Sendable {
     /// An agent still running when its test lets go of it (a test that threw before `stop()`)
     /// is killed, so it does not outlive the run holding its socket and its fetches. Its reaper
     /// thread collects it.
+    ///
+    /// Its directory (socket, log, anything the test put there) goes with it: a test's agent
+    /// leaves nothing behind once its test lets go of it.
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        TestTemporary.remove(directory.path)
     }
 
     /// Everything the agent wrote to stdout and stderr so far.
@@ -106,15 +110,9 @@ final class AgentProcess: @unchecked Sendable {
     }
 
     static func makeTemporaryDirectory() throws -> URL {
-        // Short paths: a Unix socket path must fit in 108 bytes.
-        let url = URL(fileURLWithPath: "/tmp").appendingPathComponent("ftd-\(UUID().uuidString.prefix(8))")
-        // 0755 whatever the umask: the agent refuses a socket directory others may write.
-        try FileManager.default.createDirectory(
-            at: url,
-            withIntermediateDirectories: true,
-            attributes: [.posixPermissions: 0o755]
-        )
-        return url
+        // Short paths: a Unix socket path must fit in 108 bytes. 0755 whatever the umask: the
+        // agent refuses a socket directory others may write.
+        URL(fileURLWithPath: try TestTemporary.directory("ftd"))
     }
 }
 

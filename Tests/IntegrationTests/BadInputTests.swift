@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @Suite("Bad input and bad providers")
@@ -150,7 +151,7 @@ struct BadInputTests {
     }
 
     private func providerTimeoutConfig(seconds: Int) throws -> String {
-        let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
+        let path = TestTemporary.path("ftd-config", suffix: ".json")
         let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": \#(seconds)}}}"#
         try json.write(toFile: path, atomically: true, encoding: .utf8)
         return path

@@ -32,7 +32,7 @@ enum CReader {
         guard let compiler else { return .failure(AgentError("no C compiler")) }
         let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
             .appendingPathComponent("../../Examples/shm-reader/shm_reader.c").standardized.path
-        let output = "/tmp/ftd-shm-reader-\(getpid())"
+        let output = TestTemporary.root + "/shm-reader"
         let result = try? await run(compiler, ["-O2", "-std=c11", "-Wall", "-Werror", "-o", output, source])
         guard let result else { return .failure(AgentError("\(compiler) did not run")) }
         guard result.status == 0 else { return .failure(AgentError("the C reader did not compile:\n\(result.stderr)")) }

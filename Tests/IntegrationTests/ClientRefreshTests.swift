@@ -1,5 +1,6 @@
 import FleetTokenClient
 import Foundation
+import TestSupport
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -59,7 +60,7 @@ final class OldAgent: Sendable {
     var lines: [String] { seen.all }
 
     static func start() async throws -> OldAgent {
-        let path = "/tmp/ftd-old-\(UUID().uuidString.prefix(8)).sock"
+        let path = TestTemporary.path("ftd-old", suffix: ".sock")
         let seen = LineLog()
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .childChannelInitializer { channel in

@@ -227,7 +227,7 @@ struct ClientTests {
         var configuration = FleetTokenClient.Configuration()
         configuration.callTimeout = 120
         let client = FleetTokenClient(
-            socketPath: "/tmp/ftd-missing-\(UUID().uuidString.prefix(8)).sock",
+            socketPath: TestTemporary.path("ftd-missing", suffix: ".sock"),
             configuration: configuration
         )
         let started = ContinuousClock.now

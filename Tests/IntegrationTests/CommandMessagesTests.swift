@@ -39,7 +39,7 @@ struct CommandMessagesTests {
 
     /// The socket's path is said once, and the id rule's backslash is not doubled.
     @Test func getSaysThePathOnceAndTheBackslashOnce() async throws {
-        let path = "/tmp/ftd-nope-\(UUID().uuidString.prefix(8)).sock"
+        let path = TestTemporary.path("ftd-nope", suffix: ".sock")
         let unreachable = try await run(AgentProcess.binary, ["get", "vehicle", "v-1", "--socket", path])
         #expect(unreachable.status == 69)
         #expect(

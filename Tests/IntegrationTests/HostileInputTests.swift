@@ -1,5 +1,6 @@
 import FleetTokenClient
 import Foundation
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -242,7 +243,7 @@ struct HostileInputTests {
         defer { Task { await provider.stop() } }
         provider.script("w-1", headers: [("Content-Type", "text/plain")], body: Array(wildcard.utf8))
         provider.script("w-2", headers: [("Content-Type", "text/plain")], body: Array(wildcard.utf8))
-        let config = "/tmp/ftd-wildcard-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-wildcard", suffix: ".json")
         func write(acceptWildcard: Bool) throws {
             let json = """
                 {"providers": {"vehicle": {"url": "\(provider.url(kind: "vehicle"))", "accept_wildcard": \(acceptWildcard)}}}

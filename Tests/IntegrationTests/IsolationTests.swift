@@ -35,7 +35,7 @@ struct IsolationTests {
         try await TestUsers.ensure()
         let provider = try await FakeTokenProvider.start()
         defer { Task { await provider.stop() } }
-        let path = "/tmp/ftd-isolation-\(UUID().uuidString.prefix(8)).json"
+        let path = TestTemporary.path("ftd-isolation", suffix: ".json")
         try write(config(provider, withNewKind: false), to: path)
         let agent = try await AgentProcess(["--config", path, "--socket-mode", "0666"])
         defer { Task { await agent.stop() } }
@@ -80,7 +80,7 @@ struct IsolationTests {
         try await TestUsers.ensure()
         let provider = try await FakeTokenProvider.start()
         defer { Task { await provider.stop() } }
-        let path = "/tmp/ftd-isolation-\(UUID().uuidString.prefix(8)).json"
+        let path = TestTemporary.path("ftd-isolation", suffix: ".json")
         func rules(_ users: [String]) -> String {
             let list = users.map { "\"\($0)\"" }.joined(separator: ",")
             return #"{"providers": {"custom": {"url": "\#(provider.url(kind: "custom"))"}},"#
@@ -111,7 +111,7 @@ struct IsolationTests {
         try await TestUsers.ensure()
         // The guard between replacements of a refused token is longer than the test: the loop
         // below gets one replacement however slowly a loaded machine runs it.
-        let config = "/tmp/ftd-guard-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-guard", suffix: ".json")
         try #"{"refetch_guard": 300}"#.write(toFile: config, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: config) }
         try await withProviderAndAgent(["--socket-mode", "0666", "--config", config]) { agent, provider in
@@ -167,7 +167,7 @@ struct IsolationTests {
         try await TestUsers.ensure()
         let provider = try await FakeTokenProvider.start()
         defer { Task { await provider.stop() } }
-        let path = "/tmp/ftd-flood-\(UUID().uuidString.prefix(8)).json"
+        let path = TestTemporary.path("ftd-flood", suffix: ".json")
         try write(
             #"{"providers": {"custom": {"url": "\#(provider.url(kind: "custom"))", "timeout": 300}, "vehicle": {"url": "\#(provider.url(kind: "vehicle"))"}},"#
                 + #" "max_concurrent_fetches": 2, "max_queued_fetches": 500, "max_queued_fetches_per_uid": 300}"#,
@@ -222,7 +222,7 @@ struct IsolationTests {
 
     @Test func aUIDFloodingOneKindDoesNotEvictAnotherKindsTokens() async throws {
         try await TestUsers.ensure()
-        let path = "/tmp/ftd-evict-\(UUID().uuidString.prefix(8)).json"
+        let path = TestTemporary.path("ftd-evict", suffix: ".json")
         try write(
             #"{"demo": true, "max_entries": 200, "allow": {"trip": {"users": ["\#(TestUsers.other)"]}}}"#,
             to: path

@@ -1,5 +1,6 @@
 import FleetTokenClient
 import Foundation
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -21,7 +22,7 @@ struct ObservabilityTests {
         to given: String? = nil,
         timeout: Double = 10
     ) throws -> String {
-        let path = given ?? "/tmp/ftd-obs-\(UUID().uuidString.prefix(8)).json"
+        let path = given ?? TestTemporary.path("ftd-obs", suffix: ".json")
         let json = """
             {"providers": {
               "vehicle": {"url": "\(provider.url(kind: "vehicle"))", "timeout": \(timeout), "connect_timeout": 2},
@@ -261,7 +262,7 @@ struct ObservabilityTests {
             _ = try await agent.send("GET vehicle d-2")
             #expect(try await status(agent).status == 0)
         }
-        let nowhere = try await run(AgentProcess.binary, ["status", "--socket", "/tmp/ftd-none-\(UUID()).sock"])
+        let nowhere = try await run(AgentProcess.binary, ["status", "--socket", TestTemporary.path("ftd-none", suffix: ".sock")])
         #expect(nowhere.status == 69)
         #expect(nowhere.stderr.contains("agent unreachable"))
     }
@@ -320,7 +321,7 @@ struct ObservabilityTests {
 struct ObservabilityPeerTests {
     @Test func aDeniedPeerRaisesDeniedAndStatusSaysDenied() async throws {
         try await TestUsers.ensure()
-        let config = "/tmp/ftd-obs-rules-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-obs-rules", suffix: ".json")
         try
             #"{"allow": {"vehicle": {"users": ["\#(TestUsers.allowed)"]}}, "admin": {"users": ["\#(TestUsers.allowed)"]}}"#
             .write(toFile: config, atomically: true, encoding: .utf8)

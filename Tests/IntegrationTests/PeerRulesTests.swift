@@ -59,7 +59,7 @@ struct PeerRulesTests {
 
     @Test func allowedUsersGetTokensOthersAreDeniedAndLogged() async throws {
         try await TestUsers.ensure()
-        let config = "/tmp/ftd-rules-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-rules", suffix: ".json")
         try writeConfig(rules(allow: [TestUsers.allowed]), to: config)
         try await withProviderAndAgent(["--config", config, "--socket-mode", "0666"]) { agent, provider in
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
@@ -94,7 +94,7 @@ struct PeerRulesTests {
 
     @Test func warmIsCheckedAgainstTheKindsRulesLikeGet() async throws {
         try await TestUsers.ensure()
-        let config = "/tmp/ftd-rules-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-rules", suffix: ".json")
         try writeConfig(rules(allow: [TestUsers.allowed]), to: config)
         try await withProviderAndAgent(["--config", config, "--socket-mode", "0666"]) { agent, provider in
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
@@ -117,7 +117,7 @@ struct PeerRulesTests {
 
     @Test func aReloadAppliesNewRulesToOpenConnections() async throws {
         try await TestUsers.ensure()
-        let config = "/tmp/ftd-rules-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-rules", suffix: ".json")
         try writeConfig(rules(allow: [TestUsers.allowed]), to: config)
         try await withProviderAndAgent(["--config", config, "--socket-mode", "0666"]) { agent, _ in
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)
@@ -144,7 +144,7 @@ struct PeerRulesTests {
 
     @Test func anUnknownNameAtStartIsAWarningAndMatchesNobody() async throws {
         try await TestUsers.ensure()
-        let config = "/tmp/ftd-rules-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-rules", suffix: ".json")
         try writeConfig(rules(allow: ["ftd-not-yet-in-ldap", TestUsers.allowed], groups: []), to: config)
         try await withProviderAndAgent(["--config", config, "--socket-mode", "0666"]) { agent, _ in
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: agent.directory.path)

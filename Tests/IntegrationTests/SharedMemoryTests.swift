@@ -35,7 +35,7 @@ struct SharedMemoryTests {
     /// A config with no re-fetch guard: a REFRESH reporting the token just fetched fetches again
     /// at once (with the guard, one replacement per 5 s per key).
     private func noRefetchGuard() throws -> [String] {
-        let path = "/tmp/ftd-noguard-\(UUID().uuidString.prefix(8)).json"
+        let path = TestTemporary.path("ftd-noguard", suffix: ".json")
         try #"{"refetch_guard": 0}"#.write(toFile: path, atomically: true, encoding: .utf8)
         return ["--config", path]
     }
@@ -180,7 +180,7 @@ struct SharedMemoryTests {
     }
 
     @Test func sharedMemoryRotationSetsHowOldASegmentGets() async throws {
-        let config = "/tmp/ftd-rotation-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-rotation", suffix: ".json")
         try #"{"shared_memory_rotation": 1}"#.write(toFile: config, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: config) }
         try await withProviderAndAgent(["--config", config]) { agent, _ in
@@ -214,7 +214,7 @@ struct SharedMemoryTests {
     @Test(.enabled(if: TestUsers.available, "needs root, useradd, runuser and socat"))
     func aPeerOutsideAKindsRulesNeverGetsItsSegmentNorTokensFetchedAfterAReload() async throws {
         try await TestUsers.ensure()
-        let config = "/tmp/ftd-rules-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-rules", suffix: ".json")
         func allow(_ user: String) throws {
             try #"{"allow": {"vehicle": {"users": ["\#(user)"]}}}"#.write(
                 toFile: config,
@@ -272,7 +272,7 @@ struct SharedMemoryTests {
         // 8,000 keys cached before the readers start, 5,000 more while they read: 13,000 in all.
         let keys = 8000
         let added = 5000
-        let config = "/tmp/ftd-stress-\(UUID().uuidString.prefix(8)).json"
+        let config = TestTemporary.path("ftd-stress", suffix: ".json")
         // The provider's deadline is a hang detector here (the flag sets its URL, the file its
         // timeout): under a loaded parallel run, fetches of 13,000 keys outlasted the default 10 s.
         try

@@ -125,7 +125,7 @@ public final class TestProcess: Sendable {
     }
 
     private static func temporaryFile() throws -> String {
-        var template = Array("/tmp/ftd-process-XXXXXX".utf8CString)
+        var template = Array((TestTemporary.root + "/ftd-process-XXXXXX").utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         guard fd >= 0 else { throw SubprocessError.system(call: "mkstemp", errno: errno) }
         close(fd)

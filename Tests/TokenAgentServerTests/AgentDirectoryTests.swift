@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import TokenAgentServer
@@ -22,7 +23,7 @@ struct AgentDirectoryTests {
 
     /// A new directory for one test, 0755 root:root as the kubelet makes a hostPath.
     private func makeBase() throws -> String {
-        let path = "/tmp/ftd-ad-\(UUID().uuidString.prefix(8))"
+        let path = TestTemporary.path("ftd-ad")
         try makeDirectory(path, mode: 0o755)
         return path
     }

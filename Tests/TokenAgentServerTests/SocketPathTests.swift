@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 import TokenWire
 
@@ -15,7 +16,7 @@ import TokenWire
 @Suite("Socket path: mode, group and directory walk")
 struct SocketPathTests {
     private func makeDirectory() throws -> String {
-        let path = "/tmp/ftd-sp-\(UUID().uuidString.prefix(8))"
+        let path = TestTemporary.path("ftd-sp")
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
         return path
     }
