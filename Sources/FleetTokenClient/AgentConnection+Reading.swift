@@ -45,6 +45,9 @@ extension AgentConnection {
                 guard let entry = state.pending.popFirst() else { break }
                 waiting.append(entry.continuation)
             }
+            // Progress: the calls still owed a reply wait from now (a lone call's reply, the
+            // usual case, reads no clock).
+            if !state.pending.isEmpty { state.lastReplyAt = DispatchTime.now().uptimeNanoseconds }
             let batch = state.pending.count == state.unsent ? Self.takeWriterRole(&state) : nil
             return (waiting, waiting.count < replies.count, state.retired && state.pending.isEmpty, batch)
         }

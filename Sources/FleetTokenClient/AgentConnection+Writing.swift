@@ -32,14 +32,15 @@ extension AgentConnection {
     /// - many: replies are on their way, and the reader thread writes everything queued as soon
     ///   as the next ones arrive, the way a pipelining client writes after each read. Large
     ///   batches cost the agent far less than a write per request.
-    func enqueue(_ request: WireRequest, deadline: UInt64, _ continuation: ReplyWaiter) {
+    func enqueue(_ request: WireRequest, timeout: UInt64, _ continuation: ReplyWaiter) {
+        let now = DispatchTime.now().uptimeNanoseconds
         let next = state.withLock { state -> NextWrite in
             guard !state.closed, !state.retired else { return .refused }
             let onTheWire = state.pending.count - state.unsent
             request.encode(into: &state.outbound)
-            state.pending.append(PendingReply(continuation: continuation, deadline: deadline))
+            state.pending.append(PendingReply(continuation: continuation, queuedAt: now, timeout: timeout))
             state.unsent += 1
-            armTimer(&state, for: deadline)
+            armTimer(&state, for: now &+ timeout)
             if state.writing || state.writeScheduled || onTheWire >= Self.requestsOnTheWireForReaderWrites {
                 return .queued
             }

@@ -18,10 +18,11 @@ struct ConnectionLost: Error, CustomStringConvertible {
 /// Requests are written in the order they are queued and replies are matched to them in order.
 /// A caller queues its request bytes and its continuation under the connection's lock (which the
 /// memo never takes) and one writer at a time sends everything queued, so the requests of a burst
-/// of concurrent callers leave in one `send` (see ``enqueue(_:deadline:_:)``). The connection's
+/// of concurrent callers leave in one `send` (see ``enqueue(_:timeout:_:)``). The connection's
 /// reader thread blocks in `read`, parses every whole reply of a read in one pass and resumes the
-/// callers outside the lock. One timer expires the calls that waited too long. No thread waits
-/// per request.
+/// callers outside the lock. One timer expires the calls that waited too long with no reply
+/// arriving (a call behind others waits its turn while their replies come). No thread waits per
+/// request.
 ///
 /// The descriptor is closed when the connection is released, never while a writer may still use
 /// it; closing the connection shuts the socket down, which ends the reader thread.
@@ -41,6 +42,9 @@ final class AgentConnection: Sendable {
         var unsent = 0
         /// The deadline the time-out timer is set for, if it is set.
         var timerDeadline: UInt64?
+        /// When the last reply came while others were still owed one, in `DispatchTime` uptime
+        /// nanoseconds: the calls queued behind it wait from then (``PendingReply/deadline(lastReply:)``).
+        var lastReplyAt: UInt64 = 0
         var retired = false
         var closed = false
     }
@@ -86,12 +90,14 @@ final class AgentConnection: Sendable {
         socket.release()
     }
 
-    /// Sends `request` and waits for its reply, at most `timeout` seconds.
+    /// Sends `request` and waits for its reply, while the connection brings a reply at least
+    /// every `timeout` seconds: timed out once `timeout` passes with no reply since the request
+    /// was queued or since the last reply came (``PendingReply/deadline(lastReply:)``).
     nonisolated(nonsending) func exchange(_ request: WireRequest, timeout: Double) async -> ExchangeOutcome {
         // At most ten years: a deadline must stay a number of nanoseconds.
-        let deadline = DispatchTime.now().uptimeNanoseconds &+ UInt64(min(max(0, timeout), 315_360_000) * 1e9)
+        let nanoseconds = UInt64(min(max(0, timeout), 315_360_000) * 1e9)
         return await withUnsafeContinuation { continuation in
-            enqueue(request, deadline: deadline, continuation)
+            enqueue(request, timeout: nanoseconds, continuation)
         }
     }
 
@@ -153,7 +159,7 @@ final class AgentConnection: Sendable {
         let now = DispatchTime.now().uptimeNanoseconds
         let expired = state.withLock { state -> [ReplyWaiter] in
             state.timerDeadline = nil
-            let (expired, next) = state.pending.expire(at: now)
+            let (expired, next) = state.pending.expire(at: now, lastReply: state.lastReplyAt)
             if let next { armTimer(&state, for: next) }
             return expired
         }

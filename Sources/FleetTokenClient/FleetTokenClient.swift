@@ -33,7 +33,9 @@ public final class FleetTokenClient: Sendable {
         /// Set it to the agent's `min_validity` when that is higher, or the memo may serve a
         /// token the agent would replace.
         public var defaultMinimumValidity: TimeInterval = 300
-        /// The longest any call waits for its reply, seconds. Default 15.
+        /// The longest a call waits with no reply arriving on its connection, seconds: a call
+        /// queued behind others' (the agent answers in order) waits its turn while their replies
+        /// keep coming, and times out once the agent answers nothing for this long. Default 15.
         public var callTimeout: TimeInterval = 15
         /// How long a call keeps retrying on a new connection while the agent is unreachable
         /// (restarting, or being started by socket activation), seconds. Default 2.

@@ -28,8 +28,18 @@ struct PendingReply {
     /// Who waits for the reply; `nil` once the call timed out (the slot stays so that later
     /// replies still match their requests).
     var continuation: ReplyWaiter?
-    /// When the call times out, in `DispatchTime` uptime nanoseconds.
-    var deadline: UInt64
+    /// When the call was queued, in `DispatchTime` uptime nanoseconds.
+    var queuedAt: UInt64
+    /// How long the call waits with no reply arriving on its connection, nanoseconds.
+    var timeout: UInt64
+
+    /// When the call times out if no reply arrives before: `timeout` after it was queued or
+    /// after the connection's last reply (`lastReply`), whichever is later. A call queued behind
+    /// others waits its turn while their replies keep coming (the agent answers in order); only
+    /// an agent that answers nothing for that long times it out.
+    func deadline(lastReply: UInt64) -> UInt64 {
+        max(queuedAt, lastReply) &+ timeout
+    }
 }
 
 /// The requests owed a reply, oldest first: a queue that reuses its storage.
@@ -79,14 +89,15 @@ struct PendingReplies {
         return removed
     }
 
-    /// Takes out the continuations of calls whose deadline is at or before `now` (their slots
-    /// stay) and returns them with the earliest deadline still waited for.
-    mutating func expire(at now: UInt64) -> (expired: [ReplyWaiter], next: UInt64?) {
+    /// Takes out the continuations of calls whose deadline (``PendingReply/deadline(lastReply:)``)
+    /// is at or before `now` (their slots stay) and returns them with the earliest deadline still
+    /// waited for.
+    mutating func expire(at now: UInt64, lastReply: UInt64) -> (expired: [ReplyWaiter], next: UInt64?) {
         var expired: [ReplyWaiter] = []
         var next: UInt64?
         for index in head..<entries.count {
             guard let continuation = entries[index].continuation else { continue }
-            let deadline = entries[index].deadline
+            let deadline = entries[index].deadline(lastReply: lastReply)
             if deadline <= now {
                 expired.append(continuation)
                 entries[index].continuation = nil

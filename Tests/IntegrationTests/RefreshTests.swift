@@ -27,7 +27,9 @@ struct RefreshTests {
     }
 
     @Test func providerDownKeepsCachedTokensServed() async throws {
-        try await withProviderAndAgent(["--config", try timeoutConfig()]) { agent, provider in
+        // The provider's time-out is not the subject here ("down" is an immediate 503): it only
+        // bounds a hang, so a loaded machine's slow first fetch is never taken for a failure.
+        try await withProviderAndAgent(["--config", try timeoutConfig(seconds: 300)]) { agent, provider in
             let token = try #require(tokenOf(try await agent.send("GET vehicle d-1").first))
             provider.setDown(true)
             #expect(try await agent.send("GET vehicle d-1").first.flatMap(tokenOf) == token)
@@ -47,7 +49,7 @@ struct RefreshTests {
     }
 
     @Test func hangingProviderTimesOutAndCachedTokenIsServed() async throws {
-        try await withProviderAndAgent(["--config", try timeoutConfig()]) { agent, provider in
+        try await withProviderAndAgent(["--config", try timeoutConfig(seconds: 3)]) { agent, provider in
             // The first token, however many tries a loaded machine needs within the 3 s time-out
             // (the subject is the time-out of the fetch below, not this one).
             var first: String?
@@ -141,14 +143,17 @@ struct RefreshTests {
     }
 
     private func guardConfig(seconds: Int) throws -> String {
-        let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
+        let path = TestTemporary.path("ftd-config", suffix: ".json")
         try #"{"refetch_guard": \#(seconds)}"#.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
 
-    private func timeoutConfig() throws -> String {
-        let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
-        let json = #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": 3}}, "refetch_guard": 0}"#
+    /// A config with the vehicle provider's time-out (the URL is replaced by the test's fake
+    /// provider) and no refetch guard.
+    private func timeoutConfig(seconds: Int) throws -> String {
+        let path = TestTemporary.path("ftd-config", suffix: ".json")
+        let json =
+            #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": \#(seconds)}}, "refetch_guard": 0}"#
         try json.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
