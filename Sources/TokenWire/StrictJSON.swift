@@ -33,12 +33,73 @@ public indirect enum StrictJSON: Sendable, Equatable {
 
     /// Reads `bytes` as one JSON value; `nil` when they are not exactly that.
     public init?(bytes: some Collection<UInt8>) {
+        guard case .success(let value) = Self.parse(bytes: bytes) else { return nil }
+        self = value
+    }
+
+    /// Where and why `bytes` are not one JSON value: for a message that points at the mistake
+    /// (`line 3, column 1: unexpected '}'`) in a file a person wrote.
+    public struct SyntaxError: Error, Sendable, Equatable, CustomStringConvertible {
+        /// The byte offset the reader stopped at, from 0.
+        public var offset: Int
+        /// The line of ``offset``, from 1 (LF ends a line).
+        public var line: Int
+        /// The column of ``offset`` in characters (Unicode scalars), from 1.
+        public var column: Int
+        /// What was found there: `'}'`, `end of input`, `a control character`, or
+        /// `a byte that is not UTF-8`.
+        public var found: String
+
+        /// `line 3, column 1: unexpected '}'`.
+        public var description: String { "\(position): unexpected \(found)" }
+
+        /// `line 3, column 1`, without what was found there: for a file that holds a secret,
+        /// where even one character of it stays out of messages.
+        public var position: String { "line \(line), column \(column)" }
+
+        init(bytes: [UInt8], offset: Int) {
+            let offset = min(offset, bytes.count)
+            self.offset = offset
+            var line = 1
+            var lineStart = 0
+            for index in 0..<offset where bytes[index] == 0x0A {
+                line += 1
+                lineStart = index + 1
+            }
+            self.line = line
+            // Continuation bytes do not start a character.
+            self.column = 1 + bytes[lineStart..<offset].count { $0 & 0xC0 != 0x80 }
+            if offset == bytes.count {
+                found = "end of input"
+            } else {
+                let byte = bytes[offset]
+                switch byte {
+                case 0x20..<0x7F: found = "'\(Character(Unicode.Scalar(byte)))'"
+                case 0..<0x20, 0x7F: found = "a control character"
+                default:
+                    // A character of several bytes, shown when it is valid UTF-8.
+                    let end = min(bytes.count, offset + 4)
+                    let scalar = (offset + 1...end).lazy.compactMap {
+                        String(validating: bytes[offset..<$0], as: UTF8.self)
+                    }.first
+                    found = scalar.map { "'\($0)'" } ?? "a byte that is not UTF-8"
+                }
+            }
+        }
+    }
+
+    /// Reads `bytes` as one JSON value, or says where the reading stopped: the first byte that
+    /// cannot continue a JSON text (a trailing comma's closing bracket, a missing quote's end of
+    /// input, text after the value).
+    public static func parse(bytes: some Collection<UInt8>) -> Result<StrictJSON, SyntaxError> {
         let array = Array(bytes)
         var reader = Reader(bytes: array)
-        guard let value = reader.value(depth: 0) else { return nil }
+        guard let value = reader.value(depth: 0) else {
+            return .failure(SyntaxError(bytes: array, offset: reader.failure ?? reader.index))
+        }
         reader.skipWhitespace()
-        guard reader.index == array.count else { return nil }
-        self = value
+        guard reader.index == array.count else { return .failure(SyntaxError(bytes: array, offset: reader.index)) }
+        return .success(value)
     }
 
     /// The members of an object, `nil` for any other value.
@@ -50,6 +111,9 @@ public indirect enum StrictJSON: Sendable, Equatable {
     private struct Reader {
         let bytes: [UInt8]
         var index = 0
+        /// Where a string or number went wrong, when that is not ``index`` (which a failed
+        /// string or number may leave at its start).
+        var failure: Int?
 
         mutating func skipWhitespace() {
             while index < bytes.count,
@@ -177,14 +241,20 @@ public indirect enum StrictJSON: Sendable, Equatable {
             var escaped = false
             func flushRun(to end: Int, into scalars: inout String.UnicodeScalarView) -> Bool {
                 guard runStart < end else { return true }
-                guard let run = String(validating: bytes[runStart..<end], as: UTF8.self) else { return false }
+                guard let run = String(validating: bytes[runStart..<end], as: UTF8.self) else {
+                    failure = firstInvalidUTF8(runStart..<end)
+                    return false
+                }
                 scalars.append(contentsOf: run.unicodeScalars)
                 return true
             }
             while index < bytes.count {
                 let byte = bytes[index]
                 if byte == UInt8(ascii: "\""), !escaped {
-                    guard let text = String(validating: bytes[runStart..<index], as: UTF8.self) else { return nil }
+                    guard let text = String(validating: bytes[runStart..<index], as: UTF8.self) else {
+                        failure = firstInvalidUTF8(runStart..<index)
+                        return nil
+                    }
                     index += 1
                     return text
                 }
@@ -254,6 +324,20 @@ public indirect enum StrictJSON: Sendable, Equatable {
                 index += 1
             }
             return value
+        }
+
+        /// The offset of the first byte in `range` that does not continue valid UTF-8.
+        func firstInvalidUTF8(_ range: Range<Int>) -> Int {
+            var iterator = bytes[range].makeIterator()
+            var parser = Unicode.UTF8.ForwardParser()
+            var offset = range.lowerBound
+            while true {
+                switch parser.parseScalar(from: &iterator) {
+                case .valid(let scalar): offset += scalar.count
+                case .emptyInput: return range.upperBound
+                case .error: return offset
+                }
+            }
         }
 
         func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }

@@ -117,13 +117,65 @@ struct StrictInputTests {
         )
         #expect(problem(#"{"refresh_margin": 1e400}"#)?.key == "refresh_margin", "not a finite number")
         #expect(problem("1")?.key == "config")
-        #expect(problem(#"{"a": 1,}"#) == ConfigurationError(key: "config", "not valid JSON"))
+        #expect(
+            problem(#"{"a": 1,}"#)
+                == ConfigurationError(key: "config", "not valid JSON: line 1, column 9: unexpected '}'")
+        )
         let configuration = try ConfigurationFile.parse(
             Data(#"{"socket_group": 1234, "allow": {"vehicle": {"users": ["worker", 1001], "groups": []}}}"#.utf8),
             over: AgentConfiguration()
         )
         #expect(configuration.socketGroup == "1234")
         #expect(configuration.access.allow["vehicle"]?.users == [.name("worker"), .number(1001)])
+    }
+
+    /// A syntax error in a file a person wrote names its line and column and what is there.
+    @Test func aConfigFileSyntaxErrorNamesItsLineAndColumn() {
+        func message(_ json: String) -> String? {
+            do {
+                _ = try ConfigurationFile.parse(Data(json.utf8), over: AgentConfiguration())
+                return nil
+            } catch {
+                return (error as? ConfigurationError)?.description
+            }
+        }
+        let cases: [(json: String, says: String)] = [
+            // The trailing comma a person leaves after the last provider.
+            (
+                "{\n  \"providers\": {\n    \"vehicle\": {\"url\": \"http://p/{id}\"},\n  }\n}\n",
+                "line 4, column 3: unexpected '}'"
+            ),
+            ("{\"a\": 1", "line 1, column 8: unexpected end of input"),
+            ("{\"a\": \"b\n\"}", "line 1, column 9: unexpected a control character"),
+            ("{\"a\": tru}", "line 1, column 7: unexpected 't'"),
+            ("{\"é\": 1 \"b\": 2}", "line 1, column 10: unexpected '\"'"),
+            ("{\"a\": 1}\n\nx", "line 3, column 1: unexpected 'x'"),
+            ("{\"a\": 1, é}", "line 1, column 11: unexpected 'é'"),
+            ("", "line 1, column 1: unexpected end of input"),
+        ]
+        for (json, says) in cases {
+            #expect(message(json) == "configuration key config: not valid JSON: \(says)", "\(json)")
+        }
+        // A byte that is not UTF-8, inside a string: its own position.
+        let broken: [UInt8] = Array("{\"ab".utf8) + [0xFF] + Array("\": 1}".utf8)
+        guard case .failure(let error) = StrictJSON.parse(bytes: broken) else {
+            Issue.record("not refused")
+            return
+        }
+        #expect(error.description == "line 1, column 5: unexpected a byte that is not UTF-8")
+        #expect(error.offset == 4)
+        #expect(StrictJSON(bytes: Array("{\"a\": [1, 2]}".utf8)) != nil, "valid JSON still reads")
+    }
+
+    /// A key file's syntax error names its place but never what is there.
+    @Test func aKeyFileSyntaxErrorNamesItsPlaceButNotItsText() {
+        let json = "{\"private_key\": \"-----BEGIN PRIVATE KEY-----SECRETBYTES\",\n}"
+        do {
+            _ = try LocalIssuer(serviceAccountJSON: Data(json.utf8))
+            Issue.record("a key file with a trailing comma was read")
+        } catch {
+            #expect("\(error)" == "not a service-account key: not valid JSON at line 2, column 1")
+        }
     }
 
     @Test func anIssuerKeyFileThatGivesANameTwiceIsRefusedNamingIt() {

@@ -161,8 +161,10 @@ public enum ConfigurationFile {
     /// `providers.vehicle.url`: which of two values counts would depend on the reader). Throws
     /// ``ConfigurationError``.
     public static func parse(_ data: Data, over base: AgentConfiguration) throws -> AgentConfiguration {
-        guard let json = StrictJSON(bytes: data) else {
-            throw ConfigurationError(key: "config", "not valid JSON")
+        let json: StrictJSON
+        switch StrictJSON.parse(bytes: data) {
+        case .success(let value): json = value
+        case .failure(let error): throw ConfigurationError(key: "config", "not valid JSON: \(error)")
         }
         guard case .object = json else {
             throw ConfigurationError(key: "config", "must be a JSON object")

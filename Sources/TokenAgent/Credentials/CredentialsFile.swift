@@ -62,7 +62,12 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
             throw ConfigurationError(key: "credentials", "credentials file \(path): \(error)")
         }
         guard let object else {
-            throw ConfigurationError(key: "credentials", "credentials file \(path) is not a JSON object")
+            // Where the JSON breaks, never what is there (the file holds a secret).
+            var syntax = ""
+            if data.count <= BoundedFile.credentialsLimit, case .failure(let error) = StrictJSON.parse(bytes: data) {
+                syntax = " (not valid JSON at \(error.position))"
+            }
+            throw ConfigurationError(key: "credentials", "credentials file \(path) is not a JSON object\(syntax)")
         }
         let fields = Fields(object: object, path: path)
         let type = try fields.string("type")

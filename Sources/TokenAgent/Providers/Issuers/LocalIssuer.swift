@@ -233,6 +233,10 @@ private struct ServiceAccountKey {
         } catch {
             throw IssuerKeyError("not a service-account key: \(error)")
         }
+        if object == nil, case .failure(let error) = StrictJSON.parse(bytes: json) {
+            // Where the JSON breaks, never what is there (the file holds a key).
+            throw IssuerKeyError("not a service-account key: not valid JSON at \(error.position)")
+        }
         guard let object, case .string(let privateKey)? = object["private_key"],
             case .string(let privateKeyID)? = object["private_key_id"],
             case .string(let clientEmail)? = object["client_email"]
