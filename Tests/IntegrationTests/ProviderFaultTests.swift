@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -13,7 +14,7 @@ struct ProviderFaultTests {
     /// with a 2.5 s time-out, for `slow`; a port that refuses for `refused`; and a listener whose
     /// queue is full (connects hang) for `blackhole`.
     private func config(provider: FakeTokenProvider, blackholePort: Int) throws -> String {
-        let path = "/tmp/ftd-config-\(UUID().uuidString.prefix(8)).json"
+        let path = TestTemporary.path("ftd-config", suffix: ".json")
         let json = """
             {"providers": {
               "vehicle": {"url": "\(provider.url(kind: "vehicle"))", "timeout": 30, "connect_timeout": 10},
@@ -71,6 +72,31 @@ struct ProviderFaultTests {
             #expect(tokenOf(try await agent.send("GET vehicle fine-1").first) != nil)
             _ = provider
         }
+    }
+
+    /// A provider host that does not resolve is named as such, with the resolver's reason, in the
+    /// reply, the log, `status` and the metric's reason (`dns`), not as a refused connection. The
+    /// agent runs in a network namespace of its own (root only), where the resolver cannot reach
+    /// any name server: a real resolver failure, and no query leaves the machine.
+    @Test(.enabled(if: geteuid() == 0, "a network namespace needs root"))
+    func aProviderHostThatDoesNotResolveIsNamed() async throws {
+        let config = TestTemporary.path("ftd-dns", suffix: ".json")
+        defer { unlink(config) }
+        try #"{"providers": {"vehicle": {"url": "http://tokens.invalid/token/{id}", "timeout": 5}}}"#
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let agent = try await AgentProcess(
+            ["--config", config],
+            launcher: ["/usr/bin/unshare", "--net", "--"]
+        )
+        let reply = try await agent.send("GET vehicle v-1").first ?? ""
+        #expect(reply.hasPrefix("ERR unavailable request failed: cannot resolve host tokens.invalid: "), "\(reply)")
+        #expect(!reply.contains("NIOConnectionError"))
+        #expect(agent.log.contains("cannot resolve host tokens.invalid"))
+        let status = try await run(AgentProcess.binary, ["status", "--socket", agent.socketPath])
+        #expect(status.stdout.contains("last error: dns"), "\(status.stdout)")
+        let info = try await agent.send("INFO vehicle v-1").first ?? ""
+        #expect(info.contains("last_error_reason=dns"), "\(info)")
+        await agent.stop()
     }
 
     @Test func retryAfterHoldsOffFetchesForThatLong() async throws {

@@ -5,8 +5,10 @@ public enum FetchFailureReason: String, Sendable, Hashable, CaseIterable {
     /// HTTP 408.
     case timeout
     /// The provider could not be reached or dropped the connection: refused, reset, closed, no
-    /// route, a name that does not resolve.
+    /// route.
     case refused
+    /// The provider's host name does not resolve (`cannot resolve host tokens.internal: …`).
+    case dns
     /// HTTP 5xx.
     case status5xx = "5xx"
     /// HTTP 429.
@@ -54,6 +56,7 @@ public enum FetchFailureReason: String, Sendable, Hashable, CaseIterable {
         if lower.contains("timeout") || lower.contains("timed out") || lower.contains("deadline") { return .timeout }
         if lower.contains("claim names another id") { return .claimMismatch }
         if lower.contains("expired") || lower.contains("expires in under") { return .expired }
+        if lower.contains(OutboundFailure.cannotResolve) { return .dns }
         if lower.hasPrefix("request failed") { return .refused }
         if lower.contains("reply") || lower.contains("field ") || lower.contains("token is empty")
             || lower.contains("no expiry")

@@ -139,6 +139,29 @@ enum OutboundFailure: Error {
     static func describe(_ error: any Error) -> String {
         if let error = error as? HTTPClientError { return error.shortDescription }
         if let error = error as? IOError { return String(cString: strerror(error.errnoCode)) }
+        if let error = error as? NIOConnectionError { return describe(error) }
         return String(describing: type(of: error))
     }
+
+    /// What stopped a connection: the name that does not resolve, or the first address's refusal
+    /// (`Connection refused`), never just the error's type.
+    static func describe(_ error: NIOConnectionError) -> String {
+        if let failure = error.connectionErrors.first {
+            return describe(failure.error)
+        }
+        if let dns = error.dnsAError ?? error.dnsAAAAError {
+            let reason =
+                (dns as? SocketAddressError.UnknownHost)?.errorDescription ?? String(describing: type(of: dns))
+            return "\(Self.cannotResolve) \(hostName(error.host)): \(reason)"
+        }
+        return "no address to connect to for \(hostName(error.host))"
+    }
+
+    /// A host name fit for a message: printable ASCII, at most 253 bytes (DNS's longest name).
+    private static func hostName(_ host: String) -> String {
+        String(decoding: host.utf8.prefix(253).map { $0 > 0x20 && $0 < 0x7F ? $0 : UInt8(ascii: "?") }, as: UTF8.self)
+    }
+
+    /// How a failure text begins when a host name does not resolve: `FetchFailureReason.dns`.
+    static let cannotResolve = "cannot resolve host"
 }
