@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @Suite("Start-up, shutdown and logs")
@@ -22,14 +23,14 @@ struct StartupAndLoggingTests {
             let path = try write(json, name: "bad.json")
             let result = try await run(
                 AgentProcess.binary,
-                ["serve", "--config", path, "--socket", "/tmp/ftd-never.sock"]
+                ["serve", "--config", path, "--socket", TestTemporary.path("ftd-never", suffix: ".sock")]
             )
             #expect(result.status == 78, "\(json)")
             #expect(result.stderr.contains(message), "\(result.stderr)")
         }
         let flag = try await run(
             AgentProcess.binary,
-            ["serve", "--provider", "trip", "--socket", "/tmp/ftd-never.sock"]
+            ["serve", "--provider", "trip", "--socket", TestTemporary.path("ftd-never", suffix: ".sock")]
         )
         #expect(flag.status == 78)
         #expect(flag.stderr.contains("configuration key provider: must be KIND=URL"))
@@ -39,7 +40,7 @@ struct StartupAndLoggingTests {
         )
         let missing = try await run(
             AgentProcess.binary,
-            ["serve", "--config", headers, "--socket", "/tmp/ftd-never.sock"]
+            ["serve", "--config", headers, "--socket", TestTemporary.path("ftd-never", suffix: ".sock")]
         )
         #expect(missing.status == 78)
         #expect(missing.stderr.contains("providers.trip.headers_file"))
@@ -72,6 +73,28 @@ struct StartupAndLoggingTests {
         #expect(second.status != 0)
         #expect(second.stderr.contains("another process is listening"))
         #expect(try await agent.send("PING") == ["PONG"], "the first agent still serves")
+        #expect(await agent.stop() == 0)
+    }
+
+    /// Another user's agent starting on the socket of a live agent it may not connect to
+    /// (EACCES) is told what holds the socket, the errno, and what to do; the socket stays.
+    @Test(
+        .enabled(if: getuid() == 0 && which("setpriv") != nil, "needs root, and setpriv to start an agent as another uid")
+    )
+    func aSocketHeldByAnotherUsersAgentIsNamedNotCalledStale() async throws {
+        let agent = try await AgentProcess(["--demo", "--socket-mode", "0600"])
+        let second = try await run(
+            which("setpriv")!,
+            ["--reuid=10100", "--regid=10100", "--clear-groups", AgentProcess.binary]
+                + ["serve", "--demo", "--socket", agent.socketPath]
+        )
+        #expect(second.status != 0)
+        #expect(!second.stderr.contains("stale"), "\(second.stderr)")
+        #expect(second.stderr.contains("\(agent.socketPath) may be in use"), "\(second.stderr)")
+        #expect(second.stderr.contains("Permission denied (EACCES)"), "\(second.stderr)")
+        #expect(second.stderr.contains("it belongs to uid 0 (root), mode 600"), "\(second.stderr)")
+        #expect(second.stderr.contains("Stop the agent that owns it, or give this one a socket of its own"))
+        #expect(try await agent.send("PING") == ["PONG"], "the first agent still serves, on its socket")
         #expect(await agent.stop() == 0)
     }
 

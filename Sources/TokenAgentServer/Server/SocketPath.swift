@@ -48,12 +48,66 @@ enum SocketPath {
         guard (info.st_mode & S_IFMT) == S_IFSOCK else {
             throw Problem(description: "\(path) exists and is not a socket; refusing to replace it")
         }
-        if isListening(path) {
+        switch probe(path) {
+        case .listening:
             throw Problem(description: "another process is listening on \(path)")
+        case .stale:
+            break
+        case .unknown(let error):
+            // Not known to be stale: another user's agent may serve on it (EACCES), and
+            // replacing it would take its workers' socket.
+            throw Problem(
+                description:
+                    "\(path) may be in use: connecting to it failed with \(errorName(error)), so this agent "
+                    + "(uid \(uid)) cannot tell whether another agent serves on it; it belongs to "
+                    + "\(ownerDescription(info)), mode \(String(info.st_mode & 0o7777, radix: 8)). "
+                    + "Stop the agent that owns it, or give this one a socket of its own (--socket, or \"socket\" in the config)"
+            )
         }
         guard unlink(path) == 0 else {
-            throw Problem(description: "cannot remove stale socket \(path)")
+            throw Problem(description: "cannot remove stale socket \(path): \(errorName(errno))")
         }
+    }
+
+    /// What connecting to an existing socket file said.
+    enum Probe: Equatable {
+        /// A process accepted the connection.
+        case listening
+        /// Nobody listens (`ECONNREFUSED`): a socket left by a process that ended.
+        case stale
+        /// The connection failed otherwise (`EACCES`: a socket others may not use): whether
+        /// anybody listens is not known.
+        case unknown(errno: Int32)
+    }
+
+    /// Connects to the socket at `path` to learn whether a process listens on it.
+    static func probe(_ path: String) -> Probe {
+        let fd = UnixSocketAddress.connectStream(to: path)
+        if fd >= 0 {
+            close(fd)
+            return .listening
+        }
+        return -fd == ECONNREFUSED ? .stale : .unknown(errno: -fd)
+    }
+
+    /// `Permission denied (EACCES)`: the system's text and the errno's name.
+    static func errorName(_ error: Int32) -> String {
+        let names: [Int32: String] = [
+            EACCES: "EACCES", EPERM: "EPERM", ENOENT: "ENOENT", ECONNREFUSED: "ECONNREFUSED",
+            ENOTSOCK: "ENOTSOCK", EROFS: "EROFS", EBUSY: "EBUSY", ETIMEDOUT: "ETIMEDOUT", EAGAIN: "EAGAIN",
+        ]
+        return "\(String(cString: strerror(error))) (\(names[error] ?? "errno \(error)"))"
+    }
+
+    /// `uid 1001 (alice)`, or `uid 1001` when the user database has no name for it.
+    private static func ownerDescription(_ info: stat) -> String {
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwuid_r(info.st_uid, &entry, &buffer, buffer.count, &result) == 0, result != nil,
+            let name = entry.pw_name
+        else { return "uid \(info.st_uid)" }
+        return "uid \(info.st_uid) (\(String(cString: name)))"
     }
 
     /// The directory the socket at `path` goes in: its parent, or `.` for a bare name. Repeated
@@ -296,14 +350,6 @@ enum SocketPath {
         throw Problem(
             description: "\(path) is \(kind), not the socket the agent bound; refusing to set its mode or group"
         )
-    }
-
-    /// Whether a process accepts connections on the socket at `path`.
-    static func isListening(_ path: String) -> Bool {
-        let fd = UnixSocketAddress.connectStream(to: path)
-        guard fd >= 0 else { return false }
-        close(fd)
-        return true
     }
 
     // MARK: - Helpers
