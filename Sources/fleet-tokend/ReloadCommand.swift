@@ -83,7 +83,12 @@ struct ReloadCommand: AsyncParsableCommand {
                 return
             }
             if (now["reload_failures"].flatMap { Int($0) } ?? 0) > refused {
-                fail("the agent refused the new configuration and kept the old one; see its log")
+                // An agent of another version may not say why.
+                let reason = now["reload_error"].flatMap { $0 == "-" ? nil : StatsText.decode($0) }
+                fail(
+                    "the agent refused the new configuration and kept the old one"
+                        + (reason.map { ": \(TerminalText.escaped($0))" } ?? "; see its log")
+                )
             }
         }
         fail("no reload outcome within \(timeout) s")

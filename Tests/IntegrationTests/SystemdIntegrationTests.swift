@@ -167,8 +167,28 @@ struct SystemdIntegrationTests {
             ["reload", "--pid", "\(agent.pid)", "--socket", agent.socketPath]
         )
         #expect(refused.status == 1, "a refused reload fails systemctl reload")
-        #expect(refused.stderr.contains("refused the new configuration"))
+        // The agent's own reason, not "see its log": the key and what is wrong with it.
+        #expect(
+            refused.stderr.hasPrefix(
+                "fleet-tokend: the agent refused the new configuration and kept the old one: configuration key providers.vehicle.url: "
+            ),
+            "\(refused.stderr)"
+        )
+        #expect(!refused.stderr.contains("see its log"))
         #expect(agent.log.contains("reload refused; the old configuration stays"))
+        let refusal = try #require(try await agent.send("STATS").first.map { WireReply.statsFields(String($0)) })
+        #expect(refusal["reload_error"].flatMap(StatsText.decode)?.hasPrefix("configuration key providers.vehicle.url") == true)
+
+        // A typo in the file's syntax: where it is.
+        try writeConfig("{\"providers\": {\n  \"vehicle\": {\"url\": \"\(provider.url(kind: "vehicle"))\"},\n}}")
+        let typo = try await run(AgentProcess.binary, ["reload", "--socket", agent.socketPath])
+        #expect(typo.status == 1)
+        #expect(
+            typo.stderr.hasSuffix(
+                "kept the old one: configuration key config: not valid JSON: line 3, column 1: unexpected '}'\n"
+            ),
+            "\(typo.stderr)"
+        )
         #expect(try await agent.send("GET vehicle rl-1").first.flatMap(tokenOf) == vehicle)
 
         // Change only trip's provider (a new field name): vehicle's token stays, trip's is dropped.
@@ -185,7 +205,7 @@ struct SystemdIntegrationTests {
         #expect(agent.log.contains("configuration reloaded"), "reload returns once the reload is applied")
         let stats = try await agent.stats()
         #expect(stats["reloads"] == 1)
-        #expect(stats["reload_failures"] == 1)
+        #expect(stats["reload_failures"] == 2)
         #expect(try await agent.send("GET vehicle rl-1").first.flatMap(tokenOf) == vehicle)
         #expect(try await agent.send("GET trip rl-2").first.flatMap(tokenOf) != trip)
         #expect(provider.requests(for: "rl-1") == 1)

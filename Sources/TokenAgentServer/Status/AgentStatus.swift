@@ -92,6 +92,7 @@ public struct AgentStatus: Sendable {
         text.add("reloads", reloads.reloads)
         text.add("reload_failures", reloads.failures)
         text.add("reload_changes", text: reloads.lastChanges)
+        text.add("reload_error", text: reloads.lastRefusal)
         text.add("denied", access.denied)
         text.add("provider_clock_skew_s", Int(saturating: (stats.providerClockSkew ?? 0).rounded()))
         text.add("warm_fetches", stats.warmFetches)

@@ -157,7 +157,7 @@ final class ReloadService: Service, Sendable {
             )
             return true
         } catch {
-            statistics.recordRefused()
+            statistics.recordRefused(reason: "\(error)")
             logger.error(
                 "reload refused; the old configuration stays",
                 metadata: ["reason": "\(reason)", "error": "\(error)"]
