@@ -22,27 +22,23 @@ struct CheckConfigCommand: AsyncParsableCommand {
         commandName: "check-config",
         abstract: "Check a configuration without starting the agent, and print what it serves.",
         discussion:
-            "Reads the config file and the files it names (keys, headers, credentials) and checks everything serve and a reload check, the cache file's directory as serve checks it at start (nothing is created); nothing is started and no provider or Google endpoint is called. Exit status: 0 the configuration is good; 78 it is not (the message names the key)."
+            "Takes every flag serve takes, and checks the configuration serve would run with them: reads the config file and the files it names (keys, headers, credentials) and checks everything serve and a reload check, the cache file's directory as serve checks it at start (nothing is created); nothing is started and no provider or Google endpoint is called. Exit status: 0 the configuration is good; 78 it is not (the message names the key)."
     )
 
-    @Option(help: "JSON config file (docs/CONFIG.md); without it, the defaults and flags alone.")
-    var config: String?
-
-    @Flag(help: "Check it as serve --demo would.")
-    var demo = false
+    /// Every flag `serve` takes: the configuration checked is the one `serve` would run with
+    /// the same flags (without `--config`, the defaults and flags alone).
+    @OptionGroup var options: ServeOptions
 
     @Option(help: "The agent's uid, for the cache file's checks (default: the uid running check-config).")
     var user: UInt32?
 
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
-        var arguments = config.map { ["--config", $0] } ?? []
-        if demo { arguments.append("--demo") }
         let checked: ConfigurationCheck.Checked
         let configuration: AgentConfiguration
         let cacheFile: (file: CacheFile, inspection: CacheFile.Inspection)?
         do {
-            configuration = try ServeCommand.parse(arguments).resolvedConfiguration(environment: environment)
+            configuration = try options.resolvedConfiguration(environment: environment)
             checked = try ConfigurationCheck.check(
                 configuration,
                 strictNames: false,
@@ -65,7 +61,7 @@ struct CheckConfigCommand: AsyncParsableCommand {
             StandardError.write("fleet-tokend: \(TerminalText.escaped(error.description))\n")
             throw ExitCode(78)
         }
-        var report = Self.report(configuration, checked, source: config ?? "(no config file)")
+        var report = Self.report(configuration, checked, source: options.config ?? "(no config file)")
         if let cacheFile { report += Self.cacheFileReport(cacheFile.file, cacheFile.inspection) }
         print(report, terminator: "")
         for provider in checked.providers.providers.values { await provider.shutdown() }

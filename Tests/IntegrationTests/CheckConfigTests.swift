@@ -34,6 +34,36 @@ struct CheckConfigTests {
         #expect(result.stdout.contains("  trip "))
     }
 
+    /// Every option `serve` takes, `check-config` takes (one option group), and checks the
+    /// configuration `serve` would run with it: a flag's value is checked as the file's key is.
+    @Test func everyServeFlagIsACheckConfigFlag() async throws {
+        let serve = CommandLineDocsTests.options(inHelp: try await CommandLineDocsTests.help(["serve"]))
+        let check = CommandLineDocsTests.options(inHelp: try await CommandLineDocsTests.help(["check-config"]))
+        #expect(serve.count > 20)
+        #expect(serve.subtracting(check).isEmpty, "serve flags check-config refuses: \(serve.subtracting(check).sorted())")
+        #expect(check.subtracting(serve) == ["--user"])
+
+        let sockets = try AgentProcess.makeTemporaryDirectory()
+        defer { TestTemporary.remove(sockets.path) }
+        let flags = try await run(
+            AgentProcess.binary,
+            [
+                "check-config", "--provider", "vehicle=http://127.0.0.1:1/v/{id}", "--max-entries", "10",
+                "--cache-file", "/dev/shm/ftd-check-\(UUID().uuidString.prefix(8))/tokens.cache",
+                "--socket", sockets.path + "/tokens.sock",
+            ]
+        )
+        #expect(flags.status == 0, "\(flags.stderr)")
+        #expect(flags.stdout.hasPrefix("configuration OK: (no config file)\nkinds:\n  vehicle "), "\(flags.stdout)")
+        #expect(flags.stdout.contains("cache file: /dev/shm/ftd-check-"))
+        let bad = try await run(
+            AgentProcess.binary,
+            ["check-config", "--provider", "vehicle=http://127.0.0.1:1/v/{id}", "--max-entries", "0"]
+        )
+        #expect(bad.status == 78)
+        #expect(bad.stderr == "fleet-tokend: configuration key max_entries: must be at least 1\n", "\(bad.stderr)")
+    }
+
     /// A bad value, a file it names that is not there, a misspelt kind in the rules, nothing to
     /// serve: 78, naming the key, as `serve` and a reload would refuse them.
     @Test(arguments: [
