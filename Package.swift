@@ -125,6 +125,8 @@ let package = Package(
                 agentOnly("_CryptoExtras", "swift-crypto"),
                 agentOnly("AsyncHTTPClient", "async-http-client"),
                 agentOnly("NIOCore", "swift-nio"),
+                // NIOConnectionError: what a connection (or a name's resolution) failed with.
+                agentOnly("NIOPosix", "swift-nio"),
                 agentOnly("NIOHTTP1", "swift-nio"),
                 agentOnly("CoreMetrics", "swift-metrics"),
             ],

@@ -1,3 +1,4 @@
+import Dispatch
 import TokenWire
 
 #if canImport(Glibc)

@@ -8,7 +8,9 @@ import TokenWire
 @Suite("Client: pending replies")
 struct PendingRepliesTests {
     /// Slots without a caller (as after a time-out) carry their order in `queuedAt` here.
-    private func slot(_ number: UInt64) -> PendingReply { PendingReply(continuation: nil, queuedAt: number, timeout: 0) }
+    private func slot(_ number: UInt64) -> PendingReply {
+        PendingReply(continuation: nil, queuedAt: number, timeout: 0)
+    }
 
     @Test func repliesMatchRequestsInTheOrderTheyWereWritten() {
         var pending = PendingReplies()

@@ -40,7 +40,10 @@ struct CheckConfigTests {
         let serve = CommandLineDocsTests.options(inHelp: try await CommandLineDocsTests.help(["serve"]))
         let check = CommandLineDocsTests.options(inHelp: try await CommandLineDocsTests.help(["check-config"]))
         #expect(serve.count > 20)
-        #expect(serve.subtracting(check).isEmpty, "serve flags check-config refuses: \(serve.subtracting(check).sorted())")
+        #expect(
+            serve.subtracting(check).isEmpty,
+            "serve flags check-config refuses: \(serve.subtracting(check).sorted())"
+        )
         #expect(check.subtracting(serve) == ["--user"])
 
         let sockets = try AgentProcess.makeTemporaryDirectory()

@@ -1,9 +1,9 @@
 import FleetTokenClient
 import Foundation
-import TestSupport
 import NIOCore
 import NIOPosix
 import Synchronization
+import TestSupport
 import Testing
 
 @Suite("FleetTokenClient: refresh after a refusal")

@@ -24,7 +24,10 @@ struct DemoIssuerTests {
     @Test func theDemoBesideAProviderIsRefused() async throws {
         let result = try await run(
             AgentProcess.binary,
-            ["serve", "--demo", "--provider", "vehicle=http://127.0.0.1:1/{id}", "--socket", TestTemporary.path("ftd-never", suffix: ".sock")]
+            [
+                "serve", "--demo", "--provider", "vehicle=http://127.0.0.1:1/{id}", "--socket",
+                TestTemporary.path("ftd-never", suffix: ".sock"),
+            ]
         )
         #expect(result.status == 78, "\(result)")
         #expect(result.stderr.contains("configuration key demo: the demo issuer runs only alone"))

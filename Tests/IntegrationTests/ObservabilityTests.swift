@@ -262,7 +262,10 @@ struct ObservabilityTests {
             _ = try await agent.send("GET vehicle d-2")
             #expect(try await status(agent).status == 0)
         }
-        let nowhere = try await run(AgentProcess.binary, ["status", "--socket", TestTemporary.path("ftd-none", suffix: ".sock")])
+        let nowhere = try await run(
+            AgentProcess.binary,
+            ["status", "--socket", TestTemporary.path("ftd-none", suffix: ".sock")]
+        )
         #expect(nowhere.status == 69)
         #expect(nowhere.stderr.contains("agent unreachable"))
     }

@@ -93,7 +93,7 @@ struct ProviderFaultTests {
         #expect(!reply.contains("NIOConnectionError"))
         #expect(agent.log.contains("cannot resolve host tokens.invalid"))
         let status = try await run(AgentProcess.binary, ["status", "--socket", agent.socketPath])
-        #expect(status.stdout.contains("last error: dns"), "\(status.stdout)")
+        #expect(status.stdout.contains("last error dns "), "\(status.stdout)")
         let info = try await agent.send("INFO vehicle v-1").first ?? ""
         #expect(info.contains("last_error_reason=dns"), "\(info)")
         await agent.stop()

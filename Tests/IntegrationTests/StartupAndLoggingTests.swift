@@ -79,7 +79,10 @@ struct StartupAndLoggingTests {
     /// Another user's agent starting on the socket of a live agent it may not connect to
     /// (EACCES) is told what holds the socket, the errno, and what to do; the socket stays.
     @Test(
-        .enabled(if: getuid() == 0 && which("setpriv") != nil, "needs root, and setpriv to start an agent as another uid")
+        .enabled(
+            if: getuid() == 0 && which("setpriv") != nil,
+            "needs root, and setpriv to start an agent as another uid"
+        )
     )
     func aSocketHeldByAnotherUsersAgentIsNamedNotCalledStale() async throws {
         let agent = try await AgentProcess(["--demo", "--socket-mode", "0600"])

@@ -177,7 +177,10 @@ struct SystemdIntegrationTests {
         #expect(!refused.stderr.contains("see its log"))
         #expect(agent.log.contains("reload refused; the old configuration stays"))
         let refusal = try #require(try await agent.send("STATS").first.map { WireReply.statsFields(String($0)) })
-        #expect(refusal["reload_error"].flatMap(StatsText.decode)?.hasPrefix("configuration key providers.vehicle.url") == true)
+        #expect(
+            refusal["reload_error"].flatMap(StatsText.decode)?.hasPrefix("configuration key providers.vehicle.url")
+                == true
+        )
 
         // A typo in the file's syntax: where it is.
         try writeConfig("{\"providers\": {\n  \"vehicle\": {\"url\": \"\(provider.url(kind: "vehicle"))\"},\n}}")

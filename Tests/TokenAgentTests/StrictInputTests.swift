@@ -148,9 +148,9 @@ struct StrictInputTests {
             ("{\"a\": 1", "line 1, column 8: unexpected end of input"),
             ("{\"a\": \"b\n\"}", "line 1, column 9: unexpected a control character"),
             ("{\"a\": tru}", "line 1, column 7: unexpected 't'"),
-            ("{\"é\": 1 \"b\": 2}", "line 1, column 10: unexpected '\"'"),
+            ("{\"é\": 1 \"b\": 2}", "line 1, column 9: unexpected '\"'"),
             ("{\"a\": 1}\n\nx", "line 3, column 1: unexpected 'x'"),
-            ("{\"a\": 1, é}", "line 1, column 11: unexpected 'é'"),
+            ("{\"a\": 1, é}", "line 1, column 10: unexpected 'é'"),
             ("", "line 1, column 1: unexpected end of input"),
         ]
         for (json, says) in cases {
