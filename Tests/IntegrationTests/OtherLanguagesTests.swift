@@ -70,6 +70,28 @@ struct OtherLanguagesTests {
         #expect(await second.stop() == 0, "\(second.log)")
     }
 
+    /// The README's Python excerpt is the example's code: each of its lines, without its comment,
+    /// is a line of the file (`...` stands for lines left out).
+    @Test func theReadmesPythonExcerptIsTheExamplesCode() throws {
+        let readme = try DocText.read("README.md")
+        let excerpts = DocText.fencedBlocks(readme).filter { $0.language == "python" }
+        try #require(excerpts.count == 1, "README: \(excerpts.count) python blocks, not the one excerpt")
+        let file = try DocText.read(Self.pythonExample).components(separatedBy: "\n")
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+        var checked = 0
+        for line in excerpts[0].lines {
+            let code = (line.range(of: "  #").map { String(line[..<$0.lowerBound]) } ?? line)
+                .trimmingCharacters(in: .whitespaces)
+            if code.isEmpty || code == "..." { continue }
+            checked += 1
+            #expect(
+                file.contains { $0 == code || $0.hasPrefix(code + "  #") },
+                "README line \(excerpts[0].line): `\(code)` is not a line of \(Self.pythonExample)"
+            )
+        }
+        #expect(checked > 5)
+    }
+
     @Test func thePythonMetadataExampleGetsTheEntrysTokenThroughGoogleAuth() async throws {
         typealias Agent = AccessTokenAgent
         let python = try await MetadataAgent.googleAuthPython()

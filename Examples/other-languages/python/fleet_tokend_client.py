@@ -87,7 +87,7 @@ class FleetTokend:
         replies = []
         deadline = None
         while len(replies) < len(requests):
-            unanswered = requests[len(replies) :]
+            unanswered = requests[len(replies):]
             try:
                 connection = self._connect()
                 if self._lost:
