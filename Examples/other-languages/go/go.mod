@@ -1,0 +1,3 @@
+module example.com/fleet-tokend-client
+
+go 1.21

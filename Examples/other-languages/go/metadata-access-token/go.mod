@@ -1,0 +1,3 @@
+module example.com/metadata-access-token
+
+go 1.21
