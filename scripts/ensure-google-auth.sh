@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # Installs Google's Python auth library (google-auth, with requests) from PyPI into a venv of its
 # own, for the tests that run it against the agent's GCE metadata endpoint (IntegrationTests'
-# MetadataServerTests). Prints the venv's python on its last line. Safe to run again: an existing
-# venv that imports both is kept.
+# MetadataServerTests) and for the README's offline tour. Prints the venv's python on its last
+# line. Safe to run again, and twice at once: an existing venv that imports both is kept.
 #   FLEET_TOKEND_GOOGLE_AUTH_VENV  where the venv goes (default .build/google-auth-venv)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${FLEET_TOKEND_GOOGLE_AUTH_VENV:-$root/.build/google-auth-venv}"
 python="${PYTHON:-python3}"
-if "$venv/bin/python" -c 'import google.auth, google.auth.transport.requests, requests' >/dev/null 2>&1; then
+ready() { "$venv/bin/python" -c 'import google.auth, google.auth.transport.requests, requests' >/dev/null 2>&1; }
+if ready; then
+    echo "$venv/bin/python"
+    exit 0
+fi
+# One installer at a time (tests run this side by side); the second looks again once the first is
+# done, and finds the venv made.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
+if ready; then
     echo "$venv/bin/python"
     exit 0
 fi
@@ -24,7 +34,6 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
         exit 1
     fi
 fi
-mkdir -p "$(dirname "$venv")"
 rm -rf "$venv"
 "$python" -m venv "$venv" >&2
 echo "installing: google-auth, requests (PyPI) into $venv" >&2

@@ -1,15 +1,26 @@
 import FakeGoogle
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
 // fake-google: Google's metadata server, OAuth token endpoint and IAM Credentials on one loopback
 // port, for shell scripts (and systemd-nspawn containers). Runs until killed. Prints what a
 // caller needs, one `name value` line each, and `listening <port>` last, once ready.
+//
+// A test double: it binds loopback only (`--host` of 127.0.0.0/8, ::1 or localhost; anything else
+// exits 2) and says so on standard error when it starts.
 
 let usage = """
     usage: fake-google --port P [--host H] [--iam-latency-ms N] [--metadata-latency-ms MIN-MAX]
                        [--expires-in S] [--accounts a@b,c@d]
                        [--write-adc-service-account PATH | --write-adc-authorized-user PATH]
                        [--quota-project ID] [--write-public-key PATH] [--log-calls yes]
+    --host H: the address to listen on, loopback only: one of 127.0.0.0/8 (default 127.0.0.1),
+    ::1 or localhost; any other exits 2.
     --metadata-latency-ms MIN-MAX (or N): each answer of the metadata server's token path is
     delayed by a time drawn uniformly from MIN to MAX ms.
     --log-calls yes: after `listening`, one line per call as it is answered (a benchmark counts
@@ -39,6 +50,25 @@ while let name = arguments.popFirst() {
     options[name] = value
 }
 guard let port = options["--port"].flatMap(Int.init), (0...65535).contains(port) else { fail("--port P is required") }
+
+/// Whether `host` is a loopback address: an IPv4 literal of 127.0.0.0/8, the IPv6 literal `::1`,
+/// or the name `localhost`.
+func isLoopback(_ host: String) -> Bool {
+    if host == "localhost" { return true }
+    var v4 = in_addr()
+    if inet_pton(AF_INET, host, &v4) == 1 { return withUnsafeBytes(of: v4) { $0[0] == 127 } }
+    var v6 = in6_addr()
+    var loopback = in6_addr()
+    guard inet_pton(AF_INET6, host, &v6) == 1, inet_pton(AF_INET6, "::1", &loopback) == 1 else { return false }
+    return withUnsafeBytes(of: v6) { found in withUnsafeBytes(of: loopback) { found.elementsEqual($0) } }
+}
+let host = options["--host"] ?? "127.0.0.1"
+guard isLoopback(host) else {
+    fail(
+        "--host \(host) refused: fake-google is a test double and listens on loopback only "
+            + "(127.0.0.0/8, ::1 or localhost)"
+    )
+}
 if options["--write-adc-service-account"] != nil, options["--write-adc-authorized-user"] != nil {
     fail("--write-adc-service-account and --write-adc-authorized-user exclude each other")
 }
@@ -62,8 +92,11 @@ func write(_ data: Data, to path: String) {
     }
 }
 
+FileHandle.standardError.write(
+    Data("fake-google: a test double of Google's endpoints, loopback only; never point production at it\n".utf8)
+)
 do {
-    let fake = try await FakeGoogle.start(host: options["--host"] ?? "127.0.0.1", port: port, accounts: accounts)
+    let fake = try await FakeGoogle.start(host: host, port: port, accounts: accounts)
     if let milliseconds = options["--iam-latency-ms"].flatMap(Int.init) {
         fake.setIAMLatency(milliseconds: milliseconds)
     }

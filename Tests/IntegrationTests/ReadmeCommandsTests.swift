@@ -7,16 +7,18 @@ import TokenWire
 /// order in one bash session, as a reader would in one shell, against a demo agent this test
 /// starts (no provider: the embedded demo issuer). The tour's socket and binary directory, the
 /// demo's, are replaced by the test agent's socket and the suite's build, so a demo agent started
-/// with `scripts/serve-demo` can run beside the suite.
+/// with `scripts/serve-demo` can run beside the suite. The blocks of the offline tour's section
+/// run in a session of their own, against the agent and fake-google that `serve-demo --google`
+/// runs (ReadmeOfflineTourTests.swift).
 ///
 /// - A block right after `<!-- not run: <why> -->` is skipped and listed; every other block runs,
 ///   and a command that fails (`bash -e`, `pipefail`) fails the test.
 /// - In a block with `$ ` prompts, each `$ ` line is a command and the lines after it, up to the
 ///   next prompt, are its documented output. Each must match a line of the command's standard
-///   output, by shape: `<jwt>` a JWT whose header and payload are JSON, `<unix-expiry>` a Unix time
-///   ahead of now and at most 30 days ahead, `<n>` a whole number, `<hex>` hex digits, `…` any text,
-///   and a line that is only `…` any number of lines. Everything else is literal. A command
-///   documented with no output must print none.
+///   output, by shape: `<jwt>` a JWT whose header and payload are JSON, `<access-token>` printable
+///   ASCII without spaces, `<unix-expiry>` a Unix time ahead of now and at most 30 days ahead, `<n>`
+///   a whole number, `<hex>` hex digits, `…` any text, and a line that is only `…` any number of
+///   lines. Everything else is literal. A command documented with no output must print none.
 /// - In a block without prompts every line is a command whose output is not checked.
 @Suite("README commands")
 struct ReadmeCommandsTests {
@@ -101,6 +103,7 @@ struct ReadmeCommandsTests {
                 return Double(value).map { $0 > now && $0 <= now + 30 * 86_400 } ?? false
             }
         ),
+        "access-token": ("[!-~]+", { _ in true }),
         "n": ("[0-9]+", { _ in true }),
         "hex": ("[0-9a-f]+", { _ in true }),
     ]
@@ -178,7 +181,8 @@ struct ReadmeCommandsTests {
 
     @Test func theReadmeCommandsRunAgainstTheDemoAgent() async throws {
         let readme = try DocText.read("README.md")
-        let blocks = Self.blocks(readme)
+        let offline = try Self.offlineTourLines(readme)
+        let blocks = Self.blocks(readme).filter { !offline.contains($0.block.line) }
         for block in blocks where block.notRun != nil {
             let first = block.block.lines.first { !$0.trimmingCharacters(in: .whitespaces).isEmpty } ?? ""
             print("README line \(block.block.line): not run (\(block.notRun ?? "")): \(first)")
@@ -204,6 +208,7 @@ struct ReadmeCommandsTests {
         let tourSocket = try Self.tourSocketText(readme)
         let demoBinaries = try Self.demoBinariesText(readme)
         let agent = try await AgentProcess(["--demo"])
+        defer { try? FileManager.default.removeItem(at: agent.directory) }
         let binaries = URL(fileURLWithPath: AgentProcess.binary).deletingLastPathComponent().path
         let substitutions = [(tourSocket, agent.socketPath), (demoBinaries, binaries)]
         for (text, _) in substitutions {
@@ -217,6 +222,7 @@ struct ReadmeCommandsTests {
             return step
         }
         let directory = try AgentProcess.makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
         let outcome: Result<(Int32, Int), any Error>
         do {
             outcome = .success(try await Self.runSteps(ownSteps, in: directory))
@@ -226,7 +232,13 @@ struct ReadmeCommandsTests {
         let status = await agent.stop()
         let (exitStatus, reached) = try outcome.get()
         #expect(status == 0, "agent exit status \(status):\n\(agent.log)")
+        Self.check(steps, exitStatus: exitStatus, reached: reached, in: directory, log: "agent log:\n\(agent.log)")
+    }
 
+    /// Records an issue for each step before `reached` whose output (in `directory`, as
+    /// ``runSteps(_:in:timeout:)`` wrote it) is not its documented shape, and for the step that
+    /// failed when bash ended with `exitStatus`, with `log` (what the agent wrote).
+    static func check(_ steps: [Step], exitStatus: Int32, reached: Int, in directory: URL, log: String) {
         for (index, step) in steps.enumerated() where index < reached {
             let output =
                 (try? String(contentsOf: directory.appendingPathComponent("\(index).out"), encoding: .utf8)) ?? ""
@@ -251,13 +263,10 @@ struct ReadmeCommandsTests {
                 """
                 README line \(failed?.line ?? 0): `\(failed?.command ?? "")` failed with exit status \(exitStatus):
                 \(stderr)
-                agent log:
-                \(agent.log)
+                \(log)
                 """
             )
         }
-        try? FileManager.default.removeItem(at: directory)
-        try? FileManager.default.removeItem(at: agent.directory)
     }
 
     /// What in `command` runs the Swift toolchain's build: `swift` itself, or a script of the
@@ -277,10 +286,10 @@ struct ReadmeCommandsTests {
     }
 
     /// Runs every step in one `bash -e` session from the repository root, with the built binary's
-    /// directory first on PATH and no `FLEET_TOKEND_SOCKET` (the README sets what it needs).
-    /// Returns bash's exit status and the index of the step it reached (`steps.count` when all
-    /// ran); step i's output is in `i.out` and `i.err`.
-    static func runSteps(_ steps: [Step], in directory: URL) async throws -> (Int32, Int) {
+    /// directory first on PATH and no `FLEET_TOKEND_SOCKET` (the README sets what it needs), for at
+    /// most `timeout` seconds. Returns bash's exit status and the index of the step it reached
+    /// (`steps.count` when all ran); step i's output is in `i.out` and `i.err`.
+    static func runSteps(_ steps: [Step], in directory: URL, timeout: Int = 60) async throws -> (Int32, Int) {
         var script = "set -e -o pipefail\ncd \(quoted(DocText.root().path))\n"
         for (index, step) in steps.enumerated() {
             let out = quoted(directory.appendingPathComponent("\(index).out").path)
@@ -295,7 +304,7 @@ struct ReadmeCommandsTests {
         environment["FLEET_TOKEND_SOCKET"] = nil
         let binaries = URL(fileURLWithPath: AgentProcess.binary).deletingLastPathComponent().path
         environment["PATH"] = binaries + ":" + (environment["PATH"] ?? "/usr/bin:/bin")
-        let result = try await run("/usr/bin/timeout", ["60", "/bin/bash", path], environment: environment)
+        let result = try await run("/usr/bin/timeout", ["\(timeout)", "/bin/bash", path], environment: environment)
         let reached =
             (try? String(contentsOf: directory.appendingPathComponent("reached"), encoding: .utf8))
             .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 0
