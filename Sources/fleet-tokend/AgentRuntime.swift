@@ -79,13 +79,16 @@ struct AgentRuntime {
         // The tokens of the previous process, before the socket listens: from the fd store when
         // systemd passed one, else from the cache file. Written back at start, every interval and
         // at stop, to every place the agent keeps them.
-        let cacheFile = configuration.cacheFile.map { CacheFile(path: $0, onDisk: configuration.cacheFileOnDisk) }
+        let cacheFile = configuration.cacheFile.map {
+            CacheFile(path: $0, onDisk: configuration.cacheFileOnDisk, socketPath: configuration.socketPath)
+        }
         var destinations: [any SnapshotDestination] = cacheFile.map { [$0] } ?? []
         if notifier.isEnabled { destinations.append(FDStoreDestination(notifier: notifier)) }
         let snapshots = SnapshotStatistics(destinations: destinations.map { $0.name }, file: cacheFile?.path)
         CacheAdoption.adopt(
             fdStoreFiles: passed.filter { $0.name == CacheHandover.name },
             cacheFile: cacheFile,
+            maxTokens: configuration.maxEntries,
             into: engine,
             rules: SnapshotAdoption(
                 digests: providers.digests,

@@ -8,13 +8,16 @@ import TokenAgentServer
 /// any file), else from the cache file. Either way only the tokens ``SnapshotAdoption`` lets
 /// through are taken, and from the file never an access token (``TokenCacheMedium/disk``: the
 /// agent never writes one there, and takes none a file holds); a file refused as a whole (a link, another owner, group or other bits, too
-/// large, a wrong length, checksum or version) is logged and the agent starts cold.
+/// large, a wrong length, checksum or version) is logged and the agent starts cold. No more
+/// token lines are decoded than `max_entries` (``CacheSnapshot/read(_:acceptingUnframed:maxTokens:)``):
+/// the cache could hold no more, and a file of millions of tiny lines must not cost a token each.
 enum CacheAdoption {
     /// Adopts into `engine` and returns the counts (also in `statistics`).
     @discardableResult
     static func adopt(
         fdStoreFiles: [PassedFileDescriptor],
         cacheFile: CacheFile?,
+        maxTokens: Int = .max,
         into engine: TokenEngine,
         rules: SnapshotAdoption,
         notifier: SystemdNotifier,
@@ -28,7 +31,12 @@ enum CacheAdoption {
         if !fdStoreFiles.isEmpty {
             source = "fd_store"
             medium = .memory
-            snapshots = CacheHandover.restore(from: fdStoreFiles, notifier: notifier, logger: logger)
+            snapshots = CacheHandover.restore(
+                from: fdStoreFiles,
+                maxTokens: maxTokens,
+                notifier: notifier,
+                logger: logger
+            )
             if let cacheFile {
                 logger.info(
                     "the fd store's cache wins; the cache file is not read",
@@ -38,7 +46,7 @@ enum CacheAdoption {
         } else if let cacheFile {
             source = "file"
             medium = .disk
-            switch cacheFile.read() {
+            switch cacheFile.read(maxTokens: maxTokens) {
             case .absent:
                 logger.info("no cache file yet: starting cold", metadata: ["file": "\(cacheFile.path)"])
                 return nil
@@ -75,6 +83,9 @@ enum CacheAdoption {
             metadata["format_version"] = "\(snapshot.formatVersion)"
             metadata["agent_version"] = "\(snapshot.agentVersion ?? "unknown")"
         }
+        // Lines past max_entries: counted in tokens_refused, never decoded.
+        let pastLimit = snapshots.reduce(0) { $0 + $1.linesPastLimit }
+        if pastLimit > 0 { metadata["lines_past_max_entries"] = "\(pastLimit)" }
         if let cacheFile, source == "file" { metadata["file"] = "\(cacheFile.path)" }
         logger.info("cache taken over from the previous process", metadata: metadata)
         return counts

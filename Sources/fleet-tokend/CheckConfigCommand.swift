@@ -48,9 +48,14 @@ struct CheckConfigCommand: AsyncParsableCommand {
             )
             // As serve checks it before it reads or writes it, but creating nothing.
             if let path = configuration.cacheFile {
-                let file = CacheFile(path: path, onDisk: configuration.cacheFileOnDisk, uid: user ?? geteuid())
+                let file = CacheFile(
+                    path: path,
+                    onDisk: configuration.cacheFileOnDisk,
+                    uid: user ?? geteuid(),
+                    socketPath: configuration.socketPath
+                )
                 do {
-                    cacheFile = (file, try file.inspect())
+                    cacheFile = (file, try file.inspect(maxTokens: configuration.maxEntries))
                 } catch {
                     throw ConfigurationError(key: "cache_file", error.description)
                 }
@@ -135,6 +140,8 @@ struct CheckConfigCommand: AsyncParsableCommand {
                 "  holds \(contents.tokens.count) \(contents.tokens.count == 1 ? "token" : "tokens") "
                     + "(format \(contents.formatVersion), written by \(escaped(contents.agentVersion ?? "an unknown version"))); "
                     + "a start takes those with 10 s or more left whose kind's provider is unchanged"
+                    + (contents.linesPastLimit > 0
+                        ? "; \(contents.linesPastLimit) more lines, past max_entries, are skipped unread" : "")
             )
         }
         return lines.joined(separator: "\n") + "\n"

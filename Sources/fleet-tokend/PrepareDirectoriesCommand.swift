@@ -11,7 +11,7 @@ struct PrepareDirectoriesCommand: ParsableCommand {
         commandName: "prepare-directories",
         abstract: "Give the socket and state directories to the agent's uid (a Kubernetes init container's step).",
         discussion:
-            "Run as root with CAP_CHOWN (nothing else is needed) before the agent starts. The socket directory becomes 2750 USER:SOCKET-GROUP (the socket's group may reach it, the set-group-ID bit gives the socket that group), the state directory 0700 USER:GROUP; a missing one is created. A symbolic link, a file, a directory another uid than root and USER owns, or a directory above either that serve would refuse for its socket (owned by another uid, or writable by group or others without the sticky bit) is refused. Safe to run again. Exit status: 0 both prepared; 1 one was refused or could not be changed (the message says why); 64 bad arguments."
+            "Run as root with CAP_CHOWN (nothing else is needed) before the agent starts. The socket directory becomes 2750 USER:SOCKET-GROUP (the socket's group may reach it, the set-group-ID bit gives the socket that group), the state directory 0700 USER:GROUP; a missing one is created. A symbolic link, a file, or a directory another uid than root and USER owns in a directory's place is refused; so is, run as root, a symbolic link on the way or a directory on the way that is not root's (USER's included) or that group or others may write without the sticky bit; and two directories that are one, or one in the other, on the file system (by device and inode). Safe to run again. Exit status: 0 both prepared; 1 one was refused after looking at the file system, or could not be changed (the message says why); 64 bad arguments (their text alone)."
     )
 
     @Option(help: "The agent's uid, a number: the owner of both directories.")
@@ -56,6 +56,14 @@ struct PrepareDirectoriesCommand: ParsableCommand {
         var directories = [AgentDirectory.socketDirectory(socketDirectory, owner: user, group: socketGroup)]
         if let stateDirectory {
             directories.append(AgentDirectory.stateDirectory(stateDirectory, owner: user, group: group))
+        }
+        // Apart on the file system too, by device and inode (a bind mount, a link): before anything
+        // is changed. A directory that cannot be located is refused below, with the reason.
+        if directories.count == 2, let apart = try? directories[0].isApart(from: directories[1]), !apart {
+            StandardError.write(
+                "fleet-tokend: \(TerminalText.escaped("state directory \(directories[1].path) and socket directory \(directories[0].path) are the same directory, or one is in the other, on the file system (by device and inode): workers must never see the agent's state; nothing was changed"))\n"
+            )
+            throw ExitCode(1)
         }
         var failed = false
         for directory in directories {

@@ -59,6 +59,8 @@ struct ServeCommand: AsyncParsableCommand {
 
         let providers: ProviderSet.Built
         let rules: AccessRules
+        // Held from here to the process's end: no second agent writes the same cache file.
+        let cacheLock: CacheFile.Lock?
         // Looked for only when some issuer is key-less; the source logs token fingerprints only.
         let discoverCredentials: ProviderSet.CredentialsDiscovery = {
             try HostCredentials.discover(environment: environment, logger: Logger(label: "fleet-tokend.credentials"))
@@ -79,10 +81,18 @@ struct ServeCommand: AsyncParsableCommand {
             // memory-backed file system unless the operator allowed a disk.
             if let path = configuration.cacheFile {
                 do {
-                    try CacheFile(path: path, onDisk: configuration.cacheFileOnDisk).prepare()
+                    let file = CacheFile(
+                        path: path,
+                        onDisk: configuration.cacheFileOnDisk,
+                        socketPath: configuration.socketPath
+                    )
+                    try file.prepare()
+                    cacheLock = try file.lock()
                 } catch {
                     throw ConfigurationError(key: "cache_file", error.description)
                 }
+            } else {
+                cacheLock = nil
             }
         } catch let error as ConfigurationError {
             logger.critical("bad configuration", metadata: ["key": "\(error.key)", "reason": "\(error.reason)"])
@@ -101,6 +111,7 @@ struct ServeCommand: AsyncParsableCommand {
             logLevel: logLevel,
             logger: logger
         ).run()
+        withExtendedLifetime(cacheLock) {}
     }
 
     /// Logs to the journal with structured fields when stderr is the journal, else to stderr, at

@@ -72,14 +72,9 @@ struct CacheFileHostileTests {
                     #expect(truncate(setup.path, off_t(CacheSnapshot.maxBytes + 1)) == 0)  // sparse: no memory
                 }
             ),
-            (
-                "is not a regular file",
-                {
-                    try? FileManager.default.removeItem(atPath: setup.path)
-                    #expect(mkfifo(setup.path, 0o600) == 0)
-                }
-            ),
         ]
+        // A FIFO, a device or a socket in the file's place stops the start (exit 78): a write
+        // would replace it (CacheFilePlacementTests).
         if geteuid() == 0 {
             cases.append(
                 (

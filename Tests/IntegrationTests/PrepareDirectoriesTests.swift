@@ -130,6 +130,80 @@ struct PrepareDirectoriesTests {
         #expect(status(base + "/secret") == "d 755 0:0")
     }
 
+    /// Issue 46, item 3: the agent's uid owns a directory on the way and links from it to a
+    /// directory of root's. With CAP_CHOWN alone the step gave root's directory to the agent;
+    /// now it refuses (exit 1), and root's directory and file stay root's.
+    @Test func aLinkTheAgentsUidMadeNeverGetsItRootsDirectory() async throws {
+        let base = try AgentProcess.makeTemporaryDirectory().path
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        try hostPath(base + "/run")
+        try hostPath(base + "/A")
+        #expect(chown(base + "/A", 10100, 10100) == 0)
+        try hostPath(base + "/R")
+        try FileManager.default.createDirectory(atPath: base + "/R/state", withIntermediateDirectories: false)
+        #expect(chmod(base + "/R/state", 0o700) == 0)
+        #expect(FileManager.default.createFile(atPath: base + "/R/state/secret", contents: Data("root's".utf8)))
+        #expect(chmod(base + "/R/state/secret", 0o600) == 0)
+        #expect(symlink(base + "/R", base + "/A/hop") == 0)
+        #expect(lchown(base + "/A/hop", 10100, 10100) == 0)
+        var arguments = arguments(base)
+        arguments[arguments.count - 1] = "--state-directory=\(base)/A/hop/state"
+        let result = try await prepare(arguments)
+        #expect(result.status == 1, "\(result)")
+        #expect(
+            result.stderr.contains("state directory \(base)/A/hop/state: \(base)/A is owned by uid 10100, not root"),
+            "\(result.stderr)"
+        )
+        #expect(status(base + "/R/state") == "d 700 0:0")
+        #expect(status(base + "/R/state/secret") == "f 600 0:0")
+    }
+
+    /// Run as full root, a link of root's to the socket directory would have put the state
+    /// directory in the one workers mount: no link is followed.
+    @Test func asFullRootNoLinkLeadsTheStateDirectoryIntoTheSocketDirectory() async throws {
+        let base = try AgentProcess.makeTemporaryDirectory().path
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        try hostPath(base + "/run")
+        #expect(symlink(base + "/run", base + "/hop") == 0)
+        var arguments = arguments(base)
+        arguments[arguments.count - 1] = "--state-directory=\(base)/hop/state"
+        let result = try await run(AgentProcess.binary, ["prepare-directories"] + arguments)
+        #expect(result.status == 1, "\(result)")
+        #expect(
+            result.stderr.contains("\(base)/hop is a symbolic link: run as root, prepare-directories follows none"),
+            "\(result.stderr)"
+        )
+        #expect(status(base + "/run/state") == "missing")
+    }
+
+    /// Two paths apart in text, one directory on the file system (a bind mount): refused by device
+    /// and inode, exit 1, before anything is changed.
+    @Test func oneDirectoryUnderTwoPathsIsRefusedBeforeAnythingChanges() async throws {
+        let base = try AgentProcess.makeTemporaryDirectory().path
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        try hostPath(base + "/run")
+        try hostPath(base + "/state")
+        guard try await run("/bin/mount", ["--bind", base + "/run", base + "/state"]).status == 0 else { return }
+        let result: (status: Int32, stdout: String, stderr: String)
+        do {
+            result = try await prepare(arguments(base))
+        } catch {
+            _ = try? await run("/bin/umount", [base + "/state"])
+            throw error
+        }
+        _ = try await run("/bin/umount", [base + "/state"])
+        #expect(result.status == 1, "\(result)")
+        #expect(
+            result.stderr.contains(
+                "state directory \(base)/state and socket directory \(base)/run are the same directory, or one is "
+                    + "in the other, on the file system (by device and inode)"
+            ),
+            "\(result.stderr)"
+        )
+        #expect(result.stdout.isEmpty)
+        #expect(status(base + "/run") == "d 755 0:0")
+    }
+
     /// Arguments it cannot act on: 64, before touching anything.
     @Test(arguments: [
         (["--user=agent"], "--user"),

@@ -154,7 +154,7 @@ struct AgentDirectoryTests {
         #expect(owned?.description.contains("\(theirs)/run: \(theirs) is owned by uid 4242") == true)
         #expect(describe(theirs + "/run") == "directory 0755 0:0")
 
-        // A link above owned by another uid; then one of root's, which is followed as the agent follows it.
+        // A link above owned by another uid; then one of root's: run as root, no link is followed.
         let real = base + "/real"
         try makeDirectory(real, mode: 0o755)
         #expect(symlink(real, base + "/their-link") == 0)
@@ -165,10 +165,15 @@ struct AgentDirectoryTests {
         #expect(theirLink?.description.contains("is a symbolic link owned by uid 4242") == true)
         #expect(describe(real + "/state") == "missing")
         #expect(symlink(real, base + "/root-link") == 0)
-        let followed = try AgentDirectory.stateDirectory(base + "/root-link/state", owner: agent, group: agentGroup)
-            .prepare()
-        #expect(followed == .created)
-        #expect(describe(real + "/state") == "directory 0700 10100:10100")
+        let rootLink = #expect(throws: SocketPath.Problem.self) {
+            try AgentDirectory.stateDirectory(base + "/root-link/state", owner: agent, group: agentGroup).prepare()
+        }
+        #expect(
+            rootLink?.description
+                == "state directory \(base)/root-link/state: \(base)/root-link is a symbolic link: run as root, "
+                + "prepare-directories follows none; refusing to use it"
+        )
+        #expect(describe(real + "/state") == "missing")
 
         // Sticky and writable by all, as /tmp: used.
         let sticky = base + "/sticky"
@@ -177,5 +182,41 @@ struct AgentDirectoryTests {
             try AgentDirectory.socketDirectory(sticky + "/run", owner: agent, group: socketGroup).prepare() == .created
         )
         #expect(describe(sticky + "/run") == "directory 2750 10100:10200")
+    }
+
+    /// Issue 46, item 3: the agent's uid owns a directory on the way, and puts in it a link to a
+    /// directory of root's, or root's directory itself (renamed there): run as root, the step must
+    /// not give root's directory to the agent. Every directory above the one prepared must be
+    /// root's, and no link is followed.
+    @Test func aWayTheAgentsUidCouldSwapNeverGivesItRootsDirectory() throws {
+        let base = try makeBase()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let theirs = base + "/A"
+        try makeDirectory(theirs, mode: 0o755, owner: agent, group: agentGroup)
+        let root = base + "/R"
+        try makeDirectory(root, mode: 0o755)
+        try makeDirectory(root + "/state", mode: 0o700)
+        #expect(FileManager.default.createFile(atPath: root + "/state/secret", contents: Data("root's".utf8)))
+        #expect(chmod(root + "/state/secret", 0o600) == 0)
+        #expect(symlink(root, theirs + "/hop") == 0)
+        #expect(lchown(theirs + "/hop", agent, agentGroup) == 0)
+        let through = #expect(throws: SocketPath.Problem.self) {
+            try AgentDirectory.stateDirectory(theirs + "/hop/state", owner: agent, group: agentGroup).prepare()
+        }
+        #expect(
+            through?.description
+                == "state directory \(theirs)/hop/state: \(theirs) is owned by uid 10100, not root: run as root, "
+                + "prepare-directories passes only through root's directories (another uid could swap what is in "
+                + "it); refusing to use it"
+        )
+        #expect(describe(root + "/state") == "directory 0700 0:0")
+        #expect(describe(root + "/state/secret") == "file 0600 0:0")
+
+        // Root's directory in the agent's: the agent's uid could have renamed it there.
+        try makeDirectory(theirs + "/state", mode: 0o700)
+        #expect(throws: SocketPath.Problem.self) {
+            try AgentDirectory.stateDirectory(theirs + "/state", owner: agent, group: agentGroup).prepare()
+        }
+        #expect(describe(theirs + "/state") == "directory 0700 0:0")
     }
 }

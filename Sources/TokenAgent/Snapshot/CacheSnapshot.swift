@@ -1,6 +1,12 @@
 import Crypto
 import TokenWire
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The byte format of a cache snapshot, the one the cache file and systemd's file-descriptor store
 /// share (format version 3): a header of three lines of fixed length, then the body it frames.
 ///
@@ -58,6 +64,9 @@ public enum CacheSnapshot {
         public var tokens: [CachedToken]
         /// Lines that are neither a `#` line nor a well-formed token line: skipped.
         public var malformedLines: Int
+        /// Lines past the most the reader asked for (``CacheSnapshot/read(_:acceptingUnframed:maxTokens:)``):
+        /// counted as they are found, never decoded nor held.
+        public var linesPastLimit: Int
 
         /// Creates contents.
         public init(
@@ -65,13 +74,15 @@ public enum CacheSnapshot {
             agentVersion: String? = nil,
             providers: [String: String],
             tokens: [CachedToken],
-            malformedLines: Int = 0
+            malformedLines: Int = 0,
+            linesPastLimit: Int = 0
         ) {
             self.formatVersion = formatVersion
             self.agentVersion = agentVersion
             self.providers = providers
             self.tokens = tokens
             self.malformedLines = malformedLines
+            self.linesPastLimit = linesPastLimit
         }
     }
 
@@ -110,11 +121,18 @@ public enum CacheSnapshot {
 
     /// Reads a snapshot: its header (version, length, checksum) first, then the body's lines.
     /// `acceptingUnframed`: a version-2 snapshot is read too (systemd's fd store, whose sealed
-    /// memory file nothing else can have written).
-    public static func read(_ bytes: [UInt8], acceptingUnframed: Bool = false) throws(Refusal) -> Contents {
+    /// memory file nothing else can have written). `maxTokens`: the most token lines decoded (the
+    /// agent's `max_entries`, which is all its cache can hold); the lines past them are counted
+    /// (``Contents/linesPastLimit``) and skipped without being decoded, so a file of millions of
+    /// tiny lines costs a scan, never a token each in memory. `#` lines are read wherever they are.
+    public static func read(
+        _ bytes: [UInt8],
+        acceptingUnframed: Bool = false,
+        maxTokens: Int = .max
+    ) throws(Refusal) -> Contents {
         guard bytes.count <= maxBytes else { throw .oversized(bytes.count) }
         return try bytes.withUnsafeBufferPointer { buffer throws(Refusal) in
-            try read(buffer, acceptingUnframed: acceptingUnframed)
+            try read(buffer, acceptingUnframed: acceptingUnframed, maxTokens: maxTokens)
         }
     }
 
@@ -123,14 +141,22 @@ public enum CacheSnapshot {
         (try? read(bytes, acceptingUnframed: true))?.tokens ?? []
     }
 
-    private static func read(_ bytes: UnsafeBufferPointer<UInt8>, acceptingUnframed: Bool) throws(Refusal) -> Contents {
+    private static func read(
+        _ bytes: UnsafeBufferPointer<UInt8>,
+        acceptingUnframed: Bool,
+        maxTokens: Int
+    ) throws(Refusal) -> Contents {
         guard let firstLine = bytes.prefix(64).firstIndex(of: 0x0A), firstLine > magic.count,
             bytes[..<magic.count].elementsEqual(magic)
         else { throw .notASnapshot }
         let version = bytes[magic.count..<firstLine]
         if version.elementsEqual("2".utf8) {
             guard acceptingUnframed else { throw .unframed }
-            return decodeBody(UnsafeBufferPointer(rebasing: bytes[(firstLine + 1)...]), formatVersion: 2)
+            return decodeBody(
+                UnsafeBufferPointer(rebasing: bytes[(firstLine + 1)...]),
+                formatVersion: 2,
+                maxTokens: maxTokens
+            )
         }
         guard version.elementsEqual("3".utf8) else { throw .unknownFormat(printable(version, limit: 16)) }
         guard bytes.count >= headerBytes else { throw .truncated(expected: headerBytes, found: bytes.count) }
@@ -156,21 +182,27 @@ public enum CacheSnapshot {
         guard hex(SHA256.hash(data: UnsafeRawBufferPointer(body))).utf8.elementsEqual(checksum) else {
             throw .checksumMismatch
         }
-        return decodeBody(body, formatVersion: 3)
+        return decodeBody(body, formatVersion: 3, maxTokens: maxTokens)
     }
 
-    /// The body's lines: `#agent`, `#provider` and token lines; malformed ones are counted.
+    /// The body's lines: `#agent`, `#provider` and token lines; malformed ones are counted, and
+    /// the lines after the first `maxTokens` that are not `#` lines are counted and skipped.
     ///
-    /// It works on the bytes (one pass for the line ends and tabs, a `String` per field), since a
+    /// It works on the bytes (`memchr` for the line ends, a `String` per field), since a
     /// snapshot of 100,000 tokens is tens of megabytes that a start waits for.
-    private static func decodeBody(_ bytes: UnsafeBufferPointer<UInt8>, formatVersion: Int) -> Contents {
+    private static func decodeBody(_ bytes: UnsafeBufferPointer<UInt8>, formatVersion: Int, maxTokens: Int)
+        -> Contents
+    {
         var contents = Contents(formatVersion: formatVersion, providers: [:], tokens: [])
+        guard let base = bytes.baseAddress else { return contents }
+        // Lines decoded as tokens, malformed ones included: the work is bounded, not just what is kept.
+        var examined = 0
         var start = 0
         while start < bytes.count {
-            var end = start
-            while end < bytes.count, bytes[end] != 0x0A { end += 1 }
-            let line = UnsafeBufferPointer(rebasing: bytes[start..<end])
-            if line.first == UInt8(ascii: "#") {
+            let newline = memchr(base + start, 0x0A, bytes.count - start)
+            let end = newline.map { UnsafeRawPointer(base).distance(to: UnsafeRawPointer($0)) } ?? bytes.count
+            if bytes[start] == UInt8(ascii: "#") {
+                let line = UnsafeBufferPointer(rebasing: bytes[start..<end])
                 let fields = line.split(separator: 0x09, omittingEmptySubsequences: false)
                 if fields[0].elementsEqual("#provider".utf8) {
                     if let (kind, digest) = decodeProvider(fields) {
@@ -181,10 +213,15 @@ public enum CacheSnapshot {
                 } else if fields[0].elementsEqual("#agent".utf8), fields.count == 2, contents.agentVersion == nil {
                     contents.agentVersion = printable(fields[1], limit: 64)
                 }
-            } else if let token = decodeLine(line) {
-                contents.tokens.append(token)
+            } else if examined >= maxTokens {
+                contents.linesPastLimit += 1
             } else {
-                contents.malformedLines += 1
+                examined += 1
+                if let token = decodeLine(UnsafeBufferPointer(rebasing: bytes[start..<end])) {
+                    contents.tokens.append(token)
+                } else {
+                    contents.malformedLines += 1
+                }
             }
             start = end + 1
         }
@@ -202,16 +239,23 @@ public enum CacheSnapshot {
 
     /// One `kind TAB id TAB expires-at TAB token` line, or `nil` when it is malformed.
     private static func decodeLine(_ line: UnsafeBufferPointer<UInt8>) -> CachedToken? {
-        var tabs: [Int] = []
+        // The three tabs' places, without an array a line (millions of lines in a large file).
+        var tabs = (0, 0, 0)
+        var found = 0
         for index in line.indices where line[index] == 0x09 {
-            tabs.append(index)
-            if tabs.count > 3 { return nil }
+            switch found {
+            case 0: tabs.0 = index
+            case 1: tabs.1 = index
+            case 2: tabs.2 = index
+            default: return nil
+            }
+            found += 1
         }
-        guard tabs.count == 3 else { return nil }
-        let kind = line[0..<tabs[0]]
-        let id = line[(tabs[0] + 1)..<tabs[1]]
-        let expiry = line[(tabs[1] + 1)..<tabs[2]]
-        let token = line[(tabs[2] + 1)...]
+        guard found == 3 else { return nil }
+        let kind = line[0..<tabs.0]
+        let id = line[(tabs.0 + 1)..<tabs.1]
+        let expiry = line[(tabs.1 + 1)..<tabs.2]
+        let token = line[(tabs.2 + 1)...]
         guard !kind.isEmpty, !id.isEmpty, !token.isEmpty, !expiry.isEmpty, expiry.count <= 19,
             expiry.allSatisfy({ (0x30...0x39).contains($0) }) || (expiry.first == 0x2D && expiry.count > 1),
             let kindText = String(validating: kind, as: UTF8.self),

@@ -24,7 +24,9 @@ public struct SnapshotAdoption: Sendable {
         /// Tokens with less than the serving floor left.
         public var expired = 0
         /// Tokens or lines that failed a check: a malformed line, an id the wire refuses, a token
-        /// a provider's reply could not have carried (claims, another id, not printable).
+        /// a provider's reply could not have carried (claims, another id, not printable); and the
+        /// lines past what the cache can hold (``CacheSnapshot/Contents/linesPastLimit``), never
+        /// decoded.
         public var refused = 0
 
         /// Creates counts.
@@ -76,7 +78,7 @@ public struct SnapshotAdoption: Sendable {
         let tokens = contents.tokens
         let slices = min(ProcessInfo.processInfo.activeProcessorCount, tokens.count / Self.tokensPerSlice)
         var taken: [CachedToken] = []
-        var counts = Counts(refused: contents.malformedLines)
+        var counts = Counts(refused: contents.malformedLines + contents.linesPastLimit)
         if slices <= 1 {
             (taken, counts) = filter(tokens[...], providers: contents.providers, now: now, counts: counts)
         } else {

@@ -21,23 +21,27 @@ extension CacheFile {
         public var file: ReadOutcome
     }
 
-    /// Checks the directory as the start does (``prepare()``: the socket directory's rules, and
-    /// a memory-backed file system unless ``onDisk``), creating nothing, and reads the file as the
+    /// Checks the directory as the start does (``prepare()``: the socket directory's rules, apart
+    /// from the socket's by device and inode, a memory-backed file system unless ``onDisk``, and
+    /// nothing but a regular file or a link at the path), creating nothing, and reads the file as the
     /// start would (``read()``). Throws what would stop the start; a file the start would refuse
     /// is ``ReadOutcome/refused(_:)`` in the result, since the start goes on cold.
-    public func inspect() throws(Problem) -> Inspection {
+    /// `maxTokens`: the most token lines a start decodes (`max_entries`).
+    public func inspect(maxTokens: Int = .max) throws(Problem) -> Inspection {
         let walk: SocketPath.Walk
         do {
             walk = try SocketPath.inspectDirectory(directory, uid: uid, role: .cacheFile)
         } catch {
             throw Problem(description: "\(error)")
         }
+        try checkApartFromSocket(walk.location)
         let type = try checkFileSystem(at: walk.resolved)
+        if walk.missing == nil { try checkWhatIsThere() }
         return Inspection(
             fileSystem: Self.knownFileSystems[type] ?? "statfs type 0x\(String(type, radix: 16))",
             memoryBacked: type == Self.tmpfsMagic || type == Self.ramfsMagic,
             missingDirectory: walk.missing,
-            file: walk.missing == nil ? read() : .absent
+            file: walk.missing == nil ? read(maxTokens: maxTokens) : .absent
         )
     }
 }

@@ -5,8 +5,8 @@ import TokenAgent
 #endif
 
 extension CacheFile {
-    /// Starts a snapshot in the file's place, to be written atomically: the directory and its
-    /// file system are checked again, and a temporary file beside it (`<file>.tmp`, made anew,
+    /// Starts a snapshot in the file's place, to be written atomically: the directory, its
+    /// file system and what is at the path (``checkWhatIsThere()``) are checked again, and a temporary file beside it (`<file>.tmp`, made anew,
     /// mode 0600) takes the body as it comes; the commit writes the header at its start, syncs
     /// it, renames it over the file and syncs the directory. On a failure, or when abandoned, the
     /// temporary file is removed and the file is left as it was.
@@ -17,6 +17,7 @@ extension CacheFile {
             throw Problem(description: "\(error)")
         }
         try checkFileSystem()
+        try checkWhatIsThere()
         let temporary = temporaryPath
         // A temporary file left by a process that died while writing; unlink never follows a link.
         if unlink(temporary) != 0, errno != ENOENT {
@@ -65,6 +66,14 @@ extension CacheFile {
                 throw Problem(description: "cannot write \(temporary): \(error)")
             }
             descriptor.close()
+            // Never over a device, a FIFO or a socket (``CacheFile/checkWhatIsThere()``), put
+            // there since the start.
+            do {
+                try file.checkWhatIsThere()
+            } catch {
+                unlink(temporary)
+                throw error
+            }
             guard rename(temporary, file.path) == 0 else {
                 let problem = Problem(
                     description: "cannot rename \(temporary) to \(file.path): \(CacheFile.errorText())"

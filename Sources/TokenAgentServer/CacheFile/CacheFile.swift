@@ -16,7 +16,13 @@ import TokenAgent
 /// temporary file beside it, `fsync`, `rename`, then the directory's `fsync`), mode 0600, owned by
 /// the agent's uid; it is read with `O_NOFOLLOW`, and refused unless it is a regular file of the
 /// agent's uid, without group or other permissions, with one link, and at most
-/// ``CacheSnapshot/maxBytes``.
+/// ``CacheSnapshot/maxBytes``, of which no more token lines are decoded than the cache can hold.
+///
+/// The start stops (``prepare()``) when the directory is the socket's, compared by device and inode
+/// (``SocketPath/Location``), or when something other than a regular file or a symbolic link is
+/// at the path (a device, a FIFO, a socket, a directory): a write would replace it. A running agent
+/// holds `<file>.lock` (``lock()``, `flock`), so a second agent on the same file is refused at
+/// start, and a crash lets go of it.
 public struct CacheFile: SnapshotDestination {
     /// The file's path (absolute).
     public let path: String
@@ -24,6 +30,9 @@ public struct CacheFile: SnapshotDestination {
     public let onDisk: Bool
     /// The uid that must own it: the agent's.
     public let uid: uid_t
+    /// The agent's socket (`socket`), whose directory workers reach: the file's directory must
+    /// not be it. `nil`: not checked.
+    public let socketPath: String?
 
     /// Why the file cannot be used, read or written.
     public struct Problem: Error, CustomStringConvertible, Equatable {
@@ -41,11 +50,12 @@ public struct CacheFile: SnapshotDestination {
     /// A file: never an access token in it, whatever file system it is on.
     public var medium: TokenCacheMedium { .disk }
 
-    /// The cache file at `path`, for the agent's uid.
-    public init(path: String, onDisk: Bool, uid: uid_t = geteuid()) {
+    /// The cache file at `path`, for the agent's uid, apart from the directory of `socketPath`.
+    public init(path: String, onDisk: Bool, uid: uid_t = geteuid(), socketPath: String? = nil) {
         self.path = path
         self.onDisk = onDisk
         self.uid = uid
+        self.socketPath = socketPath
     }
 
     /// The directory the file goes in.
@@ -54,16 +64,70 @@ public struct CacheFile: SnapshotDestination {
     /// The temporary file a write goes through, beside the file.
     var temporaryPath: String { path + ".tmp" }
 
-    /// Checks the directory (creating what is missing, mode 0700) and its file system; the start
-    /// of the agent stops on a problem, which names `cache_file` (or, for the file system,
-    /// says how `cache_file_on_disk` allows it).
+    /// Checks the directory (creating what is missing, mode 0700), that it is not the socket's,
+    /// its file system, and what is at the path; the start of the agent stops on a problem, which
+    /// names `cache_file` (or, for the file system, says how `cache_file_on_disk` allows it).
     public func prepare() throws(Problem) {
         do {
+            // Checked and compared before anything is created.
+            let walk = try SocketPath.inspectDirectory(directory, uid: uid, role: .cacheFile)
+            try checkApartFromSocket(walk.location)
             try SocketPath.secureDirectory(directory, uid: uid, role: .cacheFile)
+        } catch let problem as Problem {
+            throw problem
         } catch {
             throw Problem(description: "\(error)")
         }
         try checkFileSystem()
+        try checkWhatIsThere()
+    }
+
+    /// Refuses a directory at `location` that is the socket's directory (``socketPath``), compared
+    /// by device and inode: `<socket directory>//tokens.cache`, `<socket directory>/./…`,
+    /// `<socket directory>/sub/../…` and a link to it are all in the directory workers reach.
+    func checkApartFromSocket(_ location: SocketPath.Location) throws(Problem) {
+        guard let socketPath else { return }
+        let socketDirectory = SocketPath.directory(of: socketPath)
+        guard let socket = SocketPath.locate(socketDirectory), socket.isSame(as: location) else { return }
+        throw Problem(
+            description:
+                "\(path) is in the socket's directory \(socketDirectory) (the same directory on the file system), "
+                + "which workers can reach: use a directory of the agent's own"
+        )
+    }
+
+    /// Refuses what is at the path when a write would replace what it must not: anything but a
+    /// regular file or a symbolic link (which a write replaces, never following it). A character
+    /// device such as `/dev/null`, a FIFO, a socket or a directory stops the start.
+    func checkWhatIsThere() throws(Problem) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            guard errno == ENOENT else {
+                throw Problem(description: "\(path) cannot be examined: \(Self.errorText())")
+            }
+            return
+        }
+        let type = info.st_mode & S_IFMT
+        guard type != S_IFREG, type != S_IFLNK else { return }
+        throw Problem(
+            description:
+                "\(path) is \(Self.typeName(type)), not a regular file: each write of the cache would replace it; "
+                + "remove it, or choose another path"
+        )
+    }
+
+    /// `a character device`, `a FIFO`, … for a `stat` file type.
+    static func typeName(_ type: mode_t) -> String {
+        switch type {
+        case S_IFCHR: return "a character device"
+        case S_IFBLK: return "a block device"
+        case S_IFIFO: return "a FIFO"
+        case S_IFSOCK: return "a socket"
+        case S_IFDIR: return "a directory"
+        case S_IFLNK: return "a symbolic link"
+        case S_IFREG: return "a regular file"
+        default: return "a file of another type"
+        }
     }
 
     /// Refuses a directory whose file system is not tmpfs or ramfs, unless ``onDisk``; returns the
@@ -98,8 +162,10 @@ public struct CacheFile: SnapshotDestination {
 
     /// Reads the file: `O_NOFOLLOW`, then the checks on what was opened (`fstat`), then at most
     /// ``CacheSnapshot/maxBytes`` of it, then the snapshot's own checks (version, length,
-    /// checksum). Never throws: a file that fails is ``ReadOutcome/refused(_:)``.
-    public func read() -> ReadOutcome {
+    /// checksum), decoding at most `maxTokens` token lines (the agent's `max_entries`: the lines
+    /// past them are counted, never decoded). Never throws: a file that fails is
+    /// ``ReadOutcome/refused(_:)``.
+    public func read(maxTokens: Int = .max) -> ReadOutcome {
         // O_NONBLOCK: a FIFO put in the file's place must not hold the start up.
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard fd >= 0 else {
@@ -126,7 +192,7 @@ public struct CacheFile: SnapshotDestination {
             bytes += chunk[0..<count]
         }
         do {
-            return .read(try CacheSnapshot.read(bytes))
+            return .read(try CacheSnapshot.read(bytes, maxTokens: maxTokens))
         } catch {
             return .refused(error.description)
         }

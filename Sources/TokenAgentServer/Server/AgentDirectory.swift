@@ -8,13 +8,15 @@ import CSocketLoop
 /// `fleet-tokend prepare-directories`, the Kubernetes init container, runs as root with only
 /// `CAP_CHOWN` and makes the socket directory and the state directory the agent's before it starts.
 ///
-/// The directories on the way to it are held to the rules the agent holds its socket directory's
-/// to (``SocketPath/resolveSafely(_:uid:naming:label:)``: owned by root or the agent's uid, not
-/// writable by group or others unless sticky, symbolic links only of root's or the agent's, a
-/// missing one created 0755). The directory itself must be a directory (never a symbolic link,
-/// whoever owns it: its owner and mode are changed, and a link's target must never be) owned by
-/// root or the agent's uid: one another uid owns is refused, as the agent refuses it. A missing one
-/// is created.
+/// Run as root (``privileged``), the directories on the way to it must all be root's, not
+/// writable by group or others unless sticky, and no symbolic link is followed
+/// (``SocketPath/Rules/privileged``): a directory the agent's uid owns, or a link it made, would let
+/// that uid point the step at a directory of root's, which the step would then give it. Run as
+/// another uid, they are held to the rules the agent holds its socket directory's to (owned by root
+/// or the agent's uid, symbolic links only of root's or the agent's). A missing one is created
+/// 0755. The directory itself must be a directory (never a symbolic link, whoever owns it: its
+/// owner and mode are changed, and a link's target must never be) owned by root or the agent's
+/// uid: one another uid owns is refused, as the agent refuses it. A missing one is created.
 public struct AgentDirectory: Sendable, Hashable {
     /// What the directory is, for messages: "socket directory", "state directory".
     public let label: String
@@ -52,6 +54,70 @@ public struct AgentDirectory: Sendable, Hashable {
         case unchanged
     }
 
+    /// Whether the step runs as root: then the walk to the directory follows no link and passes
+    /// only through root's directories (``SocketPath/Rules/privileged``).
+    public static var privileged: Bool { geteuid() == 0 }
+
+    /// The rules the directories on the way are held to.
+    private var rules: SocketPath.Rules { Self.privileged ? .privileged : .agent }
+
+    /// Where the directory is (``SocketPath/Location``), by device and inode, with the checks
+    /// ``prepare()`` makes on the way and nothing created or changed: two directories are compared
+    /// by it, never by their paths' text. Throws what ``prepare()`` would refuse on the way, or a
+    /// symbolic link or a file in the directory's place.
+    func locate() throws -> SocketPath.Location {
+        let name = try checkedName()
+        let parent = try SocketPath.inspectWay(
+            SocketPath.directory(of: path),
+            uid: owner,
+            naming: path,
+            label: label,
+            rules: rules
+        )
+        var location = parent.location
+        guard parent.missing == nil else {
+            location.remaining.append(name)
+            return location
+        }
+        let resolved = parent.resolved == "/" ? "/" + name : parent.resolved + "/" + name
+        var info = stat()
+        guard lstat(resolved, &info) == 0 else {
+            guard errno == ENOENT else { throw refusal(resolved, "cannot be examined (\(SocketPath.errorText()))") }
+            location.remaining.append(name)
+            return location
+        }
+        try checkType(info, resolved)
+        location.identities.append(SocketPath.FileIdentity(info))
+        return location
+    }
+
+    /// Whether this directory and `other` are apart on the file system, by device and inode
+    /// (``locate()``): neither is the other, nor in it. Throws what locating either throws (what
+    /// ``prepare()`` would refuse on its way).
+    public func isApart(from other: AgentDirectory) throws -> Bool {
+        let mine = try locate()
+        let theirs = try other.locate()
+        return !mine.contains(theirs) && !theirs.contains(mine)
+    }
+
+    /// The directory's last name; throws unless the path is absolute and ends in one.
+    private func checkedName() throws -> String {
+        let name = path.split(separator: "/").last.map(String.init) ?? "/"
+        guard path.hasPrefix("/"), !name.isEmpty, name != "/", name != ".", name != ".." else {
+            throw SocketPath.Problem(description: "\(label) \(path) is not an absolute path ending in a name")
+        }
+        return name
+    }
+
+    /// Refuses what is not a directory in its place.
+    private func checkType(_ info: stat, _ resolved: String) throws {
+        switch info.st_mode & S_IFMT {
+        case S_IFDIR: break
+        case S_IFLNK: throw refusal(resolved, "is a symbolic link")
+        default: throw refusal(resolved, "is not a directory")
+        }
+    }
+
     /// The mode, owner and group asked for, as `2750 10100:10200`.
     public var wanted: String { Self.describe(mode: mode, owner: owner, group: group) }
 
@@ -64,15 +130,13 @@ public struct AgentDirectory: Sendable, Hashable {
     /// `CAP_FSETID` for the set-group-ID bit), then to ``owner`` and ``group`` (Linux keeps a
     /// directory's set-group-ID bit across `chown`). The result is checked on the descriptor.
     public func prepare() throws -> Outcome {
-        let name = path.split(separator: "/").last.map(String.init) ?? "/"
-        guard path.hasPrefix("/"), !name.isEmpty, name != "/", name != ".", name != ".." else {
-            throw SocketPath.Problem(description: "\(label) \(path) is not an absolute path ending in a name")
-        }
+        let name = try checkedName()
         let parent = try SocketPath.resolveSafely(
             SocketPath.directory(of: path),
             uid: owner,
             naming: path,
-            label: label
+            label: label,
+            rules: rules
         )
         let resolved = parent == "/" ? "/" + name : parent + "/" + name
         var created = false
@@ -86,11 +150,7 @@ public struct AgentDirectory: Sendable, Hashable {
             }
             info = try SocketPath.status(of: resolved, socketDirectory: path, label: label)
         }
-        switch info.st_mode & S_IFMT {
-        case S_IFDIR: break
-        case S_IFLNK: throw refusal(resolved, "is a symbolic link")
-        default: throw refusal(resolved, "is not a directory")
-        }
+        try checkType(info, resolved)
         try SocketPath.checkOwner(info, resolved, of: path, uid: owner, label: label)
         if !created, matches(info) { return .unchanged }
 

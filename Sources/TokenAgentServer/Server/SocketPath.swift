@@ -151,9 +151,10 @@ enum SocketPath {
         uid: uid_t,
         naming subject: String,
         label: String = "socket directory",
-        creatingWith mode: mode_t = directoryMode
+        creatingWith mode: mode_t = directoryMode,
+        rules: Rules = .agent
     ) throws -> String {
-        try walk(directory, uid: uid, naming: subject, label: label, creatingWith: mode).resolved
+        try walk(directory, uid: uid, naming: subject, label: label, creatingWith: mode, rules: rules).resolved
     }
 
     /// Where a walk of a directory's path ended.
@@ -163,6 +164,8 @@ enum SocketPath {
         var resolved: String
         /// The first directory on the way that does not exist, when the walk creates none.
         var missing: String?
+        /// Where the directory is, by device and inode.
+        var location = Location(identities: [], remaining: [])
     }
 
     /// Checks `directory` as ``secureDirectory(_:uid:role:)`` does, creating nothing: every
@@ -182,57 +185,6 @@ enum SocketPath {
             )
         }
         return walk
-    }
-
-    /// The walk of ``resolveSafely(_:uid:naming:label:creatingWith:)``; with `mode` `nil` a
-    /// missing directory is not created and ends the walk.
-    private static func walk(
-        _ directory: String,
-        uid: uid_t,
-        naming subject: String,
-        label: String,
-        creatingWith mode: mode_t?
-    ) throws -> Walk {
-        let absolute = directory.hasPrefix("/") ? directory : currentDirectory() + "/" + directory
-        var pending = components(of: absolute)
-        var resolved: [String] = []
-        var links = 0
-        var info = try status(of: "/", socketDirectory: subject, label: label)
-        try checkOwner(info, "/", of: subject, uid: uid, label: label)
-        try checkAncestorMode(info, "/", of: subject, label: label)
-        while !pending.isEmpty {
-            let name = pending.removeFirst()
-            if name == "." { continue }
-            if name == ".." {
-                _ = resolved.popLast()
-                continue
-            }
-            let candidate = "/" + (resolved + [name]).joined(separator: "/")
-            if let mode {
-                info = try statusCreatingDirectory(candidate, socketDirectory: subject, label: label, mode: mode)
-            } else if let present = try statusIfPresent(candidate, socketDirectory: subject, label: label) {
-                info = present
-            } else {
-                return Walk(resolved: "/" + resolved.joined(separator: "/"), missing: candidate)
-            }
-            try checkOwner(info, candidate, of: subject, uid: uid, label: label)
-            switch info.st_mode & S_IFMT {
-            case S_IFLNK:
-                links += 1
-                guard links <= maxSymbolicLinks else {
-                    throw refusal(subject, candidate, "has too many levels of symbolic links", label: label)
-                }
-                let target = try linkTarget(candidate, socketDirectory: subject, label: label)
-                if target.hasPrefix("/") { resolved = [] }
-                pending = components(of: target) + pending
-            case S_IFDIR:
-                try checkAncestorMode(info, candidate, of: subject, label: label)
-                resolved.append(name)
-            default:
-                throw refusal(subject, candidate, "is not a directory", label: label)
-            }
-        }
-        return Walk(resolved: "/" + resolved.joined(separator: "/"))
     }
 
     /// Refuses `path` (on the way to `socketDirectory`) unless root or `uid` owns it: whoever owns
@@ -355,7 +307,7 @@ enum SocketPath {
     // MARK: - Helpers
 
     /// The `lstat` of `path`, creating it as a directory first when it is missing.
-    private static func statusCreatingDirectory(
+    static func statusCreatingDirectory(
         _ path: String,
         socketDirectory: String,
         label: String,
@@ -371,7 +323,7 @@ enum SocketPath {
     }
 
     /// The `lstat` of `path`, or `nil` when it does not exist.
-    private static func statusIfPresent(_ path: String, socketDirectory: String, label: String) throws -> stat? {
+    static func statusIfPresent(_ path: String, socketDirectory: String, label: String) throws -> stat? {
         var info = stat()
         if lstat(path, &info) == 0 { return info }
         guard errno == ENOENT else {
@@ -390,7 +342,7 @@ enum SocketPath {
     }
 
     /// What the symbolic link `path` points at.
-    private static func linkTarget(_ path: String, socketDirectory: String, label: String) throws -> String {
+    static func linkTarget(_ path: String, socketDirectory: String, label: String) throws -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let count = readlink(path, &buffer, buffer.count - 1)
         guard count > 0 else {
@@ -399,11 +351,11 @@ enum SocketPath {
         return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    private static func components(of path: String) -> [String] {
+    static func components(of path: String) -> [String] {
         path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
     }
 
-    private static func currentDirectory() -> String {
+    static func currentDirectory() -> String {
         guard let cwd = getcwd(nil, 0) else { return "/" }
         defer { free(cwd) }
         return String(cString: cwd)

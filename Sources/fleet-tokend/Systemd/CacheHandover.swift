@@ -24,6 +24,7 @@ enum CacheHandover {
     /// before the cache file) are read too.
     static func restore(
         from files: [PassedFileDescriptor],
+        maxTokens: Int = .max,
         notifier: SystemdNotifier,
         logger: Logger
     ) -> [CacheSnapshot.Contents] {
@@ -37,7 +38,7 @@ enum CacheHandover {
             }
             do {
                 let bytes = try SealedMemoryFile.read(file.descriptor, limit: CacheSnapshot.maxBytes + 1)
-                snapshots.append(try CacheSnapshot.read(bytes, acceptingUnframed: true))
+                snapshots.append(try CacheSnapshot.read(bytes, acceptingUnframed: true, maxTokens: maxTokens))
             } catch {
                 logger.warning("cannot read the cache from the fd store", metadata: ["error": "\(error)"])
             }
