@@ -22,7 +22,7 @@ struct CheckConfigCommand: AsyncParsableCommand {
         commandName: "check-config",
         abstract: "Check a configuration without starting the agent, and print what it serves.",
         discussion:
-            "Reads the config file and the files it names (keys, headers, credentials) and checks everything serve and a reload check, the cache file's directory as serve checks it at start (nothing is created); nothing is started and no provider or Google endpoint is called. Exit status: 0 the configuration is good; 78 it is not (the message names the key)."
+            "Reads the config file and the files it names (keys, headers, credentials) and checks everything serve and a reload check, the cache file's directory as serve checks it at start (nothing is created); nothing is started and no provider or Google endpoint is called. Exit status: 0 the configuration is good (with --wait-for-configuration, also one with nothing to serve: a warning says what to configure); 78 it is not (the message names the key)."
     )
 
     @Option(help: "JSON config file (docs/CONFIG.md); without it, the defaults and flags alone.")
@@ -34,6 +34,12 @@ struct CheckConfigCommand: AsyncParsableCommand {
     @Option(help: "The agent's uid, for the cache file's checks (default: the uid running check-config).")
     var user: UInt32?
 
+    @Flag(
+        help:
+            "Check it as serve --wait-for-configuration would: a configuration with nothing to serve passes, with a warning naming what to configure."
+    )
+    var waitForConfiguration = false
+
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment
         var arguments = config.map { ["--config", $0] } ?? []
@@ -42,7 +48,10 @@ struct CheckConfigCommand: AsyncParsableCommand {
         let configuration: AgentConfiguration
         let cacheFile: (file: CacheFile, inspection: CacheFile.Inspection)?
         do {
-            configuration = try ServeCommand.parse(arguments).resolvedConfiguration(environment: environment)
+            configuration = try ServeCommand.parse(arguments).resolvedConfiguration(
+                environment: environment,
+                allowingNothingToServe: waitForConfiguration
+            )
             checked = try ConfigurationCheck.check(
                 configuration,
                 strictNames: false,
@@ -66,6 +75,10 @@ struct CheckConfigCommand: AsyncParsableCommand {
             throw ExitCode(78)
         }
         var report = Self.report(configuration, checked, source: config ?? "(no config file)")
+        if let waiting = ConfigurationWait.reason(configuration, enabled: waitForConfiguration, configPath: config) {
+            report += "warning: serve --wait-for-configuration would wait for configuration: "
+            report += TerminalText.escaped(waiting) + "\n"
+        }
         if let cacheFile { report += Self.cacheFileReport(cacheFile.file, cacheFile.inspection) }
         print(report, terminator: "")
         for provider in checked.providers.providers.values { await provider.shutdown() }

@@ -22,7 +22,7 @@ struct ServeCommand: AsyncParsableCommand {
         commandName: "serve",
         abstract: "Run the agent.",
         discussion:
-            "It needs something to serve: an HTTP provider, an issuer, or, on purpose, the demo issuer (--demo), whose tokens Fleet Engine refuses. Without one it exits 78 (EX_CONFIG) naming what to configure."
+            "It needs something to serve: an HTTP provider, an issuer, or, on purpose, the demo issuer (--demo), whose tokens Fleet Engine refuses. Without one it exits 78 (EX_CONFIG) naming what to configure, or, with --wait-for-configuration, waits for a reload that configures one."
     )
 
     @Option(help: "JSON config file (docs/CONFIG.md). Flags override its keys.")
@@ -119,6 +119,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Seconds between writes of the cache file: 0 (only at stop), or 1 to 3600 (default 60).")
     var cacheFileInterval: Double?
 
+    @Flag(
+        help:
+            "With nothing to serve, start anyway instead of exiting 78: answer every token request ERR unavailable naming what to configure, say so in STATUS= and the log, and serve once a reload brings something to serve (the packaged unit's, so socket activation does not start a failing agent again and again)."
+    )
+    var waitForConfiguration = false
+
     func run() async throws {
         // SIGHUP means reload (ReloadService); never let it end the process before that listens.
         signal(SIGHUP, SIG_IGN)
@@ -130,7 +136,10 @@ struct ServeCommand: AsyncParsableCommand {
         let configFileBeforeLoad = WatchedFiles(paths: config.map { [$0] } ?? [])
         let configuration: AgentConfiguration
         do {
-            configuration = try resolvedConfiguration(environment: environment)
+            configuration = try resolvedConfiguration(
+                environment: environment,
+                allowingNothingToServe: waitForConfiguration
+            )
         } catch let error as ConfigurationError {
             StandardError.write("fleet-tokend: \(error)\n")
             throw ExitCode(78)
@@ -182,13 +191,19 @@ struct ServeCommand: AsyncParsableCommand {
             configuration: configuration,
             providers: providers,
             rules: rules,
+            // A reload with nothing to serve is refused, waiting or not: the old configuration stays.
             load: { [self] in try resolvedConfiguration(environment: environment) },
             configPath: config,
             watchedAtStart: watchedAtStart,
             environment: environment,
             discoverCredentials: discoverCredentials,
             logLevel: logLevel,
-            logger: logger
+            logger: logger,
+            waitingForConfiguration: ConfigurationWait.reason(
+                configuration,
+                enabled: waitForConfiguration,
+                configPath: config
+            )
         ).run()
     }
 
@@ -209,8 +224,12 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    /// Defaults, then the config file, then flags.
-    func resolvedConfiguration(environment: [String: String]) throws -> AgentConfiguration {
+    /// Defaults, then the config file, then flags. `allowingNothingToServe`: a configuration with
+    /// nothing to serve passes (`--wait-for-configuration` at start; never on a reload).
+    func resolvedConfiguration(
+        environment: [String: String],
+        allowingNothingToServe: Bool = false
+    ) throws -> AgentConfiguration {
         var configuration = AgentConfiguration(environment: environment)
         if let config {
             configuration = try ConfigurationFile.load(path: config, over: configuration)
@@ -250,7 +269,7 @@ struct ServeCommand: AsyncParsableCommand {
         if let cacheFile { configuration.cacheFile = cacheFile }
         if let cacheFileInterval { configuration.cacheFileInterval = cacheFileInterval }
         configuration = configuration.resolvingCredentials(environment: environment)
-        try configuration.validate()
+        try configuration.validate(allowingNothingToServe: allowingNothingToServe)
         return configuration
     }
 }
