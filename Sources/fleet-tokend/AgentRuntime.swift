@@ -24,6 +24,9 @@ struct AgentRuntime {
     let discoverCredentials: ProviderSet.CredentialsDiscovery
     let logLevel: LogLevelControl
     let logger: Logger
+    /// What to configure, when the agent starts on a configuration that serves nothing and waits
+    /// for a reload (`serve --wait-for-configuration`); `nil`: it serves.
+    var waitingForConfiguration: String? = nil
 
     func run() async throws {
         let notifier = SystemdNotifier()
@@ -102,6 +105,11 @@ struct AgentRuntime {
         )
         let reloads = ReloadStatistics()
         let access = AccessControl(rules: rules, logger: Logger(label: "fleet-tokend.access"))
+        if let waitingForConfiguration {
+            // Once: STATUS=, PING and every token request's error say it from now on.
+            access.waitForConfiguration(waitingForConfiguration)
+            logger.warning("waiting for configuration: \(waitingForConfiguration)")
+        }
         let heartbeat = RefresherHeartbeat()
         let health = AgentHealth(
             settings: HealthSettings(

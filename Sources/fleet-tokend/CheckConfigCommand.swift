@@ -22,7 +22,7 @@ struct CheckConfigCommand: AsyncParsableCommand {
         commandName: "check-config",
         abstract: "Check a configuration without starting the agent, and print what it serves.",
         discussion:
-            "Takes every flag serve takes, and checks the configuration serve would run with them: reads the config file and the files it names (keys, headers, credentials) and checks everything serve and a reload check, the cache file's directory as serve checks it at start (nothing is created); nothing is started and no provider or Google endpoint is called. Exit status: 0 the configuration is good; 78 it is not (the message names the key)."
+            "Takes every flag serve takes, and checks the configuration serve would run with them: reads the config file and the files it names (keys, headers, credentials) and checks everything serve and a reload check, the cache file's directory as serve checks it at start (nothing is created); nothing is started and no provider or Google endpoint is called. Exit status: 0 the configuration is good (with --wait-for-configuration, also one with nothing to serve: a warning says what to configure); 78 it is not (the message names the key)."
     )
 
     /// Every flag `serve` takes: the configuration checked is the one `serve` would run with
@@ -38,7 +38,10 @@ struct CheckConfigCommand: AsyncParsableCommand {
         let configuration: AgentConfiguration
         let cacheFile: (file: CacheFile, inspection: CacheFile.Inspection)?
         do {
-            configuration = try options.resolvedConfiguration(environment: environment)
+            configuration = try options.resolvedConfiguration(
+                environment: environment,
+                allowingNothingToServe: options.waitForConfiguration
+            )
             checked = try ConfigurationCheck.check(
                 configuration,
                 strictNames: false,
@@ -67,6 +70,14 @@ struct CheckConfigCommand: AsyncParsableCommand {
             throw ExitCode(78)
         }
         var report = Self.report(configuration, checked, source: options.config ?? "(no config file)")
+        if let waiting = ConfigurationWait.reason(
+            configuration,
+            enabled: options.waitForConfiguration,
+            configPath: options.config
+        ) {
+            report += "warning: serve --wait-for-configuration would wait for configuration: "
+            report += TerminalText.escaped(waiting) + "\n"
+        }
         if let cacheFile { report += Self.cacheFileReport(cacheFile.file, cacheFile.inspection) }
         print(report, terminator: "")
         for provider in checked.providers.providers.values { await provider.shutdown() }

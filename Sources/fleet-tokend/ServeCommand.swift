@@ -22,7 +22,7 @@ struct ServeCommand: AsyncParsableCommand {
         commandName: "serve",
         abstract: "Run the agent.",
         discussion:
-            "It needs something to serve: an HTTP provider, an issuer, or, on purpose, the demo issuer (--demo), whose tokens Fleet Engine refuses. Without one it exits 78 (EX_CONFIG) naming what to configure."
+            "It needs something to serve: an HTTP provider, an issuer, or, on purpose, the demo issuer (--demo), whose tokens Fleet Engine refuses. Without one it exits 78 (EX_CONFIG) naming what to configure, or, with --wait-for-configuration, waits for a reload that configures one."
     )
 
     @OptionGroup var options: ServeOptions
@@ -41,7 +41,10 @@ struct ServeCommand: AsyncParsableCommand {
         let configFileBeforeLoad = WatchedFiles(paths: config.map { [$0] } ?? [])
         let configuration: AgentConfiguration
         do {
-            configuration = try resolvedConfiguration(environment: environment)
+            configuration = try resolvedConfiguration(
+                environment: environment,
+                allowingNothingToServe: options.waitForConfiguration
+            )
         } catch let error as ConfigurationError {
             StandardError.write("fleet-tokend: \(error)\n")
             throw ExitCode(78)
@@ -103,13 +106,19 @@ struct ServeCommand: AsyncParsableCommand {
             configuration: configuration,
             providers: providers,
             rules: rules,
+            // A reload with nothing to serve is refused, waiting or not: the old configuration stays.
             load: { [self] in try resolvedConfiguration(environment: environment) },
             configPath: config,
             watchedAtStart: watchedAtStart,
             environment: environment,
             discoverCredentials: discoverCredentials,
             logLevel: logLevel,
-            logger: logger
+            logger: logger,
+            waitingForConfiguration: ConfigurationWait.reason(
+                configuration,
+                enabled: options.waitForConfiguration,
+                configPath: config
+            )
         ).run()
         withExtendedLifetime(cacheLock) {}
     }
@@ -131,8 +140,13 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    /// Defaults, then the config file, then flags (``ServeOptions``).
-    func resolvedConfiguration(environment: [String: String]) throws -> AgentConfiguration {
-        try options.resolvedConfiguration(environment: environment)
+    /// Defaults, then the config file, then flags (``ServeOptions``). `allowingNothingToServe`:
+    /// a configuration with nothing to serve passes (`--wait-for-configuration` at start; never
+    /// on a reload).
+    func resolvedConfiguration(
+        environment: [String: String],
+        allowingNothingToServe: Bool = false
+    ) throws -> AgentConfiguration {
+        try options.resolvedConfiguration(environment: environment, allowingNothingToServe: allowingNothingToServe)
     }
 }

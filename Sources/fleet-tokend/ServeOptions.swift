@@ -99,8 +99,19 @@ struct ServeOptions: ParsableArguments {
     @Option(help: "Seconds between writes of the cache file: 0 (only at stop), or 1 to 3600 (default 60).")
     var cacheFileInterval: Double?
 
+    @Flag(
+        help:
+            "With nothing to serve, start anyway instead of exiting 78: answer every token request ERR unavailable naming what to configure, say so in STATUS= and the log, and serve once a reload brings something to serve (the packaged unit's, so socket activation does not start a failing agent again and again). check-config: a configuration with nothing to serve passes, with a warning."
+    )
+    var waitForConfiguration = false
+
     /// Defaults, then the config file, then flags.
-    func resolvedConfiguration(environment: [String: String]) throws -> AgentConfiguration {
+    /// `allowingNothingToServe`: a configuration with nothing to serve passes
+    /// (`--wait-for-configuration` at start; never on a reload).
+    func resolvedConfiguration(
+        environment: [String: String],
+        allowingNothingToServe: Bool = false
+    ) throws -> AgentConfiguration {
         var configuration = AgentConfiguration(environment: environment)
         if let config {
             configuration = try ConfigurationFile.load(path: config, over: configuration)
@@ -140,7 +151,7 @@ struct ServeOptions: ParsableArguments {
         if let cacheFile { configuration.cacheFile = cacheFile }
         if let cacheFileInterval { configuration.cacheFileInterval = cacheFileInterval }
         configuration = configuration.resolvingCredentials(environment: environment)
-        try configuration.validate()
+        try configuration.validate(allowingNothingToServe: allowingNothingToServe)
         return configuration
     }
 }

@@ -24,14 +24,16 @@ final class AgentProcess: @unchecked Sendable {
     private let process = ChildProcess()
 
     /// Starts `fleet-tokend serve` with `arguments` plus `--socket` (a new temporary path unless
-    /// `socketPath` is given) and waits until it answers.
+    /// `socketPath` is given) and waits until it answers `PING` with a line starting with
+    /// `readyReply` (`PONG`; an agent waiting for configuration answers an error).
     init(
         _ arguments: [String],
         socketPath: String? = nil,
         environment: [String: String] = [:],
         launcher: [String]? = nil,
         readyTimeout: Double = 120,
-        output: FileHandle? = nil
+        output: FileHandle? = nil,
+        readyReply: String = "PONG"
     ) async throws {
         directory = try Self.makeTemporaryDirectory()
         self.socketPath = socketPath ?? directory.appendingPathComponent("tokens.sock").path
@@ -55,7 +57,8 @@ final class AgentProcess: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(readyTimeout)
         while Date() < deadline {
             if process.isRunning == false { throw AgentError("agent exited early:\n\(self.log)") }
-            if (try? await SocketClient.exchange(self.socketPath, "PING\n", lines: 1)) == ["PONG"] { return }
+            let reply = try? await SocketClient.exchange(self.socketPath, "PING\n", lines: 1)
+            if let reply, reply.count == 1, reply[0].hasPrefix(readyReply) { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         // Not left running behind the failed test; waited for off the pool.

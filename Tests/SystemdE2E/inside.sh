@@ -25,22 +25,91 @@ check "service not started before the first connection" sh -c '! systemctl is-ac
 check "socket is root:fleet-tokens 0660" sh -c "[ \"\$(stat -c '%a %U:%G' $sock)\" = '660 root:fleet-tokens' ]"
 
 echo "== a fresh install: nothing configured" >> "$log"
-# The .deb's config is {}: the first connection starts the agent, which exits 78 (EX_CONFIG,
-# RestartPreventExitStatus) naming what to configure, instead of serving demo tokens.
+# The .deb's config.json serves nothing. The unit runs serve --wait-for-configuration: the first
+# connection starts the agent, which stays up answering every token request ERR unavailable naming
+# what to configure, so socket activation never starts it again and again and the socket never
+# fails; a reload that brings something to serve makes the same process serve.
+check "the shipped config.json lists providers and issuers, empty" sh -c \
+    '[ "$(tr -d " \n" < /etc/fleet-tokend/config.json)" = "{\"providers\":{},\"issuers\":{}}" ]'
 fresh=$(get vehicle v-fresh)
-echo "fresh reply: ${fresh:0:60}" >> "$log"
-if [ -z "$fresh" ]; then pass "a fresh install serves no token"; else fail "fresh install" "$fresh"; fi
-for _ in $(seq 1 100); do systemctl is-failed --quiet fleet-tokend.service && break; sleep 0.1; done
-check "a fresh install's start exits 78" sh -c '[ "$(systemctl show -p ExecMainStatus --value fleet-tokend.service)" = 78 ]'
+echo "fresh reply: $fresh" >> "$log"
+if [[ "$fresh" == "ERR unavailable not configured: /etc/fleet-tokend/config.json serves nothing: add a provider"* ]]; then
+    pass "a fresh install answers ERR unavailable naming what to configure"
+else
+    fail "fresh install" "$fresh"
+fi
+waiting_pid=$(systemctl show -p MainPID --value fleet-tokend.service)
+answered=0
+for i in $(seq 1 25); do
+    reply=$(get vehicle "v-fresh-$i")
+    [[ "$reply" == "ERR unavailable not configured: "* ]] && answered=$((answered + 1))
+done
+restarts=$(systemctl show -p NRestarts --value fleet-tokend.service)
+service_state=$(systemctl show -p ActiveState --value fleet-tokend.service)
+socket_state=$(systemctl show -p ActiveState --value fleet-tokend.socket)
+socket_sub=$(systemctl show -p SubState --value fleet-tokend.socket)
+now_pid=$(systemctl show -p MainPID --value fleet-tokend.service)
+echo "after 25 more connections: $answered answered not configured; NRestarts=$restarts service=$service_state socket=$socket_state/$socket_sub MainPID $waiting_pid -> $now_pid" >> "$log"
+if [ "$answered" = 25 ]; then pass "25 more connections each get ERR unavailable not configured"; else fail "connections while waiting" "$answered/25 answered"; fi
+if [ "$restarts" = 0 ] && [ "$service_state" = active ] && [ "$now_pid" = "$waiting_pid" ] && [ "$now_pid" != 0 ]; then
+    pass "no start loop: one process answered all 26 (MainPID $now_pid, service $service_state, NRestarts=$restarts)"
+else
+    fail "start loop" "NRestarts=$restarts service=$service_state MainPID $waiting_pid -> $now_pid"
+fi
+if [ "$socket_state" = active ] && ! systemctl is-failed --quiet fleet-tokend.socket; then
+    pass "the socket stays active while the agent waits (ActiveState=$socket_state, SubState=$socket_sub)"
+else
+    fail "socket while waiting" "ActiveState=$socket_state SubState=$socket_sub"
+fi
 systemctl status fleet-tokend.service --no-pager -n 20 > /tmp/fresh-status.txt 2>&1
-check "systemctl status says what to configure" grep -q "nothing to serve: configure an HTTP provider" /tmp/fresh-status.txt
-check "the journal says what to configure" sh -c 'journalctl -u fleet-tokend.service --no-pager | grep -q "nothing to serve: configure"'
-# systemd stops a socket whose service failed for good: connections are refused until the
-# operator configures the agent and starts the socket again.
-check "the socket unit fails with the refused start" systemctl is-failed --quiet fleet-tokend.socket
-systemctl reset-failed fleet-tokend.service fleet-tokend.socket >> "$log" 2>&1
-systemctl start fleet-tokend.socket >> "$log" 2>&1
-check "the socket listens again once started" systemctl is-active fleet-tokend.socket
+cat /tmp/fresh-status.txt >> "$log"
+waiting_status=$(sed -n 's/.*Status: "\(.*\)"/\1/p' /tmp/fresh-status.txt)
+if [[ "$waiting_status" == "waiting for configuration: /etc/fleet-tokend/config.json serves nothing: add a provider (\"providers\"), an issuer"*"systemctl reload fleet-tokend" ]]; then
+    pass "systemctl status says what to configure (Status: \"${waiting_status:0:60}...\")"
+else
+    fail "systemctl status while waiting" "$waiting_status"
+fi
+check "the journal says what to configure, once" sh -c \
+    '[ "$(journalctl -u fleet-tokend.service --no-pager | grep -c "waiting for configuration: /etc/fleet-tokend/config.json serves nothing")" = 1 ]'
+fstatus=$(FLEET_TOKEND_SOCKET=$sock fleet-tokend status 2>&1); fstatus_rc=$?
+echo "fleet-tokend status (exit $fstatus_rc): $fstatus" >> "$log"
+if [ "$fstatus_rc" = 1 ] && [[ "$fstatus" == "fleet-tokend: waiting for configuration, up "*"! /etc/fleet-tokend/config.json serves nothing: add a provider"* ]]; then
+    pass "fleet-tokend status says waiting for configuration and what to configure (exit 1)"
+else
+    fail "fleet-tokend status while waiting" "exit $fstatus_rc: $fstatus"
+fi
+fget=$(FLEET_TOKEND_SOCKET=$sock fleet-tokend get vehicle v-fresh 2>&1); fget_rc=$?
+if [ "$fget_rc" = 69 ] && [[ "$fget" == *"not configured: /etc/fleet-tokend/config.json serves nothing"* ]]; then
+    pass "fleet-tokend get exits 69 (unavailable) naming what to configure"
+else
+    fail "fleet-tokend get while waiting" "exit $fget_rc: $fget"
+fi
+fcheck=$(fleet-tokend check-config --config /etc/fleet-tokend/config.json 2>&1); fcheck_rc=$?
+if [ "$fcheck_rc" = 78 ] && [[ "$fcheck" == *"nothing to serve: configure an HTTP provider"* ]]; then
+    pass "check-config of the shipped config exits 78 naming what to configure"
+else
+    fail "check-config of the shipped config" "exit $fcheck_rc: $fcheck"
+fi
+check "systemctl reload with still nothing to serve fails" sh -c '! systemctl reload fleet-tokend.service'
+check "the agent keeps waiting after that refused reload" sh -c \
+    "[ \"\$(systemctl show -p MainPID --value fleet-tokend.service)\" = '$waiting_pid' ] && systemctl is-active --quiet fleet-tokend.service && systemctl show -p StatusText --value fleet-tokend.service | grep -q '^waiting for configuration: '"
+# The operator's edit: the demo issuer, on purpose (the README's minimal example needs a provider).
+echo '{"demo": true}' > /etc/fleet-tokend/config.json
+check "systemctl reload with something to serve succeeds" systemctl reload fleet-tokend.service
+served=$(get vehicle v-fresh)
+echo "after the reload: ${served:0:40}..." >> "$log"
+if [[ "$served" == OK\ * ]] && [ "$(systemctl show -p MainPID --value fleet-tokend.service)" = "$waiting_pid" ]; then
+    pass "after the reload the same process serves tokens"
+else
+    fail "serving after the reload" "$served"
+fi
+check "the Status: line reports tokens once serving" sh -c \
+    'systemctl show -p StatusText --value fleet-tokend.service | grep -q "tokens held"'
+# The checks below start from a socket with no agent behind it: the first GET starts one.
+systemctl stop fleet-tokend.service >> "$log" 2>&1
+check "the socket still listens with the agent stopped" systemctl is-active fleet-tokend.socket
+restarts=$(systemctl show -p NRestarts --value fleet-tokend.service)
+if [ "$restarts" = 0 ]; then pass "NRestarts=0 over the whole fresh install"; else fail "NRestarts" "$restarts"; fi
 
 # Per-fetch log lines (with TOKEN_ID and TOKEN_FINGERPRINT) are at debug level. The demo issuer,
 # on purpose.

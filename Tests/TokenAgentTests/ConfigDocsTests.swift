@@ -121,11 +121,33 @@ struct ConfigDocsTests {
         lists += [object["admin"] as? [String: Any] ?? [:]]
         expectSame(Array(Set(lists.flatMap(\.keys))), ConfigurationFile.principalListKeys, "\(path) allow and admin")
 
-        // The packaged default serves nothing: a fresh install exits 78 naming what to configure.
+        // The packaged default serves nothing: plain serve exits 78 naming what to configure; the
+        // packaged unit's serve --wait-for-configuration takes it, and waits.
         let packaged = Data(try DocText.read("packaging/fleet-tokend.default.json").utf8)
+        let shipped = try ConfigurationFile.parse(packaged, over: AgentConfiguration())
         #expect(throws: ConfigurationError(key: "providers", AgentConfiguration.nothingToServe)) {
-            try ConfigurationFile.parse(packaged, over: AgentConfiguration()).validate()
+            try shipped.validate()
         }
+        #expect(shipped.servesNothing)
+        try shipped.validate(allowingNothingToServe: true)
+        // It shows where the operator fills in providers and issuers.
+        let keys = try #require(try JSONSerialization.jsonObject(with: packaged) as? [String: Any]).keys
+        #expect(Set(keys) == ["providers", "issuers"])
+    }
+
+    /// The README's minimal configuration for a fleet host (its systemd section) serves.
+    @Test func theReadmeSystemdExampleServes() throws {
+        let readme = try DocText.read("README.md")
+        let section = try #require(DocText.section("On a fleet host: systemd", in: readme))
+        let block = try #require(
+            DocText.fencedBlocks(section.joined(separator: "\n")).first { $0.language == "json" }
+        )
+        let configuration = try ConfigurationFile.parse(
+            Data(block.lines.joined(separator: "\n").utf8),
+            over: AgentConfiguration()
+        )
+        try configuration.validate()
+        #expect(configuration.providers.keys.sorted() == ["trip", "vehicle"])
     }
 
     /// CONFIG.md's complete example says it is the example file: it must be the same JSON.

@@ -142,6 +142,11 @@ public struct AgentConfiguration: Sendable, Hashable {
         !providers.isEmpty || !issuers.isEmpty || issuerKeyPath != nil || !accessTokens.isEmpty
     }
 
+    /// Whether nothing is configured to serve: no provider, issuer, issuer key or access token,
+    /// and no demo issuer. `serve` refuses such a configuration (exit 78), unless started with
+    /// `--wait-for-configuration`, and a reload always refuses it.
+    public var servesNothing: Bool { !demo && !hasTokenSource }
+
     /// What `serve` says when nothing is configured to serve.
     public static let nothingToServe =
         "nothing to serve: configure an HTTP provider (\"providers\" or --provider KIND=URL), an issuer (\"issuers\", or \"issuer_key\" / --issuer-key with a service-account key), an access token (\"access_tokens\"), or run the demo issuer on purpose (--demo or \"demo\": true; Fleet Engine refuses its tokens). See docs/CONFIG.md"
@@ -257,8 +262,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
     }
 
-    /// Checks every value; throws the first problem, naming its key.
-    public func validate() throws {
+    /// Checks every value; throws the first problem, naming its key. `allowingNothingToServe`:
+    /// a configuration that ``servesNothing`` passes (`serve --wait-for-configuration` at start).
+    public func validate(allowingNothingToServe: Bool = false) throws {
         guard !socketPath.isEmpty, socketPath.utf8.count < 108 else {
             throw ConfigurationError(key: "socket", "must be a path of 1 to 107 bytes")
         }
@@ -367,7 +373,7 @@ public struct AgentConfiguration: Sendable, Hashable {
                 "the demo issuer runs only alone: remove --demo (\"demo\": true) or the providers, issuers, issuer_key and access_tokens"
             )
         }
-        if !demo, !hasTokenSource {
+        if servesNothing, !allowingNothingToServe {
             throw ConfigurationError(key: "providers", Self.nothingToServe)
         }
     }

@@ -17,6 +17,10 @@ extension RequestHandler {
         }
         switch request {
         case .ping:
+            if let waiting = context.access.notConfiguredError {
+                append(.reply(.error(waiting), verb: verb))
+                return
+            }
             let stalled = context.health.refresherStalled
             append(.reply(.line(stalled ? .error(WireError(.unavailable, "refresher stalled")) : .pong), verb: verb))
         case .help: append(.reply(.line(.ok(AgentStatus.helpText)), verb: verb))

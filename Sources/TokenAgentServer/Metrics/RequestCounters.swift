@@ -92,13 +92,14 @@ extension RequestVerb {
     var codes: [ReplyCode] {
         switch self {
         case .get, .refresh, .other: return ReplyCode.allCases
-        case .drop, .info: return [.ok, .badRequest, .badKind, .badID, .denied]
+        // `unavailable` while the agent waits for a configuration (`not configured: …`).
+        case .drop, .info: return [.ok, .badRequest, .badKind, .badID, .denied, .unavailable]
         case .ping: return [.ok, .badRequest, .unavailable]
         case .stats, .metrics: return [.ok, .badRequest, .denied]
         case .help, .quit: return [.ok, .badRequest]
         case .shm: return [.ok, .badRequest, .badKind, .denied, .unavailable, .busy]
         case .touch: return [.ok, .badRequest, .badKind, .badID]
-        case .warm: return [.ok, .badRequest, .badKind, .badID, .denied]
+        case .warm: return [.ok, .badRequest, .badKind, .badID, .denied, .unavailable]
         }
     }
 }

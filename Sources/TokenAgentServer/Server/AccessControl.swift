@@ -18,6 +18,12 @@ public final class AccessControl: Sendable {
     private let deniedByKind = Mutex<[String: Int]>([:])
     private let logged = Mutex<Set<Denial>>([])
     private let logger: Logger
+    /// What to configure, while the agent waits for a configuration with something to serve.
+    private let waiting = Mutex<String?>(nil)
+
+    /// The text after which an `unavailable` error says what to configure, while the agent waits
+    /// for a configuration (``waitingForConfiguration``): `ERR unavailable not configured: …`.
+    public static let notConfiguredPrefix = "not configured: "
 
     /// At most this many peer-and-kind pairs are remembered as logged; then the memory starts over.
     static let loggedLimit = 10_000
@@ -42,6 +48,22 @@ public final class AccessControl: Sendable {
     /// The rules in force.
     public var current: AccessRules { rules.withLock { $0 } }
 
+    /// What to configure while the agent waits for a configuration with something to serve
+    /// (`serve --wait-for-configuration`, started on one that serves nothing); `nil` once it
+    /// serves. Every kind is then answered `ERR unavailable not configured: <this>` instead of
+    /// `bad-kind`, and `PING` and systemd's `STATUS=` say it too.
+    public var waitingForConfiguration: String? { waiting.withLock { $0 } }
+
+    /// Starts (`reason`: what to configure) or ends (`nil`) the wait for a configuration.
+    public func waitForConfiguration(_ reason: String?) {
+        waiting.withLock { $0 = reason }
+    }
+
+    /// The error that answers a request while the agent waits for a configuration, if it does.
+    public var notConfiguredError: WireError? {
+        waitingForConfiguration.map { WireError(.unavailable, Self.notConfiguredPrefix + $0) }
+    }
+
     /// Requests denied since start.
     public var denied: Int { deniedRequests.load(ordering: .relaxed) }
 
@@ -49,7 +71,8 @@ public final class AccessControl: Sendable {
     public var deniedPerKind: [String: Int] { deniedByKind.withLock { $0 } }
 
     /// `nil` when `peer` may ask for `kind`, else the `denied` error (counted and logged), or
-    /// `bad-kind` when the rules in force are for a configuration without `kind`.
+    /// `bad-kind` when the rules in force are for a configuration without `kind` (`unavailable`
+    /// naming what to configure while the agent waits for a configuration).
     func check(_ peer: PeerCredentials?, kind: String) -> WireError? {
         var configured: [String]?
         let verdict = rules.withLock { rules -> AccessRules.Verdict in
@@ -63,6 +86,7 @@ public final class AccessControl: Sendable {
             let what = AccessTokenKind.name(ofKind: kind).map { "access token \($0)" } ?? "kind \(kind)"
             return deny(peer, kind: kind, WireError(.denied, "not allowed to ask for \(what)"))
         case .notConfigured:
+            if let waiting = notConfiguredError { return waiting }
             // Worded as the engine words it (an access token by its name).
             return EngineFailure.unknownKind(kind, configured: configured ?? []).wireError
         }

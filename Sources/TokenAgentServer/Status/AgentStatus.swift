@@ -169,8 +169,10 @@ public struct AgentStatus: Sendable {
 
     /// A one-line summary for `systemctl status` (`STATUS=`): tokens held, hit ratio, provider
     /// errors and the last refresh failure; first, when the agent is degraded, `degraded:` and
-    /// what is wrong, naming the kind.
+    /// what is wrong, naming the kind. While the agent waits for a configuration, only
+    /// `waiting for configuration:` and what to configure.
     public func summary() -> String {
+        if let waiting = access.waitingForConfiguration { return "waiting for configuration: \(waiting)" }
         let stats = engine.statistics()
         let report = healthReport()
         var text = report.isDegraded ? "degraded: \(report.summary); " : ""

@@ -121,6 +121,10 @@ final class ReloadService: Service, Sendable {
             )
             // The metadata endpoint's entries and their own rules, after the engine has the kinds.
             metadata?.apply(configuration, rules: rules)
+            // A configuration a reload applies has something to serve (``load`` refuses one that
+            // has not): an agent that waited for one serves from now on.
+            let waited = access.waitingForConfiguration != nil
+            access.waitForConfiguration(nil)
             if let level = Logger.Level(rawValue: configuration.logLevel) { logLevel.set(level) }
             let changes = ReloadChanges(
                 startup: startup,
@@ -155,6 +159,7 @@ final class ReloadService: Service, Sendable {
                     "log_level": "\(configuration.logLevel)",
                 ]
             )
+            if waited { logger.notice("no longer waiting for configuration: serving") }
             return true
         } catch {
             statistics.recordRefused(reason: "\(error)")

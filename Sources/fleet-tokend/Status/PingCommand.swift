@@ -21,7 +21,7 @@ struct PingCommand: ParsableCommand {
         commandName: "ping",
         abstract: "Check that the running agent answers and its refresher runs (a liveness probe).",
         discussion:
-            "Exit status: 0 the agent answered PONG, or busy (every connection taken); 1 it answered with another error (its refresher stalled); 69 unreachable, or no answer in time."
+            "Exit status: 0 the agent answered PONG, or busy (every connection taken); 1 it answered with another error (its refresher stalled, or it waits for configuration); 69 unreachable, or no answer in time."
     )
 
     @Option(help: "Unix socket path (default $FLEET_TOKEND_SOCKET, else /run/fleet-tokend/tokens.sock).")

@@ -20,7 +20,7 @@ struct StatusCommand: ParsableCommand {
         commandName: "status",
         abstract: "Show whether the running agent is serving or degraded, and why.",
         discussion:
-            "Exit status: 0 serving, 1 degraded, 69 agent unreachable, 77 denied (STATS and METRICS are for the agent's admins)."
+            "Exit status: 0 serving, 1 degraded or waiting for configuration (serve --wait-for-configuration with nothing to serve), 69 agent unreachable, 77 denied (STATS and METRICS are for the agent's admins)."
     )
 
     @Option(help: "Unix socket path (default $FLEET_TOKEND_SOCKET, else /run/fleet-tokend/tokens.sock).")

@@ -23,6 +23,9 @@ struct StatusReport {
     }
 
     var degraded = false
+    /// What to configure, when the agent waits for a configuration with something to serve
+    /// (`serve --wait-for-configuration`: `PING` answers `ERR unavailable not configured: …`).
+    var waitingForConfiguration: String?
     /// The agent runs its demo issuer (`demo=1` in STATS).
     var demo = false
     /// The agent's version (`version=` in STATS); `nil` from an agent that does not say.
@@ -65,7 +68,12 @@ struct StatusReport {
     /// The report of a `PING` reply, `STATS` fields and `METRICS` samples.
     init(ping: String, stats: [String: String], samples: [MetricsText.Sample]) {
         func stat(_ name: String) -> Int { Int(stats[name] ?? "") ?? 0 }
-        refresherStalled = ping != "PONG"
+        if case .error(let error) = WireReply.parse(Substring(ping)), error.code == .unavailable,
+            error.message.hasPrefix(Self.notConfiguredPrefix)
+        {
+            waitingForConfiguration = String(error.message.dropFirst(Self.notConfiguredPrefix.count))
+        }
+        refresherStalled = ping != "PONG" && waitingForConfiguration == nil
         uptime = stat("uptime_s")
         demo = stat("demo") == 1
         version = stats["version"]
@@ -129,7 +137,16 @@ struct StatusReport {
             }
         }
         kinds = byKind.values.sorted { $0.name < $1.name }
-        degraded = !healthy || refresherStalled
+        degraded = !healthy || refresherStalled || waitingForConfiguration != nil
+    }
+
+    /// What `PING`'s error says, before what to configure, while the agent waits for a
+    /// configuration (AccessControl.notConfiguredPrefix).
+    static let notConfiguredPrefix = "not configured: "
+
+    /// `serving`, `degraded`, or `unconfigured` while the agent waits for a configuration.
+    var state: String {
+        waitingForConfiguration != nil ? "unconfigured" : degraded ? "degraded" : "serving"
     }
 
     /// The hit ratio in percent, `nil` before the first GET.
@@ -146,6 +163,7 @@ struct StatusReport {
     /// Why the agent is degraded, one phrase per problem.
     var problems: [String] {
         var problems: [String] = []
+        if let waitingForConfiguration { problems.append(waitingForConfiguration) }
         if refresherStalled { problems.append("refresher stalled (last pass \(Int(saturating: refresherAge)) s ago)") }
         for kind in kinds {
             for reason in kind.degradedReasons {
@@ -175,7 +193,10 @@ struct StatusReport {
         let escaped = TerminalText.escaped
         func paint(_ text: String, _ code: String) -> String { colour ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text }
         var lines: [String] = []
-        let state = degraded ? paint("degraded", "1;31") : paint("serving", "1;32")
+        let state =
+            waitingForConfiguration != nil
+            ? paint("waiting for configuration", "1;33")
+            : degraded ? paint("degraded", "1;31") : paint("serving", "1;32")
         lines.append("fleet-tokend: \(state), up \(Self.duration(uptime))")
         for problem in problems { lines.append("  " + paint("! " + escaped(problem), "31")) }
         if demo {
@@ -240,7 +261,7 @@ struct StatusReport {
             kindObjects.append(.object(object))
         }
         var object: [String: JSONValue] = [
-            "state": .string(degraded ? "degraded" : "serving"),
+            "state": .string(state),
             "demo": .bool(demo),
             "version": .string(version ?? ""),
             "problems": .strings(problems.filter { _ in degraded }),
