@@ -115,27 +115,6 @@ struct ClientTests {
         }
     }
 
-    /// A call's time-out counts from the connection's last reply, not from its own start: twelve
-    /// calls pipelined behind one another, answered one every 0.5 s (one fetch at a time), all
-    /// get their token with a 3 s time-out though the last waits about 6 s, on one connection.
-    /// Counted from each call's start, the last ones would time out and retire the connection.
-    @Test func aPipelineLongerThanTheTimeOutCompletesWhileRepliesKeepComing() async throws {
-        try await withProviderAndAgent(["--max-concurrent-fetches", "1"]) { agent, provider in
-            let client = client(agent, memo: false) { $0.callTimeout = 3 }
-            let connectionsBefore = try #require(try await agent.stats()["connections_total"])
-            let started = ContinuousClock.now
-            let tokens = try await withThrowingTaskGroup(of: Token.self) { group in
-                for index in 0..<12 { group.addTask { try await client.token(.vehicle("delay500-p\(index)")) } }
-                return try await group.reduce(into: [Token]()) { $0.append($1) }
-            }
-            #expect(tokens.count == 12)
-            #expect(provider.totalRequests == 12)
-            #expect(ContinuousClock.now - started > .seconds(3), "longer than the time-out, or the test shows nothing")
-            let stats = try await client.stats()
-            #expect(stats["connections_total"] == connectionsBefore + 1, "no time-out retired the connection")
-        }
-    }
-
     @Test func concurrentCallersShareOneRequest() async throws {
         try await withProviderAndAgent { agent, _ in
             let client = client(agent, memo: false)
