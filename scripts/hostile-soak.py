@@ -46,6 +46,7 @@ import json
 import multiprocessing
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -681,6 +682,8 @@ def main() -> int:
         agent.wait(timeout=20)
         if "group" in locals():
             group.remove()
+        log.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ import Synchronization
 /// The open connections of an HTTP listener (the metrics and the metadata endpoints), oldest
 /// first, which of them are being answered, and what the listener knows of each one's peer.
 ///
-/// A connection is being answered from the moment its request is whole to the moment its answer
-/// is written; between requests (keep-alive), and while a request's head or body is still coming,
-/// it is waiting. Past the limit a new connection closes a waiting one, so trickling peers never
+/// A connection is being answered from the moment its request is whole (the metadata endpoint;
+/// the metrics listener, whose requests have no body, marks it at the head) to the moment its
+/// answer is written; between requests (keep-alive), and while a request is still coming, it is
+/// waiting. Past the limit a new connection closes a waiting one, so trickling peers never
 /// keep a real client out: the oldest of a peer the listener refuses (``Standing/refused``) if
 /// there is one, else the oldest. A new connection is refused only when every open one is being
 /// answered.

@@ -42,6 +42,8 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         var statistics: MetadataStatistics
         /// The refusals' log lines, summarised per peer.
         var refusals: RefusalLog
+        /// The refusals' pace, per peer.
+        var pacer: RefusalPacer
     }
 
     private let settings: Settings
@@ -157,9 +159,21 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
                 return (await router.respond(to: request, from: peer), peer)
             }
         }
+        let pacer = settings.pacer
         responsePromise.futureResult.assumeIsolated().whenSuccess { response, peer in
             guard !self.removed else { return }
-            self.write(response, for: head, peer: peer, context: context)
+            let delay = response.status == 403 ? pacer.delay(for: peer.uid) : .zero
+            guard delay > .zero else {
+                self.write(response, for: head, peer: peer, context: context)
+                return
+            }
+            // A refusal past the peer's pace waits its turn; the connection may make room meanwhile.
+            self.setAnswering(false)
+            context.eventLoop.assumeIsolated().scheduleTask(in: delay) {
+                guard !self.removed else { return }
+                self.setAnswering(true)
+                self.write(response, for: head, peer: peer, context: context)
+            }
         }
     }
 
@@ -237,6 +251,13 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
             let server = IPEndpoint(host: localHost, port: UInt16(truncatingIfNeeded: localPort))
         else { return nil }
         return (client, server)
+    }
+}
+
+extension MetadataPeer {
+    /// The uid, when the kernel named one.
+    var uid: UInt32? {
+        if case .user(let user) = self { user.uid } else { nil }
     }
 }
 
