@@ -42,8 +42,8 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         var statistics: MetadataStatistics
         /// The refusals' log lines, summarised per peer.
         var refusals: RefusalLog
-        /// The refusals' pace, per peer.
-        var pacer: RefusalPacer
+        /// The answers' pace, per peer.
+        var pacer: PeerPacer
     }
 
     private let settings: Settings
@@ -162,12 +162,12 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         let pacer = settings.pacer
         responsePromise.futureResult.assumeIsolated().whenSuccess { response, peer in
             guard !self.removed else { return }
-            let delay = response.status == 403 ? pacer.delay(for: peer.uid) : .zero
+            let delay = pacer.delay(for: peer.uid)
             guard delay > .zero else {
                 self.write(response, for: head, peer: peer, context: context)
                 return
             }
-            // A refusal past the peer's pace waits its turn; the connection may make room meanwhile.
+            // An answer past the peer's pace waits its turn; the connection may make room meanwhile.
             self.setAnswering(false)
             context.eventLoop.assumeIsolated().scheduleTask(in: delay) {
                 guard !self.removed else { return }

@@ -19,8 +19,8 @@ import ServiceLifecycle
 /// a waiting one (no whole request in; of a peer no entry allows first, the oldest first; see
 /// ``HTTPConnectionGate``), and is itself closed only when every open connection is being
 /// answered. Each peer is looked up when its connection is accepted. Refusals are logged at most
-/// twice an interval a peer (``RefusalLog``), and answered at most `refusalsPerSecond` a second a
-/// peer past a burst (``RefusalPacer``).
+/// twice an interval a peer (``RefusalLog``); each peer's answers are paced to
+/// `answersPerSecond` past a burst (``PeerPacer``).
 ///
 /// `run()` serves until its task is cancelled or, as a swift-service-lifecycle `Service` in the
 /// agent's group, until the graceful shutdown; then it closes the listener and every connection.
@@ -44,9 +44,9 @@ public final class MetadataHTTPServer: Service, Sendable {
         public var requestTimeout: TimeAmount = .seconds(10)
         /// A peer's refusals past its first in this long are one summary line (``RefusalLog``).
         public var refusalLogInterval: TimeAmount = .seconds(10)
-        /// Refusals (403s) answered at once a second a peer, past a burst of as many; the others
-        /// wait their turn (``RefusalPacer``).
-        public var refusalsPerSecond = 500
+        /// Answers written at once a second a peer (uid), past a burst of as many; the others
+        /// wait their turn (``PeerPacer``).
+        public var answersPerSecond = 500
 
         /// The default limits.
         public init() {}
@@ -130,7 +130,7 @@ public final class MetadataHTTPServer: Service, Sendable {
             logger: logger,
             statistics: statistics,
             refusals: refusals,
-            pacer: RefusalPacer(rate: limits.refusalsPerSecond)
+            pacer: PeerPacer(rate: limits.answersPerSecond)
         )
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)

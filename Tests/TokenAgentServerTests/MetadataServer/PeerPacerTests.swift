@@ -3,10 +3,10 @@ import Testing
 
 @testable import TokenAgentServer
 
-/// One peer's refusals past its rate wait their turn; another peer's do not.
-@Suite struct RefusalPacerTests {
+/// One peer's answers past its rate wait their turn; another peer's do not.
+@Suite struct PeerPacerTests {
     @Test func aBurstIsAnsweredAtOnceAndTheRestWaitTheirTurn() {
-        let pacer = RefusalPacer(rate: 10)
+        let pacer = PeerPacer(rate: 10)
         // A burst of `rate` is answered at once (the time the calls take only helps).
         for _ in 0..<10 { #expect(pacer.delay(for: 1000) == .zero) }
         _ = pacer.delay(for: 1000)
