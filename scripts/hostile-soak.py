@@ -17,6 +17,21 @@ each in processes of their own:
 - --tricklers (default 16) connect to the metrics listener and send their request a byte every
   5 s, while one scraper scrapes once a second.
 
+The GCE metadata endpoint's attackers, as the soak's own uid, which no entry allows (the entry
+`fleet-admin` is allowed to uid 65534 only):
+
+- --metadata-drippers (default 64) connections each send a whole request head promising a 16,000
+  byte body, then one body byte a second, and reconnect when closed;
+- --metadata-floods (default 2) processes send 100 pipelined token requests a connection (each a
+  403) and read every answer, over and over;
+- --metadata-pipeliners (default 1) send three whole requests in one write and read the three
+  answers, over and over (counted: a burst that got any answer must get all three; one whose
+  connection was closed first, to make room, is not counted).
+
+Beside them, when the soak runs as root, an allowed user (a process as uid 65534) asks the
+endpoint once a second for its service accounts: at least 80% must be answered 200. The agent's
+log must hold at most 50 lines of refusals a minute.
+
 The agent's `vehicle` tokens come from a local provider that answers at once (the normal client's
 keys are cached before the baseline, so its speed does not matter). Prints one JSON report; exit
 status 0 when the agent's peak RSS stayed under --max-rss-mib, the normal client's p99 under load
@@ -31,6 +46,7 @@ import json
 import multiprocessing
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -227,6 +243,124 @@ def scraper(port: int, stop, scrapes, answered) -> None:
             pass
 
 
+METADATA_TOKEN = "/computeMetadata/v1/instance/service-accounts/default/token"
+
+
+def metadata_request(port: int, path: str, extra: str = "") -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nMetadata-Flavor: Google\r\n{extra}\r\n".encode()
+
+
+def metadata_drippers(port: int, connections: int, stop, reopened) -> None:
+    """`connections` connections each sending a whole head with `Content-Length: 16000`, then a body
+    byte a second; a connection the agent closes is opened again at once."""
+    head = metadata_request(port, METADATA_TOKEN, "Content-Length: 16000\r\n")
+
+    def open_one():
+        try:
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(head)
+            sock.setblocking(False)
+            return sock
+        except OSError:
+            return None
+
+    socks = [open_one() for _ in range(connections)]
+    while not stop.is_set():
+        for index, sock in enumerate(socks):
+            if sock is None:
+                socks[index] = open_one()
+                continue
+            try:
+                if select.select([sock], [], [], 0)[0]:
+                    raise OSError("closed")
+                sock.send(b"a")
+            except OSError:
+                sock.close()
+                socks[index] = open_one()
+                with reopened.get_lock():
+                    reopened.value += 1
+        stop.wait(1)
+    for sock in socks:
+        if sock is not None:
+            sock.close()
+
+
+def read_answers(sock: socket.socket, count: int) -> int:
+    """Reads `count` HTTP answers (each with a Content-Length); how many came before a close."""
+    buffer, answered = b"", 0
+    while answered < count:
+        end = buffer.find(b"\r\n\r\n")
+        if end >= 0:
+            head = buffer[:end].decode("latin-1").lower()
+            length = int(head.split("content-length:")[1].split("\r\n")[0]) if "content-length:" in head else 0
+            if len(buffer) >= end + 4 + length:
+                buffer = buffer[end + 4 + length :]
+                answered += 1
+                continue
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buffer += chunk
+    return answered
+
+
+def metadata_flood(port: int, stop, refusals) -> None:
+    """100 pipelined token requests a connection (each a 403: this uid is no entry's), read, again."""
+    burst = metadata_request(port, METADATA_TOKEN) * 100
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                sock.sendall(burst)
+                answered = read_answers(sock, 100)
+            with refusals.get_lock():
+                refusals.value += answered
+        except OSError:
+            time.sleep(0.1)
+
+
+def metadata_pipeliner(port: int, stop, sent, answered) -> None:
+    """Three whole requests in one write, then their three answers, on one kept-alive connection."""
+    burst = metadata_request(port, "/") * 3
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+                for _ in range(30):
+                    if stop.is_set():
+                        break
+                    sock.sendall(burst)
+                    got = read_answers(sock, 3)
+                    if got == 0:
+                        break  # closed to make room before the burst came: this uid is no entry's
+                    with sent.get_lock():
+                        sent.value += 3
+                    with answered.get_lock():
+                        answered.value += got
+                    if got < 3:
+                        break
+        except OSError:
+            time.sleep(0.1)
+
+
+def metadata_allowed_user(port: int, stop, tried, answered) -> None:
+    """As uid 65534 (the entry's user): asks for its service accounts once a second."""
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+    path = "/computeMetadata/v1/instance/service-accounts/"
+    while not stop.wait(1):
+        with tried.get_lock():
+            tried.value += 1
+        try:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Metadata-Flavor": "Google"})
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(request, timeout=10) as reply:
+                if reply.status == 200 and b"default/" in reply.read():
+                    with answered.get_lock():
+                        answered.value += 1
+        except OSError:
+            pass
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -346,6 +480,9 @@ def main() -> int:
     parser.add_argument("--stats-floods", type=int, default=1)
     parser.add_argument("--drip-peers", type=int, default=8)
     parser.add_argument("--tricklers", type=int, default=16)
+    parser.add_argument("--metadata-drippers", type=int, default=64)
+    parser.add_argument("--metadata-floods", type=int, default=2)
+    parser.add_argument("--metadata-pipeliners", type=int, default=1)
     args = parser.parse_args()
 
     raise_fd_limit(8192)
@@ -353,6 +490,7 @@ def main() -> int:
     path = os.path.join(directory, "agent.sock")
     log = open(os.path.join(directory, "agent.log"), "wb")
     fast_port, drip_port, metrics_port = serve(FastProvider), serve(DripProvider), free_port()
+    metadata_port = free_port()
     config = os.path.join(directory, "config.json")
     with open(config, "w") as file:
         json.dump(
@@ -362,15 +500,25 @@ def main() -> int:
                     "drip": {"url": f"http://127.0.0.1:{drip_port}/{{id}}", "timeout": 2},
                 },
                 "metrics_listen": f"127.0.0.1:{metrics_port}",
+                # No IAM behind it: the soak's metadata traffic never reaches a token.
+                "iam_endpoint": f"http://127.0.0.1:{free_port()}",
+                "access_tokens": {
+                    "fleet-admin": {
+                        "service_account": "fleet-admin@soak-project.iam.gserviceaccount.com",
+                        "allow": {"users": [65534]},
+                    }
+                },
+                "metadata_server": {"listen": f"127.0.0.1:{metadata_port}", "default": "fleet-admin"},
             },
             file,
         )
+    environment = dict(os.environ, GOOGLE_APPLICATION_CREDENTIALS="", GCE_METADATA_HOST=f"127.0.0.1:{free_port()}")
     agent = subprocess.Popen(
         [
             args.binary, "serve", "--socket", path, "--config", config,
             "--max-connections", str(args.connections + args.stats_floods + args.drip_peers + 64),
         ],
-        stdout=log, stderr=log,
+        stdout=log, stderr=log, env=environment,
     )
     try:
         for _ in range(200):
@@ -414,6 +562,38 @@ def main() -> int:
         floods.append(
             multiprocessing.Process(target=scraper, args=(metrics_port, flood_stop, scrapes, scrapes_answered), daemon=True)
         )
+        metadata_reopened, metadata_refusals = multiprocessing.Value("q", 0), multiprocessing.Value("q", 0)
+        pipelined_sent, pipelined_answered = multiprocessing.Value("q", 0), multiprocessing.Value("q", 0)
+        allowed_tried, allowed_answered = multiprocessing.Value("q", 0), multiprocessing.Value("q", 0)
+        if args.metadata_drippers:
+            floods.append(
+                multiprocessing.Process(
+                    target=metadata_drippers,
+                    args=(metadata_port, args.metadata_drippers, flood_stop, metadata_reopened),
+                    daemon=True,
+                )
+            )
+        floods += [
+            multiprocessing.Process(target=metadata_flood, args=(metadata_port, flood_stop, metadata_refusals), daemon=True)
+            for _ in range(args.metadata_floods)
+        ]
+        floods += [
+            multiprocessing.Process(
+                target=metadata_pipeliner,
+                args=(metadata_port, flood_stop, pipelined_sent, pipelined_answered),
+                daemon=True,
+            )
+            for _ in range(args.metadata_pipeliners)
+        ]
+        as_root = os.getuid() == 0
+        if as_root:
+            floods.append(
+                multiprocessing.Process(
+                    target=metadata_allowed_user,
+                    args=(metadata_port, flood_stop, allowed_tried, allowed_answered),
+                    daemon=True,
+                )
+            )
         for flood in floods:
             flood.start()
         time.sleep(2)  # every hostile connection at its bound
@@ -431,6 +611,15 @@ def main() -> int:
         time.sleep(2)
         after_rss = rss_bytes(agent.pid)
         alive = agent.poll() is None
+        log.flush()
+        with open(os.path.join(directory, "agent.log"), "rb") as written:
+            agent_log = written.read().decode("utf-8", "replace").splitlines()
+        refusal_lines = sum(
+            1
+            for line in agent_log
+            if "metadata endpoint: request refused" in line or "metadata endpoint: refusals left out" in line
+        )
+        minutes = max(args.hostile_seconds / 60, 1 / 60)
 
         report = {
             "connections": args.connections,
@@ -450,6 +639,16 @@ def main() -> int:
             "stats_flood_replies": flood_replies.value,
             "drip_gets": {"answered": drip_ended.value, "later_than_10_s": drip_late.value},
             "scrapes": {"tried": scrapes.value, "answered": scrapes_answered.value},
+            "metadata": {
+                "dripping_connections_reopened": metadata_reopened.value,
+                "flood_refusals_answered": metadata_refusals.value,
+                "refusal_log_lines": refusal_lines,
+                "refusal_log_lines_per_minute": round(refusal_lines / minutes, 1),
+                "pipelined": {"sent": pipelined_sent.value, "answered": pipelined_answered.value},
+                "allowed_user": {"tried": allowed_tried.value, "answered": allowed_answered.value}
+                if as_root
+                else None,
+            },
             "reopened_by_style": {
                 style: reopened[index] for index, style in enumerate(HOSTILE_STYLES)
             },
@@ -472,6 +671,9 @@ def main() -> int:
             and drip_late.value == 0
             and (args.drip_peers == 0 or drip_ended.value > 0)
             and scrapes_answered.value >= 0.9 * scrapes.value
+            and refusal_lines / minutes <= 50
+            and pipelined_sent.value == pipelined_answered.value
+            and (not as_root or allowed_answered.value >= 0.8 * allowed_tried.value)
         )
         print(json.dumps(report, indent=2))
         return 0 if report["pass"] else 1
@@ -480,6 +682,8 @@ def main() -> int:
         agent.wait(timeout=20)
         if "group" in locals():
             group.remove()
+        log.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ public struct MetadataListenAddress: Sendable, Hashable, CustomStringConvertible
     public let host: String
     /// The address in network byte order, 4 or 16 bytes.
     public let addressBytes: [UInt8]
-    /// The port (0 only for tests: the system picks one, see ``withPort(_:)``).
+    /// The port (0 only for tests, through ``init(host:port:)``: the system picks one, see
+    /// ``withPort(_:)``).
     public let port: UInt16
 
-    /// Parses `ip:port` (`[ipv6]:port` for IPv6).
+    /// Parses `ip:port` (`[ipv6]:port` for IPv6), the port from 1 to 65535: what a configuration
+    /// gives.
     /// - Throws: ``MetadataConfigurationError`` naming what is wrong.
     public init(parsing text: String) throws(MetadataConfigurationError) {
         let hostText: Substring
@@ -33,8 +35,8 @@ public struct MetadataListenAddress: Sendable, Hashable, CustomStringConvertible
             hostText = text[..<colon]
             portText = text[text.index(after: colon)...]
         }
-        guard let port = UInt16(portText), portText.allSatisfy(\.isASCII), portText.first != "+" else {
-            throw MetadataConfigurationError(key: "listen", "the port must be a number from 0 to 65535")
+        guard let port = UInt16(portText), port != 0, portText.allSatisfy(\.isASCII), portText.first != "+" else {
+            throw MetadataConfigurationError(key: "listen", "the port must be a number from 1 to 65535")
         }
         guard let bytes = Self.addressBytes(of: String(hostText)) else {
             throw MetadataConfigurationError(key: "listen", "\(hostText) is not an IP address (names are not accepted)")

@@ -106,14 +106,16 @@ extension MetadataRouter {
         case "aliases": return .text(entry.name == configuration.defaultEntry ? "default\n" : "")
         case "email": return .text(entry.account)
         case "scopes": return .text(entry.scopes.map { $0 + "\n" }.joined())
-        case "token": return await token(of: entry, target: target)
+        case "token": return await token(of: entry, target: target, peer: peer)
         default: return notFound(target, why: leaf == "identity" ? "identity tokens are not served here" : nil)
         }
     }
 
     /// `.../token`: the entry's access token, if the scopes asked for (`scopes=a,b`) are among
-    /// the entry's; the token is the entry's own, carrying all of its scopes.
-    func token(of entry: MetadataEntry, target: RequestTarget) async -> MetadataResponse {
+    /// the entry's; the token is the entry's own, carrying all of its scopes. It is sent only if
+    /// the entry in force when it comes (a reload may have come while it was fetched) still
+    /// allows `peer`.
+    func token(of entry: MetadataEntry, target: RequestTarget, peer: MetadataPeer) async -> MetadataResponse {
         var asked: [String] = []
         for value in target.values(of: "scopes") {
             for scope in value.split(whereSeparator: { $0 == "," || $0 == " " }) where !asked.contains(String(scope)) {
@@ -138,6 +140,15 @@ extension MetadataRouter {
             )
             response.failure = String(describing: error)
             return response
+        }
+        guard case .user(let user) = peer,
+            entriesInForce().contains(where: { $0.name == entry.name && $0.allows(user) })
+        else {
+            let uid = if case .user(let user) = peer { "uid \(user.uid)" } else { "the peer" }
+            return .error(
+                .refusedRules,
+                "403 Forbidden: \(uid) is no longer allowed the token of \(entry.name): the rules changed"
+            )
         }
         let expiresIn = Self.wholeSeconds(token.expiresAt - now())
         return .json(

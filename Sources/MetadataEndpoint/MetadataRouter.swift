@@ -16,28 +16,43 @@
 ///
 /// The paths under `instance/service-accounts/` answer only a peer the kernel identified
 /// (``MetadataPeer/user(_:)``) whom the entry's rules allow; the rest (`/`, the directories,
-/// `project/project-id`, `universe/universe-domain`) answer anyone.
+/// `project/project-id`, `universe/universe-domain`) answer anyone. A token is checked twice:
+/// against the entry's rules when asked for, and against the rules in force (``entriesInForce``,
+/// a reload's) when it comes, as the socket checks a reply still owed when it writes it.
 public struct MetadataRouter: Sendable {
     /// The settings: the listen address (for the `Host` check), the default entry, the project.
     public let configuration: MetadataServerConfiguration
     let tokens: any MetadataTokenSource
     let now: @Sendable () -> Double
+    /// The entries in force now: a reload may have replaced this router's `tokens.entries` while
+    /// a token was fetched.
+    let entriesInForce: @Sendable () -> [MetadataEntry]
     private let hostCheck: HostCheck
 
     /// The universe domain served: Google's public cloud.
     public static let universeDomain = "googleapis.com"
 
     /// A router for `configuration`'s endpoint serving `tokens`' entries; `now` is the wall clock
-    /// in seconds since the Unix epoch (for `expires_in`).
+    /// in seconds since the Unix epoch (for `expires_in`); `entriesInForce` the entries a token
+    /// is checked against again when it comes (`tokens`' own when `nil`: no reload replaces them).
     public init(
         configuration: MetadataServerConfiguration,
         tokens: any MetadataTokenSource,
-        now: @escaping @Sendable () -> Double = MetadataRouter.wallClock
+        now: @escaping @Sendable () -> Double = MetadataRouter.wallClock,
+        entriesInForce: (@Sendable () -> [MetadataEntry])? = nil
     ) {
         self.configuration = configuration
         self.tokens = tokens
         self.now = now
+        self.entriesInForce = entriesInForce ?? { tokens.entries }
         self.hostCheck = HostCheck(listen: configuration.listen)
+    }
+
+    /// Whether some entry's rules allow `peer`: a peer none allows is served no token, and is the
+    /// first to make room when the endpoint is full.
+    public func allowsAnyEntry(_ peer: MetadataPeer) -> Bool {
+        guard case .user(let user) = peer else { return false }
+        return tokens.entries.contains { $0.allows(user) }
     }
 
     /// The wall clock: seconds since the Unix epoch.

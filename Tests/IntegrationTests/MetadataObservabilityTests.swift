@@ -89,7 +89,7 @@ struct MetadataObservabilityTests {
         }
         #expect(samples.value("fleet_tokend_metadata_requests_total", ["code": "503", "outcome": "unavailable"]) == 1)
         #expect(samples.value("fleet_tokend_metadata_connections_total") == Double(requests.count))
-        for reason in ["evicted", "head_timeout", "idle_timeout", "too_large"] {
+        for reason in ["evicted", "head_timeout", "idle_timeout", "too_large", "request_timeout"] {
             #expect(samples.has("fleet_tokend_metadata_connections_closed_total", ["reason": reason]))
             #expect(samples.value("fleet_tokend_metadata_connections_closed_total", ["reason": reason]) == 0)
         }

@@ -100,7 +100,7 @@ struct MetricsCatalogTests {
         let offMetrics = String(decoding: off.metricsReply(), as: UTF8.self)
         #expect(!offMetrics.contains("fleet_tokend_metadata_"))
 
-        let metadata = MetadataStatistics(listen: try MetadataListenAddress(parsing: "[::1]:0"))
+        let metadata = MetadataStatistics(listen: try MetadataListenAddress(host: "::1", port: 0))
         metadata.bound(try MetadataListenAddress(parsing: "[::1]:8989"))
         metadata.countAnswer(.token)
         metadata.countAnswer(.token)

@@ -8,7 +8,7 @@ import TokenWire
 struct MetadataServerConfigurationTests {
     static let admin = "fleet-admin@fleet-prod.iam.gserviceaccount.com"
     static let entries =
-        #""access_tokens": {"fleet-admin": {"service_account": "\#(admin)", "allow": {"users": [1201], "groups": [1300]}},"#
+        #""access_tokens": {"fleet-admin": {"service_account": "\#(admin)", "allow": {"users": [1201, 1203]}},"#
         + #" "mine": {"source": "host", "allow": {"users": [1202]}}}, "allow_host_identity": true"#
 
     private func configuration(_ metadata: String) throws -> AgentConfiguration {
@@ -37,7 +37,7 @@ struct MetadataServerConfigurationTests {
         #expect(settings.defaultEntry == "fleet-admin" && settings.projectID == "fleet-prod")
         let rules = AccessRules(
             allow: [
-                "access:fleet-admin": AccessRules.Principals(uids: [1201], gids: [1300]),
+                "access:fleet-admin": AccessRules.Principals(uids: [1201, 1203]),
                 "access:mine": AccessRules.Principals(uids: [1202]),
             ],
             admin: nil,
@@ -48,7 +48,7 @@ struct MetadataServerConfigurationTests {
         #expect(entries.map(\.name) == ["fleet-admin"])
         #expect(entries.first?.account == Self.admin)
         #expect(entries.first?.scopes == ["https://www.googleapis.com/auth/cloud-platform"])
-        #expect(entries.first?.allowedUIDs == [1201] && entries.first?.allowedGIDs == [1300])
+        #expect(entries.first?.allowedUIDs == [1201, 1203] && entries.first?.allowedGIDs == [])
         #expect(try parseConfiguration("{\(Self.entries)}").metadataServerConfiguration() == nil)
     }
 
@@ -65,7 +65,22 @@ struct MetadataServerConfigurationTests {
             "metadata_server.listen: 10.0.0.1 is not a loopback"
         ),
         (#"{"listen": "localhost:8989", "default": "fleet-admin"}"#, "metadata_server.listen: localhost is not an IP"),
-        (#"{"listen": "127.0.0.1:0", "default": "fleet-admin"}"#, "metadata_server.listen: the port must be"),
+        (
+            #"{"listen": "127.0.0.1:0", "default": "fleet-admin"}"#,
+            "metadata_server.listen: the port must be a number from 1 to 65535"
+        ),
+        (
+            #"{"listen": "127.0.0.1:65536", "default": "fleet-admin"}"#,
+            "metadata_server.listen: the port must be a number from 1 to 65535"
+        ),
+        (
+            #"{"listen": "127.0.0.1:8989", "default": "fleet-admin", "request_timeout": 0}"#,
+            "metadata_server.request_timeout: must be seconds from 0.1 to 60"
+        ),
+        (
+            #"{"listen": "127.0.0.1:8989", "default": "fleet-admin", "request_timeout": 61}"#,
+            "metadata_server.request_timeout: must be seconds from 0.1 to 60"
+        ),
         (#"{"listen": "127.0.0.1", "default": "fleet-admin"}"#, "metadata_server.listen: needs ip:port"),
         (#"{"listen": "[::1]:8989", "default": "nobody"}"#, "metadata_server.default: nobody is not an entry"),
         (#"{"listen": "[::1]:8989", "default": "mine"}"#, "metadata_server.default: mine serves the host's own token"),
@@ -74,6 +89,49 @@ struct MetadataServerConfigurationTests {
     func eachMistakeIsRefusedNamingItsKey(metadata: String, refused: String) {
         let got = refusal(metadata)
         #expect(got?.hasPrefix(refused) == true, "\(metadata): \(got ?? "accepted")")
+    }
+
+    /// The endpoint learns a connection's uid, never the asking process's groups: an entry it
+    /// serves takes users only (the host's own token, never served there, keeps its groups).
+    @Test func groupsOnAnEntryTheEndpointServesAreRefused() throws {
+        let grouped = try parseConfiguration(
+            #"{"access_tokens": {"fleet-admin": {"service_account": "\#(Self.admin)", "allow": {"users": [1201], "#
+                + #""groups": [1300]}}, "mine": {"source": "host", "allow": {"groups": [1300]}}}, "#
+                + #""allow_host_identity": true, "metadata_server": {"listen": "127.0.0.1:8989", "default": "fleet-admin"}}"#
+        )
+        #expect(throws: ConfigurationError.self) { try grouped.validate() }
+        do {
+            try grouped.validate()
+        } catch let error as ConfigurationError {
+            #expect(error.key == "access_tokens.fleet-admin.allow.groups")
+            #expect(error.reason.contains("groups") && error.reason.contains("metadata endpoint (metadata_server)"))
+        }
+        var socketOnly = grouped
+        socketOnly.metadataServer = nil
+        try socketOnly.validate()
+        var hostOnly = grouped
+        hostOnly.accessTokens["fleet-admin"]?.allow?.groups = []
+        try hostOnly.validate()
+    }
+
+    @Test func theRequestTimeoutDefaultsTo10sAndWaitsForARestart() throws {
+        let startup = try configuration(#"{"listen": "127.0.0.1:8989", "default": "fleet-admin"}"#)
+        #expect(startup.metadataServer?.requestTimeout == 10)
+        let short = try configuration(
+            #"{"listen": "127.0.0.1:8989", "default": "fleet-admin", "request_timeout": 0.5}"#
+        )
+        try short.validate()
+        #expect(short.metadataServer?.requestTimeout == 0.5)
+        let field = ReloadChanges(
+            startup: startup,
+            from: startup,
+            previousKinds: [],
+            to: short,
+            kinds: [],
+            providerChanged: [],
+            rulesChanged: []
+        ).field
+        #expect(field == "restart:metadata_server")
     }
 
     @Test func aReloadAppliesAllButTheListenAddress() throws {

@@ -20,17 +20,36 @@ extension AgentConfiguration {
         }
     }
 
+    /// What of `metadata_server` is read at start-up only: its `listen` and `request_timeout`.
+    public struct MetadataStartup: Sendable, Hashable {
+        public var listen: String
+        public var requestTimeout: Double
+    }
+
+    /// `metadata_server`'s start-up part (``MetadataStartup``), or `nil` without the endpoint
+    /// (``ReloadChanges/startupOnlyKeys``); setting it sets ``metadataListen`` and the time-out.
+    public var metadataStartup: MetadataStartup? {
+        get { metadataServer.map { MetadataStartup(listen: $0.listen, requestTimeout: $0.requestTimeout) } }
+        set {
+            metadataListen = newValue?.listen
+            if let newValue { metadataServer?.requestTimeout = newValue.requestTimeout }
+        }
+    }
+
     /// The endpoint's settings, checked: `listen` a loopback IP literal with a port from 1 to
     /// 65535, `default` an entry of `access_tokens` that is not the host's own token, `project_id`
-    /// a project id. `nil` without `metadata_server`.
-    /// - Throws: ``ConfigurationError`` naming the key under `metadata_server`.
+    /// a project id, `request_timeout` 0.1 to 60 s; and no entry it serves may have `groups` in
+    /// its `allow` (``refuseGroupRulesOnServedEntries()``). `nil` without `metadata_server`.
+    /// - Throws: ``ConfigurationError`` naming the key under `metadata_server`, or the entry's
+    ///   `allow.groups`.
     public func metadataServerConfiguration() throws -> MetadataServerConfiguration? {
         guard let settings = metadataServer else { return nil }
+        guard settings.requestTimeout.isFinite, settings.requestTimeout >= 0.1, settings.requestTimeout <= 60 else {
+            throw ConfigurationError(key: "metadata_server.request_timeout", "must be seconds from 0.1 to 60")
+        }
+        try refuseGroupRulesOnServedEntries()
         do {
             let listen = try MetadataListenAddress(parsing: settings.listen)
-            guard listen.port != 0 else {
-                throw MetadataConfigurationError(key: "listen", "the port must be a number from 1 to 65535")
-            }
             let configuration = MetadataServerConfiguration(
                 listen: listen,
                 defaultEntry: settings.defaultEntry,
@@ -47,6 +66,28 @@ extension AgentConfiguration {
             return configuration
         } catch let error as MetadataConfigurationError {
             throw ConfigurationError(key: "metadata_server.\(error.key)", error.problem)
+        }
+    }
+
+    /// Refuses `groups` in the `allow` of an entry the metadata endpoint serves.
+    ///
+    /// The socket takes a peer's groups from the asking process (`SO_PEERGROUPS`); the endpoint
+    /// cannot: the kernel names a TCP socket's owner uid, not its process, and a hardened unit
+    /// cannot look into other users' processes. Groups from the user database would mean
+    /// something else than on the socket (a process that dropped its groups served, one given a
+    /// group at run time refused), so an entry the endpoint serves is allowed to users only.
+    func refuseGroupRulesOnServedEntries() throws {
+        for name in accessTokens.keys.sorted() {
+            let settings = accessTokens[name]!
+            guard settings.source != .host, settings.serviceAccount != nil,
+                let groups = settings.allow?.groups, !groups.isEmpty
+            else { continue }
+            throw ConfigurationError(
+                key: "access_tokens.\(name).allow.groups",
+                "groups are not accepted on an entry the metadata endpoint (metadata_server) serves: it can "
+                    + "learn the uid owning a connection, never the asking process's groups; name the users "
+                    + "instead, or serve this token on the socket only"
+            )
         }
     }
 

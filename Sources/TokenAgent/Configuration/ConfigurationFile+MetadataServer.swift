@@ -10,15 +10,19 @@ extension ConfigurationFile {
         var listen: String
         var defaultEntry: String
         var projectID: String?
+        var requestTimeout: Double?
 
         enum CodingKeys: String, CodingKey, CaseIterable {
             case listen
             case defaultEntry = "default"
             case projectID = "project_id"
+            case requestTimeout = "request_timeout"
         }
 
         var settings: MetadataServerSettings {
-            MetadataServerSettings(listen: listen, defaultEntry: defaultEntry, projectID: projectID)
+            var settings = MetadataServerSettings(listen: listen, defaultEntry: defaultEntry, projectID: projectID)
+            if let requestTimeout { settings.requestTimeout = requestTimeout }
+            return settings
         }
     }
 

@@ -9,6 +9,12 @@ public struct MetadataServerSettings: Sendable, Hashable {
     public var defaultEntry: String
     /// The project id served at `project/project-id` (`project_id`).
     public var projectID: String?
+    /// Seconds from a request's first byte to its last (`request_timeout`, 0.1 to 60): a request
+    /// not whole by then closes its connection, however steadily it trickles.
+    public var requestTimeout: Double = MetadataServerSettings.defaultRequestTimeout
+
+    /// `request_timeout`'s default: 10 s.
+    public static let defaultRequestTimeout: Double = 10
 
     /// Settings listening on `listen`, serving entry `defaultEntry` as `default`.
     public init(listen: String, defaultEntry: String, projectID: String? = nil) {

@@ -53,9 +53,10 @@ public struct ReloadChanges: Equatable, Sendable {
         StartupKey("metrics_head_timeout", \.metricsHeadTimeout), StartupKey("degraded_after", \.degradedAfter),
         StartupKey("refresher_stall_after", \.refresherStallAfter), StartupKey("cache_file", \.cacheFile),
         StartupKey("cache_file_interval", \.cacheFileInterval), StartupKey("cache_file_on_disk", \.cacheFileOnDisk),
-        // Its `listen`: the endpoint is bound, added or removed at start-up only; its `default`,
-        // `project_id` and the entries it serves apply on reload.
-        StartupKey("metadata_server", \.metadataListen),
+        // Its `listen` and `request_timeout`: the endpoint is bound, added or removed, and its
+        // bounds set, at start-up only; its `default`, `project_id` and the entries it serves
+        // apply on reload.
+        StartupKey("metadata_server", \.metadataStartup),
     ]
 
     /// The field's value before any reload was applied.

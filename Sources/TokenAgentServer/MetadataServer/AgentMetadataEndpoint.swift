@@ -16,7 +16,7 @@ public final class AgentMetadataEndpoint: Sendable {
 
     /// The endpoint `configuration` asks for, serving its entries under `rules` and calling
     /// `onListening` once it listens; `nil` when it asks for none. `configuration` is a validated
-    /// one.
+    /// one; its `request_timeout` replaces `limits`' own.
     public init?(
         configuration: AgentConfiguration,
         rules: AccessRules,
@@ -25,7 +25,11 @@ public final class AgentMetadataEndpoint: Sendable {
         limits: MetadataHTTPServer.Limits = MetadataHTTPServer.Limits(),
         onListening: @escaping @Sendable () -> Void = {}
     ) {
-        guard let settings = try? configuration.metadataServerConfiguration() else { return nil }
+        guard let settings = try? configuration.metadataServerConfiguration(),
+            let requestTimeout = configuration.metadataServer?.requestTimeout
+        else { return nil }
+        var limits = limits
+        limits.requestTimeout = .nanoseconds(Int64((requestTimeout * 1e9).rounded()))
         self.engine = engine
         server = MetadataHTTPServer(
             configuration: settings,

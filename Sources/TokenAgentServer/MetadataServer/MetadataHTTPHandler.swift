@@ -5,14 +5,16 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 
-/// Answers a connection's requests one at a time (NIO's pipelining handler holds a pipelined
-/// request until the answer before it is written), keep-alive as the client asks, up to
+/// Answers a connection's requests one at a time and in order (NIO's pipelining handler holds a
+/// pipelined request until the answer before it is written), keep-alive as the client asks, up to
 /// `maxRequests` a connection; then `Connection: close`.
 ///
-/// The peer is resolved once, on the first request, on `threadPool` (a netlink query and the
-/// user database, which may block), and kept for the connection's later requests: the socket's
-/// owner cannot change. Each request's head must come within `headTimeout` of the connection or
-/// of the answer before it.
+/// The peer is looked up as soon as the connection is accepted, on `threadPool` (a netlink query
+/// and the user database, which may block), and kept for the connection's requests: the socket's
+/// owner cannot change. What it finds ranks the connection at the gate (a peer no entry allows is
+/// the first to make room). Each request's head must come within `headTimeout` of the connection
+/// or of the answer before it, and the whole request within the request deadline of its first
+/// byte (``RequestByteLimit``); only a whole request counts as being answered.
 final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -25,6 +27,8 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         case readingBody(HTTPRequestHead)
         /// The request is being answered.
         case answering
+        /// The last answer is being written: nothing more is read.
+        case closing
     }
 
     struct Settings {
@@ -36,27 +40,56 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         var logger: Logger
         /// Counts each answer's outcome, and the head time-outs.
         var statistics: MetadataStatistics
+        /// The refusals' log lines, summarised per peer.
+        var refusals: RefusalLog
+        /// The answers' pace, per peer.
+        var pacer: PeerPacer
     }
 
     private let settings: Settings
     private let byteLimit: RequestByteLimit
     private let setAnswering: (Bool) -> Void
+    private let setStanding: (HTTPConnectionGate.Standing) -> Void
     private var state = State.waitingForHead
     private var headDeadline: Scheduled<Void>?
-    private var peer: MetadataPeer?
+    /// The peer, once looked up (started when the connection is accepted).
+    private var peerLookup: EventLoopFuture<MetadataPeer>?
     private var requests = 0
     private var removed = false
     /// The client shut its sending side: the request being answered is the last.
     private var inputClosed = false
 
-    init(settings: Settings, byteLimit: RequestByteLimit, setAnswering: @escaping (Bool) -> Void) {
+    init(
+        settings: Settings,
+        byteLimit: RequestByteLimit,
+        setAnswering: @escaping (Bool) -> Void,
+        setStanding: @escaping (HTTPConnectionGate.Standing) -> Void
+    ) {
         self.settings = settings
         self.byteLimit = byteLimit
         self.setAnswering = setAnswering
+        self.setStanding = setStanding
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         armHeadDeadline(context: context)
+        lookUpPeer(context: context)
+    }
+
+    /// Looks the peer up now, before any request: its standing at the gate comes from it.
+    private func lookUpPeer(context: ChannelHandlerContext) {
+        let resolver = settings.resolver
+        let ends = Self.endpoints(of: context.channel)
+        let lookup = settings.threadPool.runIfActive(eventLoop: context.eventLoop) { () -> MetadataPeer in
+            guard let ends else { return .unidentified(reason: "the connection's addresses are not IP addresses") }
+            return resolver.peer(client: ends.client, server: ends.server)
+        }.recover { error in .unidentified(reason: "the lookup did not run: \(error)") }
+        peerLookup = lookup
+        let router = settings.router
+        lookup.assumeIsolated().whenSuccess { peer in
+            guard !self.removed, let router = router.router else { return }
+            self.setStanding(router.allowsAnyEntry(peer) ? .allowed : .refused)
+        }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -89,20 +122,24 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         case (.head(let head), .waitingForHead):
             headDeadline?.cancel()
             headDeadline = nil
-            setAnswering(true)
             state = .readingBody(head)
         case (.body, .readingBody):
             break
         case (.end, .readingBody(let head)):
+            byteLimit.requestEnded()
+            setAnswering(true)
             state = .answering
             answer(head, context: context)
+        case (_, .closing):
+            // A request pipelined after the last answer (`Connection: close`): not answered.
+            break
         default:
             // Parts out of order cannot come from NIO's decoder; close rather than guess.
             context.close(promise: nil)
         }
     }
 
-    /// Resolves the peer (once a connection), asks the router, writes its answer.
+    /// Waits for the peer (looked up at the accept), asks the router, writes its answer.
     private func answer(_ head: HTTPRequestHead, context: ChannelHandlerContext) {
         requests += 1
         let request = MetadataRequest(
@@ -110,27 +147,11 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
             target: head.uri,
             headers: head.headers.map { (name: $0.name, value: $0.value) }
         )
-        let eventLoop = context.eventLoop
-        let peerFuture: EventLoopFuture<MetadataPeer>
-        if let peer {
-            peerFuture = eventLoop.makeSucceededFuture(peer)
-        } else {
-            let resolver = settings.resolver
-            let ends = Self.endpoints(of: context.channel)
-            peerFuture = settings.threadPool.runIfActive(eventLoop: eventLoop) { () -> MetadataPeer in
-                guard let ends else { return .unidentified(reason: "the connection's addresses are not IP addresses") }
-                return resolver.peer(client: ends.client, server: ends.server)
-            }
-        }
+        let peerFuture =
+            peerLookup ?? context.eventLoop.makeSucceededFuture(.unidentified(reason: "the peer was not looked up"))
         let router = settings.router
-        let responsePromise = eventLoop.makePromise(of: (MetadataResponse, MetadataPeer).self)
-        peerFuture.assumeIsolated().whenComplete { result in
-            let peer: MetadataPeer
-            switch result {
-            case .success(let resolved): peer = resolved
-            case .failure(let error): peer = .unidentified(reason: "the lookup did not run: \(error)")
-            }
-            self.peer = peer
+        let responsePromise = context.eventLoop.makePromise(of: (MetadataResponse, MetadataPeer).self)
+        peerFuture.assumeIsolated().whenSuccess { peer in
             responsePromise.completeWithTask {
                 guard let router = router.router else {
                     return (.unavailable("the endpoint is starting"), peer)
@@ -138,9 +159,21 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
                 return (await router.respond(to: request, from: peer), peer)
             }
         }
+        let pacer = settings.pacer
         responsePromise.futureResult.assumeIsolated().whenSuccess { response, peer in
             guard !self.removed else { return }
-            self.write(response, for: head, peer: peer, context: context)
+            let delay = pacer.delay(for: peer.uid)
+            guard delay > .zero else {
+                self.write(response, for: head, peer: peer, context: context)
+                return
+            }
+            // An answer past the peer's pace waits its turn; the connection may make room meanwhile.
+            self.setAnswering(false)
+            context.eventLoop.assumeIsolated().scheduleTask(in: delay) {
+                guard !self.removed else { return }
+                self.setAnswering(true)
+                self.write(response, for: head, peer: peer, context: context)
+            }
         }
     }
 
@@ -167,16 +200,22 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
             body.writeBytes(response.body)
             context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
         }
+        // Ready for the next request before the end is written: NIO's pipelining handler hands
+        // a request pipelined behind this one on as it passes the end, before the write completes.
+        if keepAlive {
+            byteLimit.answered()
+            setAnswering(false)
+            state = .waitingForHead
+            armHeadDeadline(context: context)
+        } else {
+            state = .closing
+        }
         context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { result in
             guard !self.removed else { return }
             guard keepAlive, case .success = result else {
                 context.close(promise: nil)
                 return
             }
-            self.byteLimit.answered()
-            self.setAnswering(false)
-            self.state = .waitingForHead
-            self.armHeadDeadline(context: context)
         }
     }
 
@@ -185,15 +224,19 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         var metadata: Logger.Metadata = [
             "status": "\(response.status)", "method": "\(head.method.rawValue)", "request": "\(requests)",
         ]
+        var uid: UInt32?
         switch peer {
-        case .user(let user): metadata["uid"] = "\(user.uid)"
+        case .user(let user):
+            metadata["uid"] = "\(user.uid)"
+            uid = user.uid
         case .unidentified(let reason): metadata["peer"] = "\(reason)"
         }
         if let failure = response.failure {
             metadata["error"] = "\(failure)"
             settings.logger.warning("metadata endpoint: the token source failed", metadata: metadata)
         } else if response.status == 403 {
-            settings.logger.info("metadata endpoint: request refused", metadata: metadata)
+            metadata["outcome"] = "\(response.outcome.label)"
+            settings.refusals.refused(uid: uid, metadata: metadata)
         } else {
             settings.logger.debug("metadata endpoint: request answered", metadata: metadata)
         }
@@ -208,6 +251,13 @@ final class MetadataHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
             let server = IPEndpoint(host: localHost, port: UInt16(truncatingIfNeeded: localPort))
         else { return nil }
         return (client, server)
+    }
+}
+
+extension MetadataPeer {
+    /// The uid, when the kernel named one.
+    var uid: UInt32? {
+        if case .user(let user) = self { user.uid } else { nil }
     }
 }
 

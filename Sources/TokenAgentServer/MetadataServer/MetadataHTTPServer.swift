@@ -13,10 +13,14 @@ import ServiceLifecycle
 /// loop thread of its own, with one more thread for the peer lookups, so it never holds up the
 /// agent's socket. At most `maxRequestBytes` are read for each request; a request's head must
 /// have come whole within `headTimeout` of the connection or of the answer before it (keep-alive,
-/// as google-auth's sessions use it, up to `maxRequestsPerConnection`); a connection with no
-/// read or write for `idleTimeout` is closed. At most `maxConnections` are open at once: a new
-/// one past them closes the oldest one waiting for a request, and is itself closed only when
-/// every open connection is being answered.
+/// as google-auth's sessions use it, up to `maxRequestsPerConnection`), and the whole request
+/// within `requestTimeout` of its first byte; a connection with no read or write for
+/// `idleTimeout` is closed. At most `maxConnections` are open at once: a new one past them closes
+/// a waiting one (no whole request in; of a peer no entry allows first, the oldest first; see
+/// ``HTTPConnectionGate``), and is itself closed only when every open connection is being
+/// answered. Each peer is looked up when its connection is accepted. Refusals are logged at most
+/// twice an interval a peer (``RefusalLog``); each peer's answers are paced to
+/// `answersPerSecond` past a burst (``PeerPacer``).
 ///
 /// `run()` serves until its task is cancelled or, as a swift-service-lifecycle `Service` in the
 /// agent's group, until the graceful shutdown; then it closes the listener and every connection.
@@ -36,6 +40,13 @@ public final class MetadataHTTPServer: Service, Sendable {
         public var idleTimeout: TimeAmount = .seconds(30)
         /// A request's head must come whole this long after the connection or the answer before.
         public var headTimeout: TimeAmount = .seconds(10)
+        /// A request must come whole this long after its first byte (`metadata_server.request_timeout`).
+        public var requestTimeout: TimeAmount = .seconds(10)
+        /// A peer's refusals past its first in this long are one summary line (``RefusalLog``).
+        public var refusalLogInterval: TimeAmount = .seconds(10)
+        /// Answers written at once a second a peer (uid), past a burst of as many; the others
+        /// wait their turn (``PeerPacer``).
+        public var answersPerSecond = 500
 
         /// The default limits.
         public init() {}
@@ -109,6 +120,7 @@ public final class MetadataHTTPServer: Service, Sendable {
         let limits = self.limits
         let logger = self.logger
         let statistics = self.statistics
+        let refusals = RefusalLog(interval: limits.refusalLogInterval, logger: logger, eventLoop: group.next())
         let settings = MetadataHTTPHandler.Settings(
             router: holder,
             resolver: resolver,
@@ -116,7 +128,9 @@ public final class MetadataHTTPServer: Service, Sendable {
             headTimeout: limits.headTimeout,
             maxRequests: limits.maxRequestsPerConnection,
             logger: logger,
-            statistics: statistics
+            statistics: statistics,
+            refusals: refusals,
+            pacer: PeerPacer(rate: limits.answersPerSecond)
         )
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -132,7 +146,7 @@ public final class MetadataHTTPServer: Service, Sendable {
                 }
                 statistics.countAdmitted()
                 if let evicted = admitted.evicted {
-                    logger.debug("metadata connection closed to make room: it was waiting for a request")
+                    logger.debug("metadata connection closed to make room: no whole request had come on it")
                     statistics.countClosed(.evicted)
                     evicted.close(promise: nil)
                 }
@@ -143,17 +157,23 @@ public final class MetadataHTTPServer: Service, Sendable {
                 }
                 do {
                     let sync = channel.pipeline.syncOperations
-                    let byteLimit = RequestByteLimit(limit: limits.maxRequestBytes) {
-                        statistics.countClosed(.tooLarge)
-                    }
+                    let byteLimit = RequestByteLimit(
+                        limit: limits.maxRequestBytes,
+                        deadline: limits.requestTimeout,
+                        onExceeded: { statistics.countClosed(.tooLarge) },
+                        onDeadline: { statistics.countClosed(.requestTimeout) }
+                    )
                     try sync.addHandler(byteLimit)
                     try sync.addHandler(IdleStateHandler(allTimeout: limits.idleTimeout))
                     try sync.addHandler(IdleCloser { statistics.countClosed(.idleTimeout) })
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
                     try sync.addHandler(
-                        MetadataHTTPHandler(settings: settings, byteLimit: byteLimit) { answering in
-                            connections.setAnswering(number, answering)
-                        }
+                        MetadataHTTPHandler(
+                            settings: settings,
+                            byteLimit: byteLimit,
+                            setAnswering: { connections.setAnswering(number, $0) },
+                            setStanding: { connections.setStanding(number, $0) }
+                        )
                     )
                     return channel.eventLoop.makeSucceededVoidFuture()
                 } catch {

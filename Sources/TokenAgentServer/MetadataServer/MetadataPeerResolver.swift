@@ -1,5 +1,7 @@
 import LoopbackPeer
 import MetadataEndpoint
+import NIOCore
+import Synchronization
 
 /// Tells who is at the other end of a connection to the metadata endpoint.
 public protocol MetadataPeerResolver: Sendable {
@@ -15,10 +17,42 @@ public protocol MetadataPeerResolver: Sendable {
 /// failed query, or (outside the initial user namespace) the overflow uid an unmapped owner is
 /// reported as (``UserNamespace``) is ``MetadataPeer/unidentified(reason:)``, and gets no
 /// entry's data.
+///
+/// The socket's owner is asked for each connection (it is the socket's alone); the user
+/// database's answer is kept per uid for ``userCacheLifetime`` (at most ``userCacheSize`` uids),
+/// so that a flood of connections from one user costs a netlink query each and one name-service
+/// lookup in that time, never one a connection.
 public struct KernelPeerResolver: MetadataPeerResolver {
     private let sockets = LoopbackPeerLookup()
     private let users = UserDatabase()
     private let ambiguousUID: UInt32?
+    private let cache = UserCache()
+
+    /// How long a uid's user-database answer is kept.
+    public static let userCacheLifetime: TimeAmount = .seconds(10)
+    /// How many uids' answers are kept at once; past it, the cache starts over.
+    public static let userCacheSize = 4096
+
+    /// The user database's answers by uid, each until it expires.
+    final class UserCache: Sendable {
+        private let entries = Mutex<[UInt32: (answer: Result<UserGroups, UserDatabaseError>, expires: NIODeadline)]>(
+            [:]
+        )
+
+        func answer(
+            for uid: UInt32,
+            _ lookup: () -> Result<UserGroups, UserDatabaseError>
+        ) -> Result<UserGroups, UserDatabaseError> {
+            let now = NIODeadline.now()
+            if let kept = entries.withLock({ $0[uid] }), kept.expires > now { return kept.answer }
+            let answer = lookup()
+            entries.withLock { entries in
+                if entries.count >= KernelPeerResolver.userCacheSize { entries.removeAll() }
+                entries[uid] = (answer, now + KernelPeerResolver.userCacheLifetime)
+            }
+            return answer
+        }
+    }
 
     /// Creates the resolver for this process's user namespace.
     public init() {
@@ -40,14 +74,18 @@ public struct KernelPeerResolver: MetadataPeerResolver {
                         + "namespace"
                 )
             }
-            let user = try users.groups(ofUID: uid)
+            let users = self.users
+            let looked = cache.answer(for: uid) {
+                Result { () throws(UserDatabaseError) in try users.groups(ofUID: uid) }
+            }
+            let user: UserGroups
+            switch looked {
+            case .success(let found): user = found
+            case .failure(let error): return .unidentified(reason: error.description)
+            }
             return .user(MetadataPeer.User(uid: uid, gid: user.primaryGID, groups: user.groups))
-        } catch let error as PeerLookupError {
-            return .unidentified(reason: error.description)
-        } catch let error as UserDatabaseError {
-            return .unidentified(reason: error.description)
         } catch {
-            return .unidentified(reason: "\(error)")
+            return .unidentified(reason: error.description)
         }
     }
 }

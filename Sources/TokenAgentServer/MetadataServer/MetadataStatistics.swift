@@ -15,6 +15,8 @@ public final class MetadataStatistics: Sendable {
         case idleTimeout
         /// A request over `maxRequestBytes`.
         case tooLarge
+        /// A request not whole within `requestTimeout` of its first byte.
+        case requestTimeout
 
         /// Its name in STATS (after `metadata_`) and in the metrics' `reason` label.
         public var label: String {
@@ -23,6 +25,7 @@ public final class MetadataStatistics: Sendable {
             case .headTimeout: "head_timeout"
             case .idleTimeout: "idle_timeout"
             case .tooLarge: "too_large"
+            case .requestTimeout: "request_timeout"
             }
         }
     }

@@ -19,11 +19,27 @@ final class RouterHolder: Sendable {
     /// The router; `nil` for the instant between binding and making it.
     var router: MetadataRouter? { state.withLock { $0.router } }
 
+    /// The entries in force now, the last reconfiguration's: a token that comes is checked
+    /// against them (the router that asked for it may be an older one).
+    var entries: [MetadataEntry] { state.withLock { $0.tokens }.entries }
+
+    /// A router serving `tokens` under `configuration`, checking the tokens that come against the
+    /// entries in force then.
+    private func makeRouter(_ configuration: MetadataServerConfiguration, _ tokens: any MetadataTokenSource)
+        -> MetadataRouter
+    {
+        MetadataRouter(
+            configuration: configuration,
+            tokens: tokens,
+            entriesInForce: { [weak self] in self?.entries ?? [] }
+        )
+    }
+
     /// The listener is bound to `listen`: the router is made.
     func bind(_ listen: MetadataListenAddress) {
         state.withLock { state in
             state.configuration.listen = listen
-            state.router = MetadataRouter(configuration: state.configuration, tokens: state.tokens)
+            state.router = makeRouter(state.configuration, state.tokens)
         }
     }
 
@@ -33,9 +49,7 @@ final class RouterHolder: Sendable {
             state.configuration.defaultEntry = defaultEntry
             state.configuration.projectID = projectID
             state.tokens = tokens
-            if state.router != nil {
-                state.router = MetadataRouter(configuration: state.configuration, tokens: tokens)
-            }
+            if state.router != nil { state.router = makeRouter(state.configuration, tokens) }
         }
     }
 }

@@ -310,7 +310,8 @@ public enum MetricCatalog {
             name: "fleet_tokend_metadata_connections_closed_total",
             kind: .counter,
             labels: ["reason"],
-            help: "GCE metadata endpoint connections it closed: evicted, head_timeout, idle_timeout, too_large."
+            help: "GCE metadata endpoint connections it closed: evicted, head_timeout, idle_timeout, too_large, "
+                + "request_timeout."
         ),
         Entry(
             name: "fleet_tokend_reloads_total",
