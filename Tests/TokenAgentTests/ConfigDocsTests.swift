@@ -8,15 +8,18 @@ import TokenAgent
 /// reload table, every JSON snippet, and the example that claims to show every key.
 @Suite("Config docs")
 struct ConfigDocsTests {
-    /// The section of CONFIG.md that holds each key table, and the keys the parser accepts there.
-    /// A key table (first column headed `Key`) in any other section fails: map it here.
-    private static let keyTables: [String: [String]] = [
-        "Top-level keys": ConfigurationFile.topLevelKeys,
-        "Provider keys": ConfigurationFile.providerKeys,
-        "Issuer keys": ConfigurationFile.issuerKeys,
-        "Access tokens": ConfigurationFile.accessTokenKeys,
-        "Access rules": ConfigurationFile.principalListKeys,
-        "Metadata server": ConfigurationFile.metadataServerKeys,
+    /// The section of each document that holds each key table, and the keys the parser accepts
+    /// there. A key table (first column headed `Key`) in any other section fails: map it here.
+    private static let keyTables: [String: [String: [String]]] = [
+        "docs/CONFIG.md": [
+            "Top-level keys": ConfigurationFile.topLevelKeys,
+            "Provider keys": ConfigurationFile.providerKeys,
+            "Issuer keys": ConfigurationFile.issuerKeys,
+            "Access tokens": ConfigurationFile.accessTokenKeys,
+            "Access rules": ConfigurationFile.principalListKeys,
+        ],
+        // The metadata endpoint's page holds its settings.
+        "docs/METADATA-ENDPOINT.md": ["Settings": ConfigurationFile.metadataServerKeys],
     ]
 
     private let config: String
@@ -43,20 +46,22 @@ struct ConfigDocsTests {
     }
 
     @Test func everyKeyTableMatchesTheParser() throws {
-        var seen: [String: Int] = [:]
-        for section in DocText.sections(config) {
-            for table in DocText.tables(section.lines) where table.header.first == "Key" {
-                guard let accepted = Self.keyTables[section.title] else {
-                    Issue.record("CONFIG.md: a key table under '\(section.title)' that this test does not check")
-                    continue
+        for (document, tables) in Self.keyTables.sorted(by: { $0.key < $1.key }) {
+            var seen: [String: Int] = [:]
+            for section in DocText.sections(try DocText.read(document)) {
+                for table in DocText.tables(section.lines) where table.header.first == "Key" {
+                    guard let accepted = tables[section.title] else {
+                        Issue.record("\(document): a key table under '\(section.title)' that this test does not check")
+                        continue
+                    }
+                    seen[section.title, default: 0] += 1
+                    let keys = table.rows.map { DocText.codeSpans($0[0]).first ?? $0[0] }
+                    expectSame(keys, accepted, "\(document) '\(section.title)' table")
                 }
-                seen[section.title, default: 0] += 1
-                let keys = table.rows.map { DocText.codeSpans($0[0]).first ?? $0[0] }
-                expectSame(keys, accepted, "CONFIG.md '\(section.title)' table")
             }
-        }
-        for title in Self.keyTables.keys.sorted() {
-            #expect(seen[title] == 1, "CONFIG.md: one key table under '\(title)', found \(seen[title] ?? 0)")
+            for title in tables.keys.sorted() {
+                #expect(seen[title] == 1, "\(document): one key table under '\(title)', found \(seen[title] ?? 0)")
+            }
         }
     }
 
