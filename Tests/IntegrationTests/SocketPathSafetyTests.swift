@@ -217,7 +217,11 @@ struct SocketPathOwnershipTests {
         let check = try await run(which("runuser")!, ["-u", TestUsers.other, "--", "test", "-x", AgentProcess.binary])
         if check.status == 0 { return AgentProcess.binary }
         let path = try AgentProcess.makeTemporaryDirectory().appendingPathComponent("fleet-tokend").path
-        try FileManager.default.copyItem(atPath: AgentProcess.binary, toPath: path)
+        // Copied by `cp`, not in this process: a child another test forks meanwhile would inherit
+        // our descriptor open for writing, and exec'ing the copy would fail with ETXTBSY ("Text
+        // file busy") while it lived. Once `cp` has exited, nobody holds the copy open to write.
+        let copy = try await run(which("cp")!, [AgentProcess.binary, path])
+        try #require(copy.status == 0, "cp: \(copy.stderr)")
         chmod(path, 0o755)
         return path
     }
