@@ -55,6 +55,7 @@ extension FakeGoogle {
             let encoded = path.dropFirst(Self.signJwtPrefix.count).dropLast(":generateAccessToken".count)
             return generateAccessToken(request, account: encoded.removingPercentEncoding ?? String(encoded))
         }
+        if let reply = federationReply(to: request) { return reply }
         return .text(404, "Not Found")
     }
 
@@ -80,14 +81,37 @@ extension FakeGoogle {
             let retry = seconds.map { [("Retry-After", "\($0)")] } ?? []
             switch api {
             case .iamCredentials: return .json(429, GoogleErrors.resourceExhausted(), headers: retry)
-            case .oauthToken:
+            case .oauthToken, .sts:
                 return .json(429, GoogleErrors.oauth("rate_limit_exceeded", "Rate limit exceeded"), headers: retry)
-            case .metadata: return .text(429, "Too Many Requests", headers: retry)
+            case .metadata, .awsMetadata: return .text(429, "Too Many Requests", headers: retry)
             case .generateAccessToken: return .json(429, GoogleErrors.resourceExhausted(), headers: retry)
+            case .azureMetadata:
+                return .json(
+                    429,
+                    GoogleErrors.oauth("too_many_requests", "Too many requests to the identity endpoint."),
+                    headers: retry
+                )
             }
         case (.unauthorized, .iamCredentials): return .json(401, GoogleErrors.unauthenticated(expired: true))
-        case (.unauthorized, .oauthToken):
+        case (.unauthorized, .oauthToken), (.unauthorized, .sts):
             return .json(401, GoogleErrors.oauth("invalid_client", "The OAuth client was not found."))
+        case (.unauthorized, .azureMetadata):
+            return .json(401, GoogleErrors.oauth("unauthorized_client", "The identity is not authorized."))
+        case (.permissionDenied, .sts):
+            return .json(
+                403,
+                GoogleErrors.oauth("access_denied", "The given credential is rejected by the attribute condition.")
+            )
+        case (.permissionDenied, .azureMetadata):
+            return .json(403, GoogleErrors.oauth("access_denied", "The identity is not assigned to this VM."))
+        case (.badRequest, .sts):
+            return .json(400, GoogleErrors.oauth("invalid_grant", "The subject token is invalid."))
+        case (.badRequest, .azureMetadata):
+            return .json(400, GoogleErrors.oauth("bad_request", "Bad request."))
+        case (.serverError(let status), .sts):
+            return .json(status, GoogleErrors.oauth("server_error", "The service is currently unavailable."))
+        case (.serverError(let status), .azureMetadata):
+            return .json(status, GoogleErrors.oauth("unknown", "Failed to retrieve token from the identity endpoint."))
         case (.permissionDenied(let reason), .iamCredentials):
             return .json(403, GoogleErrors.permissionDenied(reason, account: account))
         case (.permissionDenied, .oauthToken):
@@ -99,11 +123,12 @@ extension FakeGoogle {
         case (.serverError(let status), .iamCredentials): return .json(status, GoogleErrors.server(status))
         case (.serverError(let status), .oauthToken):
             return .json(status, GoogleErrors.oauth("internal_failure", "Backend Error"))
-        case (.serverError(let status), .metadata): return .text(status, "Service Unavailable")
-        case (.unauthorized, .metadata): return .text(401, "Unauthorized")
-        case (.permissionDenied, .metadata): return .text(403, "Forbidden")
+        case (.serverError(let status), .metadata), (.serverError(let status), .awsMetadata):
+            return .text(status, "Service Unavailable")
+        case (.unauthorized, .metadata), (.unauthorized, .awsMetadata): return .text(401, "Unauthorized")
+        case (.permissionDenied, .metadata), (.permissionDenied, .awsMetadata): return .text(403, "Forbidden")
         case (.notFound, _): return .text(404, "Not Found")
-        case (.badRequest, .metadata): return .text(400, "Bad Request")
+        case (.badRequest, .metadata), (.badRequest, .awsMetadata): return .text(400, "Bad Request")
         case (_, .generateAccessToken): return .text(500, "unreachable: answered in IAM's dialect")
         }
     }

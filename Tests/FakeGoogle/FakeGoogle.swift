@@ -14,13 +14,20 @@ import _CryptoExtras
 /// | `POST /token` | OAuth token endpoint: `jwt-bearer` and `refresh_token` grants |
 /// | `POST /v1/projects/-/serviceAccounts/{email}:signJwt` | IAM Credentials (needs a Bearer token it issued) |
 /// | `POST /v1/projects/-/serviceAccounts/{email}:generateAccessToken` | IAM Credentials, the same way |
+/// | `POST /v1/token` | STS token exchange (RFC 8693), Workload Identity Federation: FakeGoogle+STS.swift |
+/// | `PUT /latest/api/token`, `GET /latest/meta-data/...` | AWS instance metadata (IMDSv1/v2): FakeGoogle+AWS.swift |
+/// | `GET /metadata/identity/oauth2/token` | Azure instance metadata's token path (needs `Metadata: true`) |
+/// | `GET /v1/projects/{project}` | Cloud Resource Manager, for google-auth's project id lookup |
 ///
 /// Start it with ``start(host:port:accounts:)``; point the agent at ``metadataHost``
 /// (`GCE_METADATA_HOST`), at a key file from ``serviceAccountKeyJSON(tokenURI:)`` or
 /// ``authorizedUserJSON(tokenURI:quotaProject:)``, and at ``iamEndpoint``. Script failures with
 /// ``inject(_:into:times:account:)``, read what it saw in ``signJwtCalls``,
 /// ``generateAccessTokenCalls``, ``tokenRequests`` and ``metadataRequests``, and verify its
-/// signatures with ``publicKey(for:)``.
+/// signatures with ``publicKey(for:)``. For Workload Identity Federation, write `external_account`
+/// files with ``externalAccountJSON(audience:subjectTokenType:credentialSource:impersonate:tokenLifetime:clientID:clientSecret:)``,
+/// register subject tokens with ``issueSubjectToken(audience:subject:lifetime:)``, and read
+/// ``stsRequests``, ``awsMetadataRequests`` and ``azureTokenRequests``.
 public final class FakeGoogle: Sendable {
     /// The service account of the key file the fake makes (``serviceAccountKeyJSON(tokenURI:)``).
     public static let keyFileAccount = "host-agent@fake-project.iam.gserviceaccount.com"
@@ -51,6 +58,9 @@ public final class FakeGoogle: Sendable {
         var tokenURIs: Set<String> = []
         var refreshTokenRevoked = false
         var openConnections = 0
+        /// STS, the AWS and Azure instance metadata and Cloud Resource Manager (Workload Identity
+        /// Federation).
+        var federation = FederationState()
     }
 
     struct FaultRule {
@@ -118,7 +128,8 @@ public final class FakeGoogle: Sendable {
         "\(iamEndpoint)/v1/projects/-/serviceAccounts/\(account):signJwt"
     }
 
-    private var urlHost: String { host.contains(":") ? "[\(host)]" : host }
+    /// The host as a URL holds it (an IPv6 address in brackets).
+    var urlHost: String { host.contains(":") ? "[\(host)]" : host }
 
     // MARK: Credentials files
 
@@ -283,13 +294,14 @@ public final class FakeGoogle: Sendable {
         state.withLock { state in state.issuedOrder.compactMap { state.accessTokens[$0] } }
     }
 
-    /// Forgets the records (not the accounts, tokens or faults).
+    /// Forgets the records (not the accounts, tokens or faults), STS's, AWS's and Azure's too.
     public func clearRecords() {
         state.withLock { state in
             state.signJwtCalls = []
             state.generateAccessTokenCalls = []
             state.tokenRequests = []
             state.metadataRequests = []
+            state.federation.clearRecords()
         }
     }
 

@@ -1,4 +1,4 @@
-/// The three Google APIs the fake serves.
+/// The APIs the fake serves.
 public enum FakeGoogleAPI: String, Sendable, Hashable, CaseIterable {
     /// The metadata server's token path.
     case metadata
@@ -8,12 +8,19 @@ public enum FakeGoogleAPI: String, Sendable, Hashable, CaseIterable {
     case iamCredentials
     /// IAM Credentials `generateAccessToken`.
     case generateAccessToken
+    /// Google's Security Token Service (`POST /v1/token`): OAuth's dialect.
+    case sts
+    /// The AWS instance metadata service (`/latest/...`): text, as IMDS answers.
+    case awsMetadata
+    /// Azure's instance metadata token path: OAuth-shaped JSON, as Azure's IMDS answers.
+    case azureMetadata
 }
 
 /// A failure the fake answers with instead of doing its work, scripted with
 /// ``FakeGoogle/inject(_:into:times:account:)``. Each API answers in its own dialect: IAM
 /// Credentials with Google's error JSON (`{"error":{"code","message","status","details"}}`), the
-/// token endpoint with OAuth's (`{"error","error_description"}`), the metadata server with text.
+/// token endpoint and STS with OAuth's (`{"error","error_description"}`), the metadata servers
+/// (Google's, AWS's) with text, Azure's metadata with OAuth-shaped JSON.
 public enum FakeGoogleFault: Sendable, Hashable {
     /// 401: IAM `UNAUTHENTICATED` (`ACCESS_TOKEN_EXPIRED`); OAuth `invalid_client`.
     case unauthorized

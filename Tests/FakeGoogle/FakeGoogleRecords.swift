@@ -49,8 +49,9 @@ public struct IssuedAccessToken: Sendable {
     public var value: String
     /// Which API issued it.
     public var issuer: FakeGoogleAPI
-    /// Whom for: a service account's email, the authorized user's client id, or the instance's
-    /// service account.
+    /// Whom for: a service account's email, the authorized user's client id, the instance's
+    /// service account, or (issuer ``FakeGoogleAPI/sts``) a federated principal
+    /// (``FakeGoogle/principal(audience:subject:)``).
     public var subject: String
     /// When it expires.
     public var expiresAt: Date
