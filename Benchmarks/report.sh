@@ -5,7 +5,7 @@
 #   bash Benchmarks/report.sh                         # every row (about 16 min on 2 cores, built)
 #   bash Benchmarks/report.sh --only memory           # some groups: --only a,b or --only a --only b
 # Groups (in the table's order): shm, socket, instructions, allocations, client, memory, stall,
-# startup, cachefile, keyless, access.
+# startup, cachefile, keyless, federation, access.
 # Environment (defaults in brackets), to trade time for noise while iterating:
 #   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated)
 #   SHM_ITERATIONS [400000]  CLIENT_ITERATIONS [20000]            token-bench --iterations
@@ -17,13 +17,13 @@
 # Builds the release agent (.build-bench-release) and the Benchmarks package (release) once, then
 # runs the existing programs and scripts (token-bench, compare.sh with load-gen, callgrind.sh,
 # per-get.sh, the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh, cachefile.py,
-# keyless.py, access.py) against that one agent.
+# keyless.py, federation.py, access.py) against that one agent.
 # Their own outputs are kept in Benchmarks/.report/. Rows: docs/BENCHMARKS.md; method: docs/BENCHMARKS-METHOD.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 
-all_groups="shm socket instructions allocations client memory stall startup cachefile keyless access"
+all_groups="shm socket instructions allocations client memory stall startup cachefile keyless federation access"
 groups=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -89,7 +89,7 @@ if wants socket; then source Benchmarks/ensure-redis.sh; fi
 
 step "building (release): the agent, then the Benchmarks package"
 swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2
-if wants keyless || wants access; then
+if wants keyless || wants federation || wants access; then
     swift build -c release --product fake-google --scratch-path .build-bench-release >&2
 fi
 swift build -c release --package-path Benchmarks >&2
@@ -155,6 +155,11 @@ if wants keyless; then
     python3 Benchmarks/keyless.py --agent "$AGENT_BINARY" --fake .build-bench-release/release/fake-google \
         --ids "$KEYLESS_IDS" --connections 64 --latency-ms "$IAM_LATENCY_MS" --budgets "60000,$KEYLESS_BUDGET" \
         >"$out/keyless.jsonl"
+fi
+if wants federation; then
+    step "key-less fills through federation ($KEYLESS_IDS ids over 4 kinds, IAM latency $IAM_LATENCY_MS ms; federation.py)"
+    python3 Benchmarks/federation.py --agent "$AGENT_BINARY" --fake .build-bench-release/release/fake-google \
+        --ids "$KEYLESS_IDS" --kinds 4 --connections 64 --latency-ms "$IAM_LATENCY_MS" >"$out/federation.json"
 fi
 if wants access; then
     step "access-token reads: shared memory, the metadata endpoint, a metadata server at $METADATA_LATENCY_MS ms (access.py)"
@@ -441,6 +446,15 @@ if "keyless" in groups:
         f"({replies}); at the fake: most {budgeted['most_in_1s']} in 1 s, {budgeted['most_in_10s']} in 10 s, "
         f"{budgeted['most_in_60s']} in 60 s | burst {burst} + {per_minute / 60:g}/s: "
         f"**{'never exceeded' if held else 'EXCEEDED'}** |"
+    )
+
+if "federation" in groups:
+    fed = json.loads(open(f"{out}/federation.json").read())
+    print(
+        f"| key-less fills through federation, {fed['iam_latency_ms']} ms IAM | {n(fed['fills_per_second'])} fills/s "
+        f"({n(fed['ids'])} new ids over {fed['kinds']} kinds and the host's access token; {fed['signatures']} signJwt) "
+        f"| at the fake: **{fed['sts_exchanges']}** STS exchange, **{fed['impersonations']}** impersonation "
+        f"for the host (tokens of an hour): one of each per hour whatever the kinds |"
     )
 
 if "access" in groups:

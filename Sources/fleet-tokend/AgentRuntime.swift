@@ -134,6 +134,7 @@ struct AgentRuntime {
             onListening: { readiness.listening(.metadata) }
         )
         if metadata == nil { readiness.listening(.metadata) }
+        let hostIdentity = HostIdentity(providers.credentials)
         let status = AgentStatus(
             engine: engine,
             server: ServerStatistics(),
@@ -144,7 +145,8 @@ struct AgentRuntime {
             health: health,
             issuerMode: issuerMode,
             snapshots: snapshots,
-            metadata: metadata?.server.statistics
+            metadata: metadata?.server.statistics,
+            hostIdentity: hostIdentity
         )
         var serverConfiguration = SocketServerConfiguration(path: configuration.socketPath)
         serverConfiguration.maxConnections = configuration.maxConnections
@@ -164,6 +166,7 @@ struct AgentRuntime {
         readiness.whenReady { notifier.ready(status: status.summary()) }
         let reload = ReloadService(
             configuration: configuration,
+            hostIdentity: hostIdentity,
             load: load,
             discoverCredentials: discoverCredentials,
             engine: engine,

@@ -29,7 +29,7 @@ struct CredentialFileTests {
     }
 
     @Test(arguments: [
-        "external_account", "impersonated_service_account", "external_account_authorized_user", "something_new",
+        "impersonated_service_account", "external_account_authorized_user", "something_new",
     ])
     func unsupportedTypesAreRefusedWithWhatToUseInstead(type: String) throws {
         let error = try #require(try error(for: TestKeys.serviceAccount(type: type)))

@@ -12,8 +12,15 @@ struct SecretDescriptionTests {
         let secrets = ["very-secret", "1//refresh-secret", "PRIVATE KEY", "ya29.secret-access"]
         let user = try CredentialsFile.parse(TestKeys.authorizedUser(quotaProject: "p"), path: "/etc/adc.json")
         let account = try CredentialsFile.parse(TestKeys.serviceAccount(), path: "/etc/key.json")
+        let federated = try CredentialsFile.parse(
+            FederationFileTests.file(
+                source: ["file": "/t"],
+                extra: ["client_id": "c-1", "client_secret": "very-secret"]
+            ),
+            path: "/etc/wif.json"
+        )
         var printed: [String] = []
-        for file in [user, account] {
+        for file in [user, account, federated] {
             printed += ["\(file)", String(reflecting: file)]
             switch file {
             case .serviceAccount(let credentials):
@@ -22,6 +29,12 @@ struct SecretDescriptionTests {
             case .authorizedUser(let credentials):
                 let grant = AccessTokenGrant.authorizedUser(credentials)
                 printed += ["\(credentials)", String(reflecting: credentials), "\(grant)", String(reflecting: grant)]
+            case .externalAccount(let credentials):
+                let grant = AccessTokenGrant.externalAccount(
+                    ExternalAccountExchange(account: credentials, environment: [:], clock: SystemAgentClock())
+                )
+                printed += ["\(credentials)", String(reflecting: credentials), "\(grant)", String(reflecting: grant)]
+                printed += ["\(credentials.client!)", String(reflecting: credentials.client!)]
             }
         }
         let fetched = FetchedAccessToken(value: "ya29.secret-access", lifetime: 3600)

@@ -238,7 +238,7 @@ struct KeylessIssuerTests {
         #expect(fake.signJwtCalls.last?.userProject == "billing-project")
         await agent.stop()
 
-        try Data(#"{"type": "external_account", "audience": "x"}"#.utf8)
+        try Data(#"{"type": "impersonated_service_account", "audience": "x"}"#.utf8)
             .write(to: credentials.appendingPathComponent("google-application-credentials"))
         let refused = try await run(
             AgentProcess.binary,
@@ -246,7 +246,7 @@ struct KeylessIssuerTests {
             environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }
         )
         #expect(refused.status == 78)
-        #expect(refused.stderr.contains("external_account"), "\(refused.stderr)")
+        #expect(refused.stderr.contains("impersonated_service_account"), "\(refused.stderr)")
         await fake.stop()
     }
 }

@@ -22,6 +22,12 @@ public enum FetchFailureReason: String, Sendable, Hashable, CaseIterable {
     case claimMismatch = "claim_mismatch"
     /// The token is already expired, or has under the serving floor (10 s) left.
     case expired
+    /// The host's federated identity could not get its subject token from the platform (a file,
+    /// a URL, an executable, AWS): `subject token: …`.
+    case subjectToken = "subject_token"
+    /// Google's Security Token Service refused the host's federated exchange (e.g.
+    /// `invalid_grant`): `STS refused the exchange …`.
+    case sts
     /// The signer or the host's credentials need the operator: IAM refused the signature (403),
     /// has no such account (404) or our request (400), or the credentials were refused.
     case misconfigured
@@ -34,13 +40,21 @@ public enum FetchFailureReason: String, Sendable, Hashable, CaseIterable {
         switch error {
         case .throttled(let text, _), .failed(let text), .rejected(let text):
             self = Self.classify(text)
-        case .misconfigured:
-            self = .misconfigured
+        case .misconfigured(let text, _):
+            self = Self.federation(text) ?? .misconfigured
         }
+    }
+
+    /// The federation reason a host-credentials failure text names, if any.
+    static func federation(_ text: String) -> FetchFailureReason? {
+        if text.contains(ExternalAccountExchange.subjectTokenMarker) { return .subjectToken }
+        if text.contains(ExternalAccountExchange.refusedMarker) { return .sts }
+        return nil
     }
 
     /// The reason of one failure text.
     static func classify(_ text: String) -> FetchFailureReason {
+        if let federation = federation(text) { return federation }
         let lower = text.lowercased()
         if lower.hasPrefix("http ") {
             let code = Int(lower.dropFirst(5).prefix(3)) ?? 0

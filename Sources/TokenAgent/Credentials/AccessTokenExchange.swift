@@ -11,6 +11,8 @@ enum AccessTokenGrant: Sendable, CustomStringConvertible {
     case authorizedUser(AuthorizedUserCredentials)
     /// The metadata server at `host` (`host` or `host:port`).
     case metadataServer(host: String)
+    /// Workload Identity Federation: a subject token exchanged at STS, then maybe impersonation.
+    case externalAccount(ExternalAccountExchange)
 
     /// The metadata server's token path (the instance's default service account).
     static let metadataTokenPath = "/computeMetadata/v1/instance/service-accounts/default/token"
@@ -21,6 +23,7 @@ enum AccessTokenGrant: Sendable, CustomStringConvertible {
         case .serviceAccount(let account): "\(account) at \(endpoint)"
         case .authorizedUser(let user): "\(user) at \(endpoint)"
         case .metadataServer: endpoint
+        case .externalAccount(let exchange): "\(exchange.account.summary) at \(endpoint)"
         }
     }
 
@@ -30,6 +33,7 @@ enum AccessTokenGrant: Sendable, CustomStringConvertible {
         case .serviceAccount(let account): "token endpoint \(account.tokenEndpoint)"
         case .authorizedUser(let user): "token endpoint \(user.tokenEndpoint)"
         case .metadataServer(let host): "metadata server \(host)"
+        case .externalAccount(let exchange): "STS \(exchange.account.tokenURL)"
         }
     }
 }
@@ -112,6 +116,8 @@ final class AccessTokenExchange: Sendable {
             }
             url = account.tokenEndpoint.url()
             form = [("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer"), ("assertion", assertion)]
+        case .externalAccount:
+            throw CredentialsError(.credentials, "federation is exchanged by ExternalAccountExchange")
         case .authorizedUser(let user):
             url = user.tokenEndpoint.url()
             form = [
@@ -133,6 +139,9 @@ final class AccessTokenExchange: Sendable {
     func fetch() async throws(CredentialsError) -> FetchedAccessToken {
         let endpoint = grant.endpoint
         let client = try httpClient()
+        if case .externalAccount(let federation) = grant {
+            return try await federation.fetch(http: FederationHTTP(client: client, timeout: timeout))
+        }
         let request = try request()
         let response: OutboundReply
         do {
@@ -173,12 +182,19 @@ final class AccessTokenExchange: Sendable {
                 + "`gcloud auth application-default login` again"
         case .metadataServer:
             "; check that the instance has a service account with the cloud-platform scope"
+        case .externalAccount:
+            ""
         }
     }
 
     /// Reads a 2xx reply strictly (``StrictJSON/object(bytes:)``: no name twice):
-    /// `access_token`, `expires_in` and, if present, `token_type` Bearer.
-    static func read(reply: [UInt8], endpoint: String) throws(CredentialsError) -> FetchedAccessToken {
+    /// `access_token`, `expires_in` and, if present, `token_type` Bearer. With
+    /// `lifetimeAsText`, `expires_in` may also be a string of a number (as STS may send it).
+    static func read(
+        reply: [UInt8],
+        endpoint: String,
+        lifetimeAsText: Bool = false
+    ) throws(CredentialsError) -> FetchedAccessToken {
         let object: StrictJSON.Object?
         do {
             object = try StrictJSON.object(bytes: reply)
@@ -193,7 +209,11 @@ final class AccessTokenExchange: Sendable {
         else {
             throw CredentialsError(.transient, "\(endpoint): bad reply: no usable access_token")
         }
-        guard case .number(let lifetime)? = object["expires_in"], lifetime.isFinite, lifetime > 0 else {
+        var lifetimeValue = object["expires_in"]
+        if lifetimeAsText, case .string(let text)? = lifetimeValue, let seconds = Double(text) {
+            lifetimeValue = .number(seconds)
+        }
+        guard case .number(let lifetime)? = lifetimeValue, lifetime.isFinite, lifetime > 0 else {
             throw CredentialsError(.transient, "\(endpoint): bad reply: no positive expires_in")
         }
         if let type = object["token_type"] {

@@ -25,11 +25,17 @@ public protocol AccessTokenSource: Sendable {
     /// Releases what the source holds (HTTP connections). Called once, at shutdown or when a reload
     /// retires it.
     func shutdown() async
+    /// The counts of STS exchanges and impersonations, when the host's identity is federated
+    /// (Workload Identity Federation); `nil` otherwise.
+    var federationStatistics: FederationStatistics? { get }
 }
 
 extension AccessTokenSource {
     /// The summary, for a source with nothing more to tell it by.
     public var identity: String { summary }
+
+    /// A source that is not federated has no federation counts.
+    public var federationStatistics: FederationStatistics? { nil }
 }
 
 /// An OAuth 2.0 access token (a Bearer token) and when it expires.

@@ -7,17 +7,20 @@ import _CryptoExtras
     import Foundation
 #endif
 
-/// An Application Default Credentials file, read: a service-account key or a gcloud user's
-/// refresh token. Other types are refused at start-up with what to use instead.
+/// An Application Default Credentials file, read: a service-account key, a gcloud user's
+/// refresh token, or a workload identity pool's `external_account` configuration. Other types are
+/// refused at start-up with what to use instead.
 enum CredentialsFile: Sendable, CustomStringConvertible {
     case serviceAccount(ServiceAccountCredentials)
     case authorizedUser(AuthorizedUserCredentials)
+    case externalAccount(ExternalAccountCredentials)
 
     /// What the file is, never a secret from it.
     var description: String {
         switch self {
         case .serviceAccount(let account): "\(account)"
         case .authorizedUser(let user): "\(user)"
+        case .externalAccount(let account): "\(account)"
         }
     }
 
@@ -26,7 +29,6 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
 
     /// The types Google's libraries know that this agent does not sign with, and why.
     static let unsupportedTypes: [String: String] = [
-        "external_account": "workload identity federation",
         "external_account_authorized_user": "workforce identity federation",
         "impersonated_service_account": "service-account impersonation",
         "gdch_service_account": "Google Distributed Cloud Hosted",
@@ -35,7 +37,11 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
     /// Reads the file at `path` (named `origin` in errors: how it was found), with a digest of its
     /// contents (the first 16 hex digits of their SHA-256): a regular file of at most 1 MiB
     /// (``BoundedFile/credentialsLimit``), refused otherwise before more than that is read.
-    static func read(path: String, origin: String) throws(ConfigurationError) -> (
+    static func read(
+        path: String,
+        origin: String,
+        environment: [String: String] = [:]
+    ) throws(ConfigurationError) -> (
         file: CredentialsFile, digest: String
     ) {
         let bytes: [UInt8]
@@ -50,11 +56,16 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
                 }
             throw ConfigurationError(key: "credentials", "\(origin) \(reason)")
         }
-        return (try parse(Data(bytes), path: path), ProviderSet.digest(bytes))
+        return (try parse(Data(bytes), path: path, environment: environment), ProviderSet.digest(bytes))
     }
 
-    /// Reads credentials JSON from `data`; `path` names the file in errors.
-    static func parse(_ data: Data, path: String) throws(ConfigurationError) -> CredentialsFile {
+    /// Reads credentials JSON from `data`; `path` names the file in errors; `environment` is the
+    /// agent's (an `external_account` file's executable and AWS sources read it).
+    static func parse(
+        _ data: Data,
+        path: String,
+        environment: [String: String] = [:]
+    ) throws(ConfigurationError) -> CredentialsFile {
         let object: StrictJSON.Object?
         do {
             object = data.count <= BoundedFile.credentialsLimit ? try StrictJSON.object(bytes: data) : nil
@@ -76,10 +87,13 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
             return .serviceAccount(try ServiceAccountCredentials(fields: fields))
         case "authorized_user":
             return .authorizedUser(try AuthorizedUserCredentials(fields: fields))
+        case "external_account":
+            return .externalAccount(try ExternalAccountCredentials(fields: fields, environment: environment))
         case nil:
             throw ConfigurationError(
                 key: "credentials",
-                "credentials file \(path) has no \"type\": expected service_account or authorized_user. "
+                "credentials file \(path) has no \"type\": expected service_account, authorized_user or "
+                    + "external_account. "
                     + insteadAdvice
             )
         case let type?:
@@ -87,7 +101,8 @@ enum CredentialsFile: Sendable, CustomStringConvertible {
             throw ConfigurationError(
                 key: "credentials",
                 "credentials file \(path) has type \(EndpointSecurity.printable(type))\(what), which fleet-tokend "
-                    + "cannot use: only service_account and authorized_user credentials are supported. "
+                    + "cannot use: only service_account, authorized_user and external_account credentials are "
+                    + "supported. "
                     + insteadAdvice
             )
         }

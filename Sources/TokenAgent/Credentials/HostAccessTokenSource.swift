@@ -103,10 +103,10 @@ public final class HostAccessTokenSource: AccessTokenSource {
         self.tuning = tuning
         self.clock = clock
         self.logger = logger
-        if case .authorizedUser(let user) = grant {
-            quotaProject = user.quotaProject
-        } else {
-            quotaProject = nil
+        switch grant {
+        case .authorizedUser(let user): quotaProject = user.quotaProject
+        case .externalAccount(let exchange): quotaProject = exchange.account.quotaProject
+        default: quotaProject = nil
         }
         exchange = AccessTokenExchange(
             grant: grant,
@@ -116,9 +116,21 @@ public final class HostAccessTokenSource: AccessTokenSource {
         )
     }
 
-    /// The longest a fetch is waited on, seconds: its time-out and a second more, so the exchange's
-    /// own error (which tells a silent server from a dripping one) normally comes first.
-    private var flightTime: Double { tuning.timeout + 1 }
+    /// The longest a fetch is waited on, seconds: its time-out (for federation, that of each of
+    /// its calls: ``ExternalAccountExchange/longestFetch(timeout:)``) and a second more, so the
+    /// exchange's own error (which tells a silent server from a dripping one) normally comes first.
+    private var flightTime: Double {
+        if case .externalAccount(let federation) = exchange.grant {
+            return federation.longestFetch(timeout: tuning.timeout) + 1
+        }
+        return tuning.timeout + 1
+    }
+
+    /// The federation's counts, when the host's identity is federated.
+    public var federationStatistics: FederationStatistics? {
+        if case .externalAccount(let federation) = exchange.grant { return federation.statistics }
+        return nil
+    }
 
     /// How many fetches were started.
     public var fetchCount: Int { state.withLock { $0.fetches } }

@@ -18,7 +18,8 @@ import Logging
 /// 3. the metadata server, `metadata.google.internal` or `GCE_METADATA_HOST` (`host` or
 ///    `host:port`). It is not asked at start-up: one that is down fails the fetches, transiently.
 ///
-/// A file is a `service_account` key or an `authorized_user` (gcloud) refresh token; any other
+/// A file is a `service_account` key, an `authorized_user` (gcloud) refresh token, or an
+/// `external_account` (Workload Identity Federation, ``ExternalAccountCredentials``); any other
 /// type is refused with what to use instead. Every endpoint that would see a secret must be
 /// `https`, or plain `http` on loopback (``EndpointSecurity``).
 public enum HostCredentials {
@@ -59,7 +60,13 @@ public enum HostCredentials {
         clock: any AgentClock = SystemAgentClock(),
         logger: Logger = Logger(label: "fleet-tokend.credentials")
     ) throws(ConfigurationError) -> any AccessTokenSource {
-        try source(for: locate(environment: environment), tuning: tuning, clock: clock, logger: logger)
+        try source(
+            for: locate(environment: environment),
+            environment: environment,
+            tuning: tuning,
+            clock: clock,
+            logger: logger
+        )
     }
 
     /// Where the host's credentials are, by the order above; reads no file (only `fileExists`).
@@ -83,9 +90,12 @@ public enum HostCredentials {
         return .metadataServer(host: value("GCE_METADATA_HOST") ?? defaultMetadataHost)
     }
 
-    /// Makes the source for credentials at `origin`, reading and checking its file now.
+    /// Makes the source for credentials at `origin`, reading and checking its file now;
+    /// `environment` is the agent's (an `external_account` file's executable and AWS sources read
+    /// it).
     public static func source(
         for origin: Origin,
+        environment: [String: String] = [:],
         tuning: HostAccessTokenSource.Tuning = .init(),
         clock: any AgentClock = SystemAgentClock(),
         logger: Logger = Logger(label: "fleet-tokend.credentials")
@@ -95,7 +105,7 @@ public enum HostCredentials {
         var digest: String?
         switch origin {
         case .file(let path, let via):
-            let read = try CredentialsFile.read(path: path, origin: "\(via) file")
+            let read = try CredentialsFile.read(path: path, origin: "\(via) file", environment: environment)
             SecretFilePermissions.warnIfReadableByOthers(path, what: "\(via) credentials file", logger: logger)
             digest = read.digest
             switch read.file {
@@ -106,6 +116,19 @@ public enum HostCredentials {
                 grant = .authorizedUser(user)
                 let quota = user.quotaProject.map { ", quota project \($0)" } ?? ""
                 summary = "authorized_user client \(user.clientID)\(quota) (\(origin))"
+            case .externalAccount(let account):
+                grant = .externalAccount(
+                    ExternalAccountExchange(account: account, environment: environment, clock: clock)
+                )
+                summary = "\(account.summary) (\(origin))"
+                if case .file(let tokenPath, _) = account.source {
+                    // Kubernetes projects its tokens 0644 by default: used, with a warning.
+                    SecretFilePermissions.warnIfReadableByOthers(
+                        tokenPath,
+                        what: "subject token file (credential_source.file)",
+                        logger: logger
+                    )
+                }
             }
         case .metadataServer(let host):
             try metadataEndpoint(host)

@@ -100,7 +100,7 @@ public struct ServiceEndpoint: Sendable, Hashable, CustomStringConvertible {
     public var description: String { url() }
 
     /// The host and port of `authority`: `name`, `1.2.3.4` or `[v6]`, then `:port` if any.
-    private static func hostAndPort(_ authority: Substring) -> (host: String, port: Int?)? {
+    static func hostAndPort(_ authority: Substring) -> (host: String, port: Int?)? {
         let host: Substring
         let portText: Substring?
         if authority.hasPrefix("[") {

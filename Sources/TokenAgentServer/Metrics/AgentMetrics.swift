@@ -222,6 +222,25 @@ public final class AgentMetrics: Sendable {
                     )
                 }
             }
+            if let federation = status.hostIdentity.federationTotals {
+                counter("fleet_tokend_sts_calls_total", total: federation.stsCalls)
+                counter("fleet_tokend_sts_backoffs_total", total: federation.stsBackoffs)
+                counter("fleet_tokend_impersonation_calls_total", total: federation.impersonationCalls)
+                for reason in FederationStatistics.Reason.allCases {
+                    counter(
+                        "fleet_tokend_sts_failures_total",
+                        [("reason", reason.rawValue)],
+                        total: federation.stsFailures[reason] ?? 0
+                    )
+                    if reason != .subjectToken {
+                        counter(
+                            "fleet_tokend_impersonation_failures_total",
+                            [("reason", reason.rawValue)],
+                            total: federation.impersonationFailures[reason] ?? 0
+                        )
+                    }
+                }
+            }
             gauge("fleet_tokend_healthy", [], health.isDegraded ? 0 : 1)
             gauge("fleet_tokend_demo_issuer", [], status.issuerMode.isDemo ? 1 : 0)
             gauge("fleet_tokend_build_info", [("version", BuildInfo.version), ("commit", BuildInfo.commit)], 1)

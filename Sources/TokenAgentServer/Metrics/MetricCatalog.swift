@@ -314,6 +314,36 @@ public enum MetricCatalog {
                 + "request_timeout."
         ),
         Entry(
+            name: "fleet_tokend_sts_calls_total",
+            kind: .counter,
+            labels: [],
+            help: "STS token exchanges of the host's federated identity (Workload Identity Federation)."
+        ),
+        Entry(
+            name: "fleet_tokend_sts_failures_total",
+            kind: .counter,
+            labels: ["reason"],
+            help: "Failed STS exchanges: subject_token, refused, throttled, unavailable, bad_reply."
+        ),
+        Entry(
+            name: "fleet_tokend_sts_backoffs_total",
+            kind: .counter,
+            labels: [],
+            help: "Back-offs started after STS answered 429 or 5xx or could not be reached."
+        ),
+        Entry(
+            name: "fleet_tokend_impersonation_calls_total",
+            kind: .counter,
+            labels: [],
+            help: "generateAccessToken calls impersonating the federated identity's service account."
+        ),
+        Entry(
+            name: "fleet_tokend_impersonation_failures_total",
+            kind: .counter,
+            labels: ["reason"],
+            help: "Failed impersonations: refused, throttled, unavailable, bad_reply."
+        ),
+        Entry(
             name: "fleet_tokend_reloads_total",
             kind: .counter,
             labels: ["outcome"],

@@ -29,6 +29,8 @@ public struct AgentStatus: Sendable {
     public let snapshots: SnapshotStatistics
     /// The GCE metadata endpoint's counts; `nil` when the agent serves none.
     public let metadata: MetadataStatistics?
+    /// The host's credentials in force.
+    public let hostIdentity: HostIdentity
     private let startedAt: Double
     /// The clock uptime is counted on.
     let clock: any AgentClock
@@ -45,8 +47,10 @@ public struct AgentStatus: Sendable {
         issuerMode: IssuerMode = IssuerMode(),
         snapshots: SnapshotStatistics = SnapshotStatistics(),
         metadata: MetadataStatistics? = nil,
+        hostIdentity: HostIdentity = HostIdentity(nil),
         clock: any AgentClock = SystemAgentClock()
     ) {
+        self.hostIdentity = hostIdentity
         self.issuerMode = issuerMode
         self.snapshots = snapshots
         self.metadata = metadata
@@ -98,6 +102,7 @@ public struct AgentStatus: Sendable {
         text.add("warm_fetches", stats.warmFetches)
         text.add("demo", issuerMode.isDemo ? 1 : 0)
         text.add("version", text: BuildInfo.version)
+        text.add("host_identity", text: hostIdentity.current.map { StatsText.encode($0.summary) } ?? StatsWord.none)
         let snapshot = snapshots.counts
         text.add("snapshot_adopted", snapshot.adoption.adopted)
         text.add("snapshot_skipped", snapshot.adoption.total - snapshot.adoption.adopted)

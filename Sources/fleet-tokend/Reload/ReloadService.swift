@@ -13,6 +13,7 @@ import UnixSignals
 final class ReloadService: Service, Sendable {
     private let load: @Sendable () throws -> AgentConfiguration
     private let discoverCredentials: ProviderSet.CredentialsDiscovery
+    private let hostIdentity: HostIdentity
     private let engine: TokenEngine
     private let current: Mutex<ProviderSet.Built>
     private let access: AccessControl
@@ -33,6 +34,7 @@ final class ReloadService: Service, Sendable {
 
     init(
         configuration: AgentConfiguration,
+        hostIdentity: HostIdentity = HostIdentity(nil),
         load: @escaping @Sendable () throws -> AgentConfiguration,
         discoverCredentials: @escaping ProviderSet.CredentialsDiscovery,
         engine: TokenEngine,
@@ -54,6 +56,7 @@ final class ReloadService: Service, Sendable {
         self.statistics = statistics
         self.load = load
         self.discoverCredentials = discoverCredentials
+        self.hostIdentity = hostIdentity
         self.engine = engine
         self.current = Mutex(providers)
         self.access = access
@@ -136,6 +139,7 @@ final class ReloadService: Service, Sendable {
                 rulesChanged: rulesChanged
             )
             current.withLock { $0 = built }
+            hostIdentity.set(built.credentials)
             applied.withLock { $0 = configuration }
             if let old = previous.credentials, built.credentials.map({ $0 as AnyObject }) !== (old as AnyObject) {
                 // The old source's last users are the retired signers' fetches, cancelled by the

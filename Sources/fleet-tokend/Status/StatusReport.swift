@@ -30,6 +30,10 @@ struct StatusReport {
     var demo = false
     /// The agent's version (`version=` in STATS); `nil` from an agent that does not say.
     var version: String?
+    /// The host's credentials in force (`host_identity=` in STATS, decoded): e.g.
+    /// `external_account (aws) via pool/provider, impersonating a@b`; `nil` when nothing uses
+    /// them or the agent does not say.
+    var hostIdentity: String?
     var refresherStalled = false
     var uptime = 0
     var entries = 0
@@ -77,6 +81,7 @@ struct StatusReport {
         uptime = stat("uptime_s")
         demo = stat("demo") == 1
         version = stats["version"]
+        hostIdentity = stats["host_identity"].flatMap { $0 == StatsWord.none ? nil : StatsText.decode($0) }
         entries = stat("entries")
         hits = stat("hits")
         misses = stat("misses")
@@ -217,6 +222,8 @@ struct StatusReport {
         } else {
             lines.append("expiry:    no token read within the idle time-out")
         }
+        let identity = hostIdentity.map(escaped) ?? "none (no key-less issuer, host access token or metadata endpoint)"
+        lines.append("host identity: \(identity)")
         if let cacheFile { lines.append(Self.cacheFileLine(cacheFile, now: now, paint: paint)) }
         lines.append("providers:")
         for kind in kinds {
@@ -264,6 +271,7 @@ struct StatusReport {
             "state": .string(state),
             "demo": .bool(demo),
             "version": .string(version ?? ""),
+            "host_identity": .string(hostIdentity ?? ""),
             "problems": .strings(problems.filter { _ in degraded }),
             "uptime_s": .int(uptime),
             "entries": .int(entries),
