@@ -141,6 +141,12 @@ struct CheckConfigCommand: AsyncParsableCommand {
             where_ += "; \(escaped(missing)) does not exist yet: the agent creates it (mode 0700) at start"
         }
         lines.append(where_)
+        if let holder = file.lockHolder() {
+            lines.append(
+                "  in use by a running agent (pid \(holder), holding \(escaped(file.lockPath))): a second agent on "
+                    + "this file would be refused; stop that one first, or give this one a cache_file of its own"
+            )
+        }
         switch inspection.file {
         case .absent:
             lines.append("  no file yet: the agent starts cold and writes it")

@@ -135,12 +135,22 @@ struct CacheFilePlacementTests {
             "\(second.stderr)"
         )
         #expect(try await first.send("PING") == ["PONG"], "the first agent goes on")
+        // check-config names the agent that holds the file, without touching its lock.
+        let checked = try await checkConfig(setup.arguments(provider))
+        #expect(checked.status == 0, "\(checked)")
+        #expect(
+            checked.stdout.contains("in use by a running agent (pid \(first.pid), holding \(setup.path).lock)"),
+            "\(checked.stdout)"
+        )
         #expect(try await eventually { (try await first.stats())["snapshot_tokens"] == 1 })
 
         kill(first.pid, SIGKILL)
         await first.stop()
         let third = try await AgentProcess(setup.arguments(provider))
         defer { try? FileManager.default.removeItem(at: third.directory) }
+        // The lock went with the first agent: the one that holds it now is named.
+        let again = try await checkConfig(setup.arguments(provider))
+        #expect(again.stdout.contains("in use by a running agent (pid \(third.pid),"), "\(again.stdout)")
         #expect(logField(third.log, "cache taken over", "tokens") == "1", "\(third.log)")
         #expect(await third.stop() == 0)
     }

@@ -1,5 +1,11 @@
 import TokenAgent
 
+#if canImport(FoundationEssentials)
+    import FoundationEssentials
+#else
+    import Foundation
+#endif
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -71,7 +77,31 @@ extension CacheFile {
         return Lock(fd: fd)
     }
 
-    /// The pid the lock file's holder wrote in it, if it reads as one.
+    /// Whether an agent holds the lock now, and its pid, found in `/proc/locks` by the lock file's
+    /// device and inode: without opening the file or taking the lock, so a `check-config` beside
+    /// a running agent (or one starting) changes nothing. `nil` when no lock file exists or no
+    /// `flock` is held on it.
+    public func lockHolder() -> Int? {
+        var info = stat()
+        guard lstat(lockPath, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+            let table = try? String(contentsOfFile: "/proc/locks", encoding: .utf8)
+        else { return nil }
+        let device = UInt64(info.st_dev)
+        // glibc's major() and minor(), as /proc/locks prints them: hex major, hex minor, inode.
+        let major = ((device >> 8) & 0xFFF) | ((device >> 32) & ~UInt64(0xFFF))
+        let minor = (device & 0xFF) | ((device >> 12) & ~UInt64(0xFF))
+        let key =
+            String(major, radix: 16).leftPadded(2) + ":" + String(minor, radix: 16).leftPadded(2) + ":"
+            + String(UInt64(info.st_ino))
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            // "1: FLOCK  ADVISORY  WRITE 1234 00:2b:5678 0 EOF" (a blocked waiter's line has "->").
+            guard fields.count >= 6, fields[1] == "FLOCK", !fields.contains("->"), fields[5] == key else { continue }
+            return Int(fields[4])
+        }
+        return nil
+    }
+
     private static func holder(_ fd: Int32) -> Int? {
         var buffer = [UInt8](repeating: 0, count: 24)
         let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
@@ -79,5 +109,12 @@ extension CacheFile {
         let digits = buffer[..<count].prefix { (0x30...0x39).contains($0) }
         guard !digits.isEmpty, digits.count < 12 else { return nil }
         return Int(String(decoding: digits, as: UTF8.self))
+    }
+}
+
+extension String {
+    /// The text with `0`s before it up to `width` characters.
+    fileprivate func leftPadded(_ width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }
