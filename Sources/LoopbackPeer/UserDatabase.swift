@@ -27,11 +27,15 @@ public enum UserDatabaseError: Error, Sendable, Hashable, CustomStringConvertibl
     case noSuchUser(uid: UInt32)
     /// `call` failed with `errno`.
     case system(call: String, errno: Int32)
+    /// The user database did not answer for the uid in time (`reason`: within how long, or why
+    /// it was not asked).
+    case unanswered(uid: UInt32, reason: String)
 
     public var description: String {
         switch self {
         case .noSuchUser(let uid): "uid \(uid) has no entry in the user database"
         case .system(let call, let errno): "\(call) failed: errno \(errno)"
+        case .unanswered(let uid, let reason): "the user database did not answer for uid \(uid) \(reason)"
         }
     }
 }
