@@ -1,10 +1,4 @@
 extension MetadataRouter {
-    /// What an entry is called under `service-accounts/`: `default` or its account's email.
-    enum AccountName: Hashable {
-        case `default`
-        case email(String)
-    }
-
     /// The entry `name` stands for, for `peer`; or the refusal.
     ///
     /// `default` is the configured default entry. An email is matched without regard to case

@@ -50,18 +50,38 @@ struct FederationExchangeTests {
         try directory.write("token", Data(fake.issueSubjectToken().utf8))
     }
 
-    @Test func stsBacksOffAfterA503AndAsksAgainOnlyAfterIt() async throws {
+    /// Runs `body` with a fake and a source whose subject token is a file of a token the fake
+    /// issued, shutting both down after.
+    private func withTokenFileSource(
+        clock: any AgentClock = SystemAgentClock(),
+        impersonate: String? = signer,
+        clientSecret: String? = nil,
+        _ body: (FakeGoogle, HostAccessTokenSource) async throws -> Void
+    ) async throws {
         try await withFake { fake in
             let directory = try TemporaryDirectory()
             defer { directory.remove() }
-            let clock = OffsetClock()
             let source = try source(
                 fake,
                 directory: directory,
                 credentialSource: FakeGoogle.fileCredentialSource(path: try tokenFile(fake, directory)),
+                impersonate: impersonate,
+                clientSecret: clientSecret,
                 clock: clock
             )
-            defer { Task { await source.shutdown() } }
+            do {
+                try await body(fake, source)
+            } catch {
+                await source.shutdown()
+                throw error
+            }
+            await source.shutdown()
+        }
+    }
+
+    @Test func stsBacksOffAfterA503AndAsksAgainOnlyAfterIt() async throws {
+        let clock = OffsetClock()
+        try await withTokenFileSource(clock: clock) { fake, source in
             fake.inject(.serverError(status: 503), into: .sts, times: 1)
             await #expect(throws: CredentialsError.self) { try await source.accessToken() }
             #expect(fake.stsRequests.count == 1)
@@ -85,17 +105,8 @@ struct FederationExchangeTests {
     }
 
     @Test func aRetryAfterSetsTheBackOff() async throws {
-        try await withFake { fake in
-            let directory = try TemporaryDirectory()
-            defer { directory.remove() }
-            let clock = OffsetClock()
-            let source = try source(
-                fake,
-                directory: directory,
-                credentialSource: FakeGoogle.fileCredentialSource(path: try tokenFile(fake, directory)),
-                clock: clock
-            )
-            defer { Task { await source.shutdown() } }
+        let clock = OffsetClock()
+        try await withTokenFileSource(clock: clock) { fake, source in
             fake.inject(.tooManyRequests(retryAfterSeconds: 30), into: .sts, times: 1)
             await #expect(throws: CredentialsError.self) { try await source.accessToken() }
             clock.advance(20)
@@ -108,18 +119,8 @@ struct FederationExchangeTests {
     }
 
     @Test func aStringExpiresInClientAuthenticationAndNoImpersonation() async throws {
-        try await withFake { fake in
-            let directory = try TemporaryDirectory()
-            defer { directory.remove() }
+        try await withTokenFileSource(impersonate: nil, clientSecret: "sts-secret") { fake, source in
             fake.stsExpiresInAsString = true
-            let source = try source(
-                fake,
-                directory: directory,
-                credentialSource: FakeGoogle.fileCredentialSource(path: try tokenFile(fake, directory)),
-                impersonate: nil,
-                clientSecret: "sts-secret"
-            )
-            defer { Task { await source.shutdown() } }
             let token = try await source.accessToken()
             #expect(fake.stsRequests.first?.clientID == "sts-client")
             #expect(fake.stsRequests.first?.issued == token.value, "without impersonation, the federated token")
@@ -129,15 +130,7 @@ struct FederationExchangeTests {
     }
 
     @Test func anImpersonationRefusalNamesThePermissionAndTheAccount() async throws {
-        try await withFake { fake in
-            let directory = try TemporaryDirectory()
-            defer { directory.remove() }
-            let source = try source(
-                fake,
-                directory: directory,
-                credentialSource: FakeGoogle.fileCredentialSource(path: try tokenFile(fake, directory))
-            )
-            defer { Task { await source.shutdown() } }
+        try await withTokenFileSource { fake, source in
             fake.inject(.permissionDenied(.iamPermissionDenied), into: .generateAccessToken, times: 1)
             do throws(CredentialsError) {
                 _ = try await source.accessToken()

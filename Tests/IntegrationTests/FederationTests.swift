@@ -108,20 +108,40 @@ struct FederationTests {
         return path
     }
 
+    /// Writes an `external_account` file of `credentialSource` (and `audience`) in `directory`,
+    /// and starts an agent whose host credentials it is, on ``config(_:directory:)``.
+    static func agent(
+        _ fake: FakeGoogle,
+        directory: URL,
+        audience: String = FakeGoogle.standardAudience,
+        tokenType: String = FakeGoogle.jwtTokenType,
+        credentialSource: [String: Any],
+        environment extra: [String: String] = [:]
+    ) async throws -> AgentProcess {
+        let file = directory.appendingPathComponent("wif.json").path
+        try fake.externalAccountJSON(
+            audience: audience,
+            subjectTokenType: tokenType,
+            credentialSource: credentialSource,
+            impersonate: signer
+        ).write(to: URL(fileURLWithPath: file))
+        return try await AgentProcess(
+            ["--config", try config(fake, directory: directory)],
+            environment: environment(credentials: file, directory: directory, extra: extra)
+        )
+    }
+
     @Test func everySourceSignsTwoKindsAndServesTheHostTokenFromOneExchange() async throws {
         let fake = try await FakeGoogle.start()
         let directory = try AgentProcess.makeTemporaryDirectory()
         for source in try Self.sources(fake, directory: directory) {
             fake.clearRecords()
-            let file = directory.appendingPathComponent("wif.json").path
-            try fake.externalAccountJSON(
-                subjectTokenType: source.tokenType,
+            let agent = try await Self.agent(
+                fake,
+                directory: directory,
+                tokenType: source.tokenType,
                 credentialSource: source.credentialSource,
-                impersonate: Self.signer
-            ).write(to: URL(fileURLWithPath: file))
-            let agent = try await AgentProcess(
-                ["--config", try Self.config(fake, directory: directory)],
-                environment: Self.environment(credentials: file, directory: directory, extra: source.environment)
+                environment: source.environment
             )
             let vehicle = try #require(tokenOf(try await agent.send("GET vehicle v-1").first), "\(source)")
             let trip = try #require(tokenOf(try await agent.send("GET trip t-1").first), "\(source)")
@@ -167,17 +187,11 @@ struct FederationTests {
         let directory = try AgentProcess.makeTemporaryDirectory()
         let text = directory.appendingPathComponent("token.txt").path
         try Data(fake.issueSubjectToken().utf8).write(to: URL(fileURLWithPath: text))
-        let file = directory.appendingPathComponent("wif.json").path
-        let wrong = "//iam.googleapis.com/projects/123456/locations/global/workloadIdentityPools/other/providers/p"
-        try fake.externalAccountJSON(
-            audience: wrong,
-            subjectTokenType: FakeGoogle.jwtTokenType,
-            credentialSource: FakeGoogle.fileCredentialSource(path: text),
-            impersonate: Self.signer
-        ).write(to: URL(fileURLWithPath: file))
-        let agent = try await AgentProcess(
-            ["--config", try Self.config(fake, directory: directory)],
-            environment: Self.environment(credentials: file, directory: directory, extra: [:])
+        let agent = try await Self.agent(
+            fake,
+            directory: directory,
+            audience: "//iam.googleapis.com/projects/123456/locations/global/workloadIdentityPools/other/providers/p",
+            credentialSource: FakeGoogle.fileCredentialSource(path: text)
         )
         let reply = try #require(try await agent.send("GET vehicle v-1").first)
         #expect(reply.hasPrefix("ERR unavailable"), "\(reply)")
@@ -196,15 +210,10 @@ struct FederationTests {
         let fake = try await FakeGoogle.start()
         let directory = try AgentProcess.makeTemporaryDirectory()
         let missing = directory.appendingPathComponent("no-such-token").path
-        let file = directory.appendingPathComponent("wif.json").path
-        try fake.externalAccountJSON(
-            subjectTokenType: FakeGoogle.jwtTokenType,
-            credentialSource: FakeGoogle.fileCredentialSource(path: missing),
-            impersonate: Self.signer
-        ).write(to: URL(fileURLWithPath: file))
-        let agent = try await AgentProcess(
-            ["--config", try Self.config(fake, directory: directory)],
-            environment: Self.environment(credentials: file, directory: directory, extra: [:])
+        let agent = try await Self.agent(
+            fake,
+            directory: directory,
+            credentialSource: FakeGoogle.fileCredentialSource(path: missing)
         )
         let reply = try #require(try await agent.send("GET vehicle v-1").first)
         #expect(reply.contains("subject token: file \(missing) does not exist"), "\(reply)")
