@@ -130,8 +130,9 @@ public struct ServiceEndpoint: Sendable, Hashable, CustomStringConvertible {
         return (String(host), port)
     }
 
-    /// Whether `path` is empty or `/` then unreserved characters, `/` and `%XX` escapes.
-    private static func isPath(_ path: Substring) -> Bool {
+    /// Whether `path` is empty or `/` then unreserved characters, `/`, `%XX` escapes and the bytes
+    /// of `also` (the impersonation URL's `@` and `:`).
+    static func isPath(_ path: Substring, also: String = "") -> Bool {
         guard !path.isEmpty else { return true }
         let bytes = Array(path.utf8)
         guard bytes[0] == UInt8(ascii: "/") else { return false }
@@ -145,14 +146,14 @@ public struct ServiceEndpoint: Sendable, Hashable, CustomStringConvertible {
             }
             let plain =
                 (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
-                || "-._~/".utf8.contains(byte)
+                || "-._~/".utf8.contains(byte) || also.utf8.contains(byte)
             guard plain else { return false }
             index += 1
         }
         return true
     }
 
-    private static func isHex(_ byte: UInt8) -> Bool {
+    static func isHex(_ byte: UInt8) -> Bool {
         (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)
     }
 }

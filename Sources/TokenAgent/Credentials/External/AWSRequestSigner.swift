@@ -163,6 +163,7 @@ enum AWSRequestSigner {
             if byte == UInt8(ascii: "+") {
                 bytes.append(0x20)
             } else if byte == UInt8(ascii: "%"), index + 2 < source.count,
+                ServiceEndpoint.isHex(source[index + 1]), ServiceEndpoint.isHex(source[index + 2]),
                 let value = UInt8(String(decoding: source[(index + 1)...(index + 2)], as: UTF8.self), radix: 16)
             {
                 bytes.append(value)

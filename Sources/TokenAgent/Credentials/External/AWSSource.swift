@@ -53,6 +53,16 @@ struct AWSSource: Sendable, Hashable {
     ) async throws(CredentialsError) -> String {
         func value(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
         var region = value("AWS_REGION") ?? value("AWS_DEFAULT_REGION")
+        // The region is put into the verification URL's host (`sts.{region}.amazonaws.com`) and
+        // the signature's scope: a name of AWS's form only, whatever the environment says.
+        if let region, !Self.isRegion(region) {
+            let name = value("AWS_REGION") != nil ? "AWS_REGION" : "AWS_DEFAULT_REGION"
+            throw CredentialsError(
+                .credentials,
+                "aws: \(name) \(EndpointSecurity.printable(region)) is not a region name (lower-case letters, "
+                    + "digits and hyphens, as us-east-1)"
+            )
+        }
         var keys: AWSRequestSigner.Keys?
         if let id = value("AWS_ACCESS_KEY_ID"), let secret = value("AWS_SECRET_ACCESS_KEY") {
             keys = AWSRequestSigner.Keys(
@@ -101,12 +111,15 @@ struct AWSSource: Sendable, Hashable {
             )
             .trimmingWhitespaceAndNewlines()
             let name = String(zone.dropLast())
-            guard !name.isEmpty,
-                name.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D })
-            else {
+            guard Self.isRegion(name) else {
+                // Shown only when short: a region_url that answers something else (a role's
+                // credentials, say) must not have it repeated.
+                let shown =
+                    zone.utf8.count <= Self.longestRegion + 8
+                    ? EndpointSecurity.printable(zone) : "a reply of \(zone.utf8.count) bytes"
                 throw CredentialsError(
                     .transient,
-                    "aws region_url \(regionURL): \(EndpointSecurity.printable(zone)) is not an availability zone"
+                    "aws region_url \(regionURL): \(shown) is not an availability zone"
                 )
             }
             region = name
@@ -117,8 +130,17 @@ struct AWSSource: Sendable, Hashable {
                 as: UTF8.self
             )
             .trimmingWhitespaceAndNewlines()
-            guard !role.isEmpty, role.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") }) else {
+            guard !role.isEmpty else {
                 throw CredentialsError(.transient, "aws url \(url): no role name (does the instance have a role?)")
+            }
+            // The name becomes a segment of the next URL's path and of messages: an IAM name
+            // only (never `..`, `?`, `%`, or a document the wrong URL answered with).
+            guard Self.isRoleName(role) else {
+                throw CredentialsError(
+                    .transient,
+                    "aws url \(url): the reply (\(role.utf8.count) bytes) is not an IAM role name (1 to "
+                        + "\(Self.longestRoleName) of A-Z a-z 0-9 + = , . @ _ -, not . or ..)"
+                )
             }
             let body = try await http.call(
                 .GET,
@@ -136,6 +158,30 @@ struct AWSSource: Sendable, Hashable {
             unsignedHeaders: [("x-goog-cloud-target-resource", audience)]
         )
         return signed.subjectToken
+    }
+
+    /// The longest region name taken (AWS's own are under 20 characters).
+    static let longestRegion = 32
+    /// The longest IAM role name.
+    static let longestRoleName = 64
+
+    /// Whether `name` is a region's: 1 to ``longestRegion`` lower-case letters, digits and
+    /// hyphens, a letter or digit at each end.
+    static func isRegion(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        func alphanumeric(_ byte: UInt8) -> Bool { (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39) }
+        guard let first = bytes.first, let last = bytes.last, bytes.count <= longestRegion else { return false }
+        return alphanumeric(first) && alphanumeric(last) && bytes.allSatisfy { alphanumeric($0) || $0 == 0x2D }
+    }
+
+    /// Whether `name` is an IAM role's: 1 to ``longestRoleName`` of `A-Z a-z 0-9 + = , . @ _ -`,
+    /// and not `.` or `..` (which a URL's path would resolve).
+    static func isRoleName(_ name: String) -> Bool {
+        guard (1...longestRoleName).contains(name.utf8.count), name != ".", name != ".." else { return false }
+        return name.utf8.allSatisfy { byte in
+            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
+                || "+=,.@_-".utf8.contains(byte)
+        }
     }
 
     /// The keys in an instance role's credentials (`AccessKeyId`, `SecretAccessKey`, `Token`).

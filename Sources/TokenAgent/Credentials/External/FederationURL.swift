@@ -93,7 +93,7 @@ public struct FederationURL: Sendable, Hashable, CustomStringConvertible {
         guard let parts = ServiceEndpoint.hostAndPort(Substring(authority)) else {
             throw refuse("is not an absolute URL with a host (and port 1 to 65535)")
         }
-        guard Self.isPath(path, allowingAccount: rule.allowsAccountPath) else {
+        guard ServiceEndpoint.isPath(Substring(path), also: rule.allowsAccountPath ? "@:" : "") else {
             throw refuse(
                 "has a path of other than A-Z a-z 0-9 - . _ ~ /\(rule.allowsAccountPath ? " @ :" : "") and %XX escapes"
             )
@@ -144,32 +144,5 @@ public struct FederationURL: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         let bracketed = host.contains(":") ? "[" + host + "]" : host
         return scheme + "://" + bracketed + (port.map { ":\($0)" } ?? "") + path
-    }
-
-    /// Whether `path` is empty or `/` then unreserved characters, `/`, `%XX` escapes and, when
-    /// `allowingAccount`, `@` and `:`.
-    private static func isPath(_ path: String, allowingAccount: Bool) -> Bool {
-        guard !path.isEmpty else { return true }
-        let bytes = Array(path.utf8)
-        guard bytes[0] == UInt8(ascii: "/") else { return false }
-        var index = 0
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "%") {
-                guard index + 2 < bytes.count, isHex(bytes[index + 1]), isHex(bytes[index + 2]) else { return false }
-                index += 3
-                continue
-            }
-            let plain =
-                (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
-                || "-._~/".utf8.contains(byte) || (allowingAccount && "@:".utf8.contains(byte))
-            guard plain else { return false }
-            index += 1
-        }
-        return true
-    }
-
-    private static func isHex(_ byte: UInt8) -> Bool {
-        (byte >= 0x30 && byte <= 0x39) || (byte >= 0x61 && byte <= 0x66) || (byte >= 0x41 && byte <= 0x46)
     }
 }
