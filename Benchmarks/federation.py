@@ -4,7 +4,7 @@ the host makes for a cold cache of several key-less kinds, counted at the fake (
 
 Starts `fake-google --iam-latency-ms L --write-external-account DIR --log-calls yes` and the agent
 with KINDS key-less kinds (`vehicle`, `trip` and `fed-2` ... with the vehicle claim), all signed
-as the fake's account, and the host's own access token; its credentials are the fake's
+as the fake's account (`signs_per_minute` 60,000 each, as keyless.py's unbudgeted run), and the host's own access token; its credentials are the fake's
 `file-text.json` (a subject token file exchanged at the fake's STS, then `generateAccessToken`).
 CONNECTIONS clients ask for IDS distinct ids spread over the kinds, each id once, and then one
 `GET access host`. The fake's call log counts STS exchanges, impersonations and signatures.
@@ -33,6 +33,7 @@ def parse():
     parser.add_argument("--ids", type=int, default=2000)
     parser.add_argument("--kinds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--budget", type=int, default=60000, help="signs_per_minute of each kind")
     return parser.parse_args()
 
 
@@ -58,7 +59,7 @@ def main():
     try:
         account = info["account"].split()[0]
         kinds = ["vehicle", "trip"] + [f"fed-{index}" for index in range(2, args.kinds)]
-        issuers = {kind: {"service_account": account} for kind in kinds[: args.kinds]}
+        issuers = {kind: {"service_account": account, "signs_per_minute": args.budget} for kind in kinds[: args.kinds]}
         for kind in kinds[2 : args.kinds]:
             issuers[kind]["claim"] = "vehicleid"
         config = {
