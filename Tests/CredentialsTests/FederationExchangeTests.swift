@@ -129,6 +129,34 @@ struct FederationExchangeTests {
         }
     }
 
+    /// A hostile STS that echoes what it was sent gets its error text withheld, not repeated.
+    @Test func anSTSErrorThatEchoesTheSubjectTokenIsWithheld() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        try await withFake { fake in
+            let token = fake.issueSubjectToken()
+            let path = try directory.write("token", Data(token.utf8))
+            let echo = #"{"error": "invalid_grant", "error_description": "Invalid token \#(token.prefix(120))"}"#
+            fake.inject(.raw(status: 400, body: Array(echo.utf8), headers: [:]), into: .sts, times: 1)
+            let source = try source(
+                fake,
+                directory: directory,
+                credentialSource: FakeGoogle.fileCredentialSource(path: path)
+            )
+            do throws(CredentialsError) {
+                _ = try await source.accessToken()
+                Issue.record("served")
+            } catch {
+                #expect(
+                    error.message.contains("error text withheld: it repeats part of the token sent"),
+                    "\(error.message)"
+                )
+                #expect(!error.message.contains(String(token.prefix(40))), "\(error.message)")
+            }
+            await source.shutdown()
+        }
+    }
+
     @Test func anImpersonationRefusalNamesThePermissionAndTheAccount() async throws {
         try await withTokenFileSource { fake, source in
             fake.inject(.permissionDenied(.iamPermissionDenied), into: .generateAccessToken, times: 1)

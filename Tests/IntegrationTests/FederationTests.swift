@@ -97,12 +97,12 @@ struct FederationTests {
     }
 
     /// A config with key-less `vehicle` and `trip` and the host's own access token `host`.
-    static func config(_ fake: FakeGoogle, directory: URL) throws -> String {
+    static func config(_ fake: FakeGoogle, directory: URL, extra: String = "") throws -> String {
         let path = directory.appendingPathComponent("config.json").path
         let json = """
             {"issuers": {"vehicle": {"service_account": "\(signer)"}, "trip": {"service_account": "\(signer)"}},
              "access_tokens": {"host": {"source": "host", "allow": {"users": [\(getuid())]}}},
-             "allow_host_identity": true, "iam_endpoint": "\(fake.iamEndpoint)"}
+             "allow_host_identity": true, "iam_endpoint": "\(fake.iamEndpoint)"\(extra)}
             """
         try Data(json.utf8).write(to: URL(fileURLWithPath: path))
         return path
@@ -116,7 +116,8 @@ struct FederationTests {
         audience: String = FakeGoogle.standardAudience,
         tokenType: String = FakeGoogle.jwtTokenType,
         credentialSource: [String: Any],
-        environment extra: [String: String] = [:]
+        environment extra: [String: String] = [:],
+        configExtra: String = ""
     ) async throws -> AgentProcess {
         let file = directory.appendingPathComponent("wif.json").path
         try fake.externalAccountJSON(
@@ -126,7 +127,7 @@ struct FederationTests {
             impersonate: signer
         ).write(to: URL(fileURLWithPath: file))
         return try await AgentProcess(
-            ["--config", try config(fake, directory: directory)],
+            ["--config", try config(fake, directory: directory, extra: configExtra)],
             environment: environment(credentials: file, directory: directory, extra: extra)
         )
     }
@@ -179,6 +180,50 @@ struct FederationTests {
             }
             await agent.stop()
         }
+        await fake.stop()
+    }
+
+    /// The credentials file is watched (`watch_config`); the subject token is not, and is read
+    /// again at each exchange: a rotated token costs no reload, a changed credential source
+    /// drops the host's tokens and exchanges again.
+    @Test func aChangedCredentialSourceReloadsAndARotatedSubjectTokenDoesNot() async throws {
+        let fake = try await FakeGoogle.start()
+        let directory = try AgentProcess.makeTemporaryDirectory()
+        let text = directory.appendingPathComponent("token.txt").path
+        try Data(fake.issueSubjectToken().utf8).write(to: URL(fileURLWithPath: text))
+        let agent = try await Self.agent(
+            fake,
+            directory: directory,
+            credentialSource: FakeGoogle.fileCredentialSource(path: text),
+            configExtra: #", "watch_config": true, "watch_interval": 0.1"#
+        )
+        let vehicle = try #require(tokenOf(try await agent.send("GET vehicle v-1").first))
+        #expect(fake.stsTokenCount == 1)
+
+        // The platform rotates its token: not a reload; the tokens held stay.
+        let rotated = fake.issueSubjectToken()
+        try Data(rotated.utf8).write(to: URL(fileURLWithPath: text))
+        try await Task.sleep(for: .milliseconds(500))  // five watch intervals: a reload would have come
+        #expect((try await agent.stats())["reloads"] == 0)
+        #expect(tokenOf(try await agent.send("GET vehicle v-1").first) == vehicle)
+
+        // The credential source changes (a JSON token file now): the watcher reloads, the host's
+        // tokens go, and the next exchange reads the new source.
+        let json = directory.appendingPathComponent("token.json").path
+        try Data(#"{"id_token": "\#(rotated)"}"#.utf8).write(to: URL(fileURLWithPath: json))
+        try fake.externalAccountJSON(
+            subjectTokenType: FakeGoogle.jwtTokenType,
+            credentialSource: FakeGoogle.fileCredentialSource(path: json, jsonField: "id_token"),
+            impersonate: Self.signer
+        ).write(to: directory.appendingPathComponent("wif.json"))
+        #expect(try await eventually { (try await agent.stats())["reloads"] == 1 }, "\(agent.log)")
+        // (A token signed again within the same second is the same bytes: count the signatures.)
+        #expect(fake.signatureCount == 1)
+        #expect(tokenOf(try await agent.send("GET vehicle v-1").first) != nil)
+        #expect(fake.signatureCount == 2, "the kind's tokens were dropped with the old identity")
+        #expect(fake.stsTokenCount == 2)
+        #expect(fake.stsRequests.last?.subjectToken == rotated)
+        await agent.stop()
         await fake.stop()
     }
 

@@ -189,7 +189,7 @@ final class ExternalAccountExchange: Sendable {
             )
             throw CredentialsError(
                 .transient,
-                "\(what): HTTP \(reply.status)\(AccessTokenExchange.errorField(reply.body))",
+                "\(what): HTTP \(reply.status)\(Self.errorField(reply.body, repeating: subject))",
                 retryAfter: wait
             )
         default:
@@ -197,7 +197,7 @@ final class ExternalAccountExchange: Sendable {
             throw CredentialsError(
                 .credentials,
                 "\(Self.refusedMarker) at \(account.tokenURL): HTTP \(reply.status)"
-                    + "\(AccessTokenExchange.errorField(reply.body)); check the audience \(EndpointSecurity.printable(account.audience)) "
+                    + "\(Self.errorField(reply.body, repeating: subject)); check the audience \(EndpointSecurity.printable(account.audience)) "
                     + "and that the pool's provider accepts the subject token from \(account.source.kind)"
             )
         }
@@ -207,6 +207,23 @@ final class ExternalAccountExchange: Sendable {
     /// `token_type` Bearer when given.
     static func readSTSReply(_ body: [UInt8], what: String) throws(CredentialsError) -> FetchedAccessToken {
         try AccessTokenExchange.read(reply: body, endpoint: what, lifetimeAsText: true)
+    }
+
+    /// The length of a run of a secret's characters that an error may not repeat.
+    static let echoWindow = 16
+
+    /// The reply's OAuth or Google error (``AccessTokenExchange/errorField(_:)``), unless it repeats
+    /// any ``echoWindow`` characters of `secret` (the subject token sent, the federated token): a
+    /// server that echoes what it was sent must not put a token in the agent's messages.
+    static func errorField(_ body: [UInt8], repeating secret: String) -> String {
+        let field = AccessTokenExchange.errorField(body)
+        let characters = Array(field)
+        guard characters.count >= echoWindow else { return field }
+        for start in 0...(characters.count - echoWindow)
+        where secret.contains(String(characters[start..<(start + echoWindow)])) {
+            return ", error text withheld: it repeats part of the token sent"
+        }
+        return field
     }
 
     private func count(sts reason: FederationStatistics.Reason) {
@@ -332,7 +349,7 @@ final class ExternalAccountExchange: Sendable {
             count(impersonation: .unavailable)
             throw error
         }
-        let detail = AccessTokenExchange.errorField(reply.body)
+        let detail = Self.errorField(reply.body, repeating: federated)
         switch reply.status {
         case 200..<300:
             do {
