@@ -157,6 +157,38 @@ struct FederationExchangeTests {
         }
     }
 
+    @Test func awsWithoutARegionOrKeysSaysWhatToSet() async throws {
+        try await withFake { fake in
+            let directory = try TemporaryDirectory()
+            defer { directory.remove() }
+            for (missing, expected) in [
+                (
+                    "region_url",
+                    "aws: no region: set AWS_REGION (or AWS_DEFAULT_REGION) or give credential_source.region_url"
+                ),
+                ("url", "aws: no keys: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or give credential_source.url"),
+            ] {
+                var credentialSource = fake.awsCredentialSource(imdsv2: true)
+                credentialSource[missing] = nil
+                let source = try source(
+                    fake,
+                    directory: directory,
+                    tokenType: FakeGoogle.awsTokenType,
+                    credentialSource: credentialSource
+                )
+                do throws(CredentialsError) {
+                    _ = try await source.accessToken()
+                    Issue.record("served without \(missing)")
+                } catch {
+                    #expect(error.message == "subject token: " + expected, "\(error.message)")
+                    #expect(error.fault == .credentials)
+                }
+                await source.shutdown()
+            }
+            #expect(fake.stsRequests.isEmpty && fake.awsMetadataRequests.isEmpty, "nothing asked before the check")
+        }
+    }
+
     @Test func anImpersonationRefusalNamesThePermissionAndTheAccount() async throws {
         try await withTokenFileSource { fake, source in
             fake.inject(.permissionDenied(.iamPermissionDenied), into: .generateAccessToken, times: 1)
