@@ -78,9 +78,14 @@ struct CheckConfigCommand: AsyncParsableCommand {
             report += "warning: serve --wait-for-configuration would wait for configuration: "
             report += TerminalText.escaped(waiting) + "\n"
         }
+        if let credentials = checked.providers.credentials {
+            // What status will name: the host's credentials, never a secret (nothing is fetched).
+            report += "host identity: \(TerminalText.escaped(credentials.summary))\n"
+        }
         if let cacheFile { report += Self.cacheFileReport(cacheFile.file, cacheFile.inspection) }
         print(report, terminator: "")
         for provider in checked.providers.providers.values { await provider.shutdown() }
+        await checked.providers.credentials?.shutdown()
     }
 
     /// What the configuration serves: one line a kind, its provider and who may ask for it.

@@ -287,6 +287,25 @@ struct FederationTests {
         )
         #expect(result.status == 78, "\(result.stdout)\(result.stderr)")
         #expect(result.stderr.contains("set GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES=1"), "\(result.stderr)")
+        // Allowed, it names the host identity, as status will.
+        let allowed = try await run(
+            AgentProcess.binary,
+            ["check-config", "--config", try Self.config(fake, directory: directory)],
+            environment: ProcessInfo.processInfo.environment.merging(
+                Self.environment(
+                    credentials: file,
+                    directory: directory,
+                    extra: ["GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES": "1"]
+                )
+            ) { $1 }
+        )
+        #expect(allowed.status == 0, "\(allowed.stderr)")
+        #expect(
+            allowed.stdout.contains(
+                "host identity: external_account (executable) via fleet-pool/fleet-provider, impersonating \(Self.signer)"
+            ),
+            "\(allowed.stdout)"
+        )
         await fake.stop()
     }
 
