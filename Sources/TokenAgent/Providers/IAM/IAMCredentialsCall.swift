@@ -31,6 +31,13 @@ final class IAMCredentialsCall: Sendable {
             case .generateAccessToken: return "access token impersonation needs the operator"
             }
         }
+
+        /// `IAM <method>`, as errors name the call.
+        var name: String { "IAM \(rawValue)" }
+
+        /// A fault of the call that is IAM's, not the operator's (a reply it should not have
+        /// sent): `IAM <method> <text>`, failed.
+        func fault(_ text: String) -> ProviderError { .failed("\(name) \(text)") }
     }
 
     /// The method called.
@@ -81,7 +88,7 @@ final class IAMCredentialsCall: Sendable {
     }
 
     /// `IAM <method>`, as errors name the call.
-    var name: String { "IAM \(method.rawValue)" }
+    var name: String { method.name }
 
     /// Throws the operator's fault while it holds calls off.
     func checkHeld() throws(ProviderError) {
