@@ -98,20 +98,24 @@ final class MemoTable: Sendable {
         return max(left, token.expiresAt.timeIntervalSince1970 - issuedAt)
     }
 
-    /// The `iat` claim of `jwt` (Unix seconds) when it is a JWT (three base64url parts) whose
-    /// payload is a JSON object (read by ``StrictJSON``, as the agent reads it) with a finite
-    /// number for `iat`, the last one if it is given twice; `nil` otherwise, and for a payload
-    /// that holds a number too large for a `Double` anywhere. (A boolean reads as 0 or 1: that
-    /// only makes the lifetime longer, and the memo stricter.)
+    /// The `iat` claim of `jwt` (Unix seconds) when it is a JWT (three parts) whose payload reads
+    /// as the agent reads a provider's: strict unpadded base64url (``StrictBase64URL``: the
+    /// URL-safe alphabet only, no padding) of a JSON object (``StrictJSON``) that gives no claim
+    /// twice, with a finite number for `iat`; `nil` otherwise, and for a payload that holds a
+    /// number too large for a `Double` anywhere. Every JWT the agent serves reads so (its issuers
+    /// write such payloads, and it serves no provider's token whose payload does not read so); a
+    /// token whose payload does not counts as opaque, which only makes the memo stricter. (A
+    /// boolean reads as 0 or 1: that only makes the lifetime longer, and the memo stricter.)
     static func issuedAt(ofJWT jwt: String) -> TimeInterval? {
         let parts = jwt.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[1].count <= 8192 else { return nil }
-        var base64 = String(decoding: parts[1], as: UTF8.self).replacing("-", with: "+").replacing("_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
-        guard let payload = Data(base64Encoded: base64), let claims = StrictJSON(bytes: payload),
-            let members = claims.members, allFinite(claims)
+        guard parts.count == 3, parts[1].count <= 8192,
+            let payload = StrictBase64URL.decode(String(decoding: parts[1], as: UTF8.self)),
+            let claims = StrictJSON(bytes: payload), let members = claims.members, allFinite(claims)
         else { return nil }
-        switch members.last(where: { $0.name == "iat" })?.value {
+        // A claim given twice is read differently by different readers: neither is taken.
+        var names: Set<String> = []
+        guard members.allSatisfy({ names.insert($0.name).inserted }) else { return nil }
+        switch members.first(where: { $0.name == "iat" })?.value {
         case .number(let value): return value
         case .bool(let value): return value ? 1 : 0
         default: return nil

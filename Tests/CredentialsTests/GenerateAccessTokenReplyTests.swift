@@ -45,6 +45,11 @@ struct GenerateAccessTokenReplyTests {
             "reply gives accessToken twice"
         ),
         (#"{"accessToken":"t","expireTime":"x","expireTime":"2026-01-01T01:00:00Z"}"#, "reply gives expireTime twice"),
+        // At any depth, as every JSON body from outside the agent is read (StrictJSON.object).
+        (
+            #"{"accessToken":"t","expireTime":"2026-01-01T01:00:00Z","x":[{"a":1,"a":2}]}"#,
+            "reply gives x.0.a twice"
+        ),
         (#"{"accessToken":"","expireTime":"2026-01-01T01:00:00Z"}"#, "reply's accessToken is empty"),
         (#"{"accessToken":"a b","expireTime":"2026-01-01T01:00:00Z"}"#, "not printable ASCII"),
         (#"{"accessToken":"a\nb","expireTime":"2026-01-01T01:00:00Z"}"#, "not printable ASCII"),

@@ -197,6 +197,12 @@ struct HostileIAMTests {
         await #expect(throws: ProviderError.failed("IAM signJwt reply gives signedJwt twice")) {
             try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1"))
         }
+        // So is a name twice in a member Google may add, which the signer does not otherwise read.
+        let nested = #"{"keyId":"k-1","signedJwt":"\#(token)","x":{"a":1,"a":2}}"#
+        fake.inject(.raw(status: 200, body: Array(nested.utf8)), into: .iamCredentials)
+        await #expect(throws: ProviderError.failed("IAM signJwt reply gives x.a twice")) {
+            try await signer.fetchToken(for: TokenKey(kind: "vehicle", id: "v-1"))
+        }
         await signer.shutdown()
         await source.shutdown()
         await fake.stop()

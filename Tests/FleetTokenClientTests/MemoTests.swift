@@ -102,6 +102,78 @@ struct MemoTests {
         #expect(MemoTable.issuedAt(ofJWT: jwt) == nil)
     }
 
+    /// `payload` in base64 as the agent writes a JWT's parts (URL-safe, unpadded), or in another
+    /// spelling of the same bytes: the standard alphabet (`+`, `/`), padded.
+    static func encode(_ payload: String, urlSafe: Bool = true, padded: Bool = false) -> String {
+        var text = Data(payload.utf8).base64EncodedString()
+        if urlSafe { text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_") }
+        if !padded { text = text.replacingOccurrences(of: "=", with: "") }
+        return text
+    }
+
+    /// Payloads whose URL-safe spellings hold `-` (and padding when padded) and `_`.
+    static let dashed = #"{"iat":1700000000,"sub":"v-1~~"}"#
+    static let underscored = #"{"iat":1700000000,"exp":1700003600,"sub":"v-1","x":"??>"}"#
+
+    /// The agent's spelling of a payload, whatever its bytes, is read.
+    @Test func aPayloadInStrictUnpaddedBase64URLIsRead() {
+        #expect(Self.encode(Self.dashed).contains("-"))
+        #expect(Self.encode(Self.underscored).contains("_"))
+        for payload in [Self.dashed, Self.underscored] {
+            #expect(MemoTable.issuedAt(ofJWT: "x.\(Self.encode(payload)).y") == 1_700_000_000, "\(payload)")
+        }
+    }
+
+    /// (what, the payload's part) for ``aPayloadInAnyOtherBase64SpellingIsNotRead(what:part:)``.
+    static let otherSpellings: [(String, String)] = {
+        let dashed = encode(Self.dashed)
+        let underscored = encode(Self.underscored)
+        return [
+            ("padded", encode(Self.dashed, padded: true)),
+            ("+ for -", encode(Self.dashed, urlSafe: false)),
+            ("/ for _", encode(Self.underscored, urlSafe: false)),
+            ("a length of 1 mod 4", underscored + "A"),
+            ("a space inside", String(underscored.prefix(8)) + " " + String(underscored.dropFirst(8))),
+            ("a line break at the end", underscored + "\n"),
+            ("non-zero unused bits", String(dashed.dropLast()) + "1"),
+        ]
+    }()
+
+    /// A payload spelt otherwise than the agent accepts a JWT's payload (``StrictBase64URL``) is
+    /// not read (the memo's lenient decoding once read the padded, `+` and `/` spellings): the
+    /// token counts as opaque.
+    @Test(arguments: otherSpellings)
+    func aPayloadInAnyOtherBase64SpellingIsNotRead(what: String, part: String) {
+        if what == "a length of 1 mod 4" { #expect(part.utf8.count % 4 == 1) }
+        #expect(MemoTable.issuedAt(ofJWT: "x.\(part).y") == nil, "\(what): \(part)")
+    }
+
+    /// A claim given twice is read differently by different readers (the memo once took the last
+    /// `iat`): the payload is not read, whichever claim it is.
+    @Test(arguments: [
+        #"{"iat":1700000000,"iat":1700003000,"exp":1700003600}"#,
+        #"{"iat":1700000000,"exp":1700003600,"exp":1700007200}"#,
+        #"{"iat":1700000000,"sub":"v-1","sub":"v-2"}"#,
+    ])
+    func aPayloadThatGivesAClaimTwiceIsNotRead(payload: String) {
+        #expect(MemoTable.issuedAt(ofJWT: "x.\(Self.encode(payload)).y") == nil)
+    }
+
+    /// A JWT whose payload the memo cannot read is still remembered, as an opaque token: it
+    /// needs the whole default minimum validity, however short its lifetime.
+    @Test func aTokenThatGivesIatTwiceCountsAsOpaque() {
+        let memo = MemoTable(capacity: 10, defaultMinimumValidity: 300)
+        let now = Date().timeIntervalSince1970
+        let payload = #"{"iat":\#(Int(now)),"iat":\#(Int(now)),"exp":\#(Int(now + 120))}"#
+        let twice = Token(jwt: "x.\(Self.encode(payload)).y", expiresAt: Date(timeIntervalSince1970: now + 120))
+        memo.remember(twice, for: vehicle, at: start)
+        #expect(memo.token(for: vehicle, minimumValidity: nil, at: start) == nil, "120 s left, under 300 s")
+        #expect(memo.token(for: vehicle, minimumValidity: 60, at: start) == twice, "remembered")
+        let once = jwt(issuedAgo: 0, expiresIn: 120)
+        memo.remember(once, for: vehicle, at: start)
+        #expect(memo.token(for: vehicle, minimumValidity: nil, at: start) == once, "the control: 30 s needed")
+    }
+
     @Test func theIssueTimeIsReadFromAJWTsPayload() throws {
         let token = jwt(issuedAgo: 100, expiresIn: 3500)
         let issuedAt = try #require(MemoTable.issuedAt(ofJWT: token.jwt))

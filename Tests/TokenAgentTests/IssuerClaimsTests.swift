@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 import TokenAgent
+import TokenWire
 import _CryptoExtras
 
 @Suite("Issuers: claims and key files")

@@ -331,7 +331,7 @@ final class ExternalAccountExchange: Sendable {
     ) async throws(CredentialsError) -> FetchedAccessToken {
         state.withLock { $0.statistics.impersonationCalls += 1 }
         let what = "impersonating \(impersonation.account)"
-        let body = "{\"scope\":[\"\(Self.scope)\"],\"lifetime\":\"\(impersonation.lifetime)s\"}"
+        let body = ImpersonatedAccessTokens.requestBody(scopes: [Self.scope], lifetime: impersonation.lifetime)
         let sentAt = clock.wallSeconds
         let reply: OutboundReply
         do {
@@ -342,7 +342,7 @@ final class ExternalAccountExchange: Sendable {
                     ("Authorization", "Bearer \(federated)"), ("Content-Type", "application/json"),
                     ("Accept", "application/json"),
                 ],
-                body: Array(body.utf8),
+                body: body,
                 what: what
             )
         } catch {

@@ -4,8 +4,9 @@ import TokenWire
 /// its token is kept: anything else is IAM's fault (``ProviderError/failed(_:)``, named), never
 /// cached or served.
 ///
-/// - The reply is a strict-JSON object (``StrictJSON``) with one `accessToken` and one
-///   `expireTime`, both strings (other members are Google's to add and are ignored).
+/// - The reply is a strict-JSON object (``IAMCredentialsReply``: no name twice at any depth) with
+///   an `accessToken` and an `expireTime`, both strings (other members are Google's to add and are
+///   ignored).
 /// - The token is opaque: 1 to ``AccessTokenKind/maxTokenBytes`` bytes of printable ASCII
 ///   without spaces (0x21 to 0x7E), what the protocol can carry.
 /// - `expireTime` is an RFC 3339 date-time (``Timestamps/rfc3339(_:)``), after the moment the
@@ -24,19 +25,9 @@ struct GenerateAccessTokenReply: Sendable, Hashable {
     /// Reads `body`, the reply to a request sent at `sentAt` (Unix seconds) asking for `lifetime`
     /// seconds, read at `now`; throws ``ProviderError/failed(_:)`` naming what is wrong.
     init(body: [UInt8], sentAt: Double, lifetime: Double, now: Double) throws(ProviderError) {
-        guard let reply = StrictJSON(bytes: body)?.members else {
-            throw Self.fault("reply is not a JSON object")
-        }
-        func only(_ name: String) throws(ProviderError) -> String {
-            let values = reply.filter { $0.name.utf8.elementsEqual(name.utf8) }
-            guard values.count < 2 else { throw Self.fault("reply gives \(name) twice") }
-            guard case .string(let value)? = values.first?.value else {
-                throw Self.fault("reply has no \(name) string")
-            }
-            return value
-        }
-        let token = try only("accessToken")
-        let expireTime = try only("expireTime")
+        let reply = try IAMCredentialsReply(body: body, method: .generateAccessToken)
+        let token = try reply.string("accessToken")
+        let expireTime = try reply.string("expireTime")
         guard !token.isEmpty, token.utf8.count <= AccessTokenKind.maxTokenBytes,
             token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else {
@@ -58,5 +49,7 @@ struct GenerateAccessTokenReply: Sendable, Hashable {
         self.expiresAt = expiresAt
     }
 
-    private static func fault(_ text: String) -> ProviderError { .failed("IAM generateAccessToken \(text)") }
+    private static func fault(_ text: String) -> ProviderError {
+        IAMCredentialsCall.Method.generateAccessToken.fault(text)
+    }
 }

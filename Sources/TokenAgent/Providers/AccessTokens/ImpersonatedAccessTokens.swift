@@ -75,18 +75,23 @@ public final class ImpersonatedAccessTokens: TokenProvider {
             throw ProviderError.rejected("access token \(name) is not \(key.kind) \(key.id)")
         }
         let sentAt = clock.wallSeconds
-        let body = try await call.post(requestBody)
-        let reply = try GenerateAccessTokenReply(body: body, sentAt: sentAt, lifetime: lifetime, now: clock.wallSeconds)
-        call.succeeded()
+        let reply = try await call.post(requestBody) { body in
+            try GenerateAccessTokenReply(body: body, sentAt: sentAt, lifetime: lifetime, now: clock.wallSeconds)
+        }
         return FetchedToken(token: reply.token, expiresAt: UnixTime(seconds: reply.expiresAt))
     }
 
-    /// `{"scope":[...],"lifetime":"3600s","delegates":["projects/-/serviceAccounts/..."]}`. Every
-    /// string is checked printable ASCII without quotes or backslashes (an email, a scope), so it
-    /// is written as it is.
-    var requestBody: [UInt8] {
+    /// This entry's request (``requestBody(scopes:lifetime:delegates:)``).
+    var requestBody: [UInt8] { Self.requestBody(scopes: scopes, lifetime: Int(lifetime), delegates: delegates) }
+
+    /// A `generateAccessToken` request, as this entry and a federated host identity's
+    /// impersonation (``ExternalAccountExchange``) send it:
+    /// `{"scope":[...],"lifetime":"3600s","delegates":["projects/-/serviceAccounts/..."]}`, without
+    /// `delegates` when there are none. Every string is checked printable ASCII without quotes or
+    /// backslashes (an email, a scope), so it is written as it is.
+    static func requestBody(scopes: [String], lifetime: Int, delegates: [String] = []) -> [UInt8] {
         func list(_ items: [String]) -> String { "[" + items.map { "\"\($0)\"" }.joined(separator: ",") + "]" }
-        var json = "{\"scope\":\(list(scopes)),\"lifetime\":\"\(Int(lifetime))s\""
+        var json = "{\"scope\":\(list(scopes)),\"lifetime\":\"\(lifetime)s\""
         if !delegates.isEmpty { json += ",\"delegates\":\(list(delegates.map { "projects/-/serviceAccounts/\($0)" }))" }
         return Array((json + "}").utf8)
     }

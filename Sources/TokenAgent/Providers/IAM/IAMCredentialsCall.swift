@@ -18,6 +18,13 @@ import Synchronization
 /// ``ProviderError/misconfigured(_:retryAfter:)``, logged once when it changes, and every call
 /// fails at once with that error for ``faultHold`` seconds without reaching IAM. A 429 throttles
 /// (its `Retry-After`, else 30 s); 5xx, time-outs and network errors fail and back off.
+///
+/// A federated host identity's impersonation (``ExternalAccountExchange``) calls
+/// `generateAccessToken` too, but not through this: it is the host's credentials being made, so
+/// its Bearer is the federated token (a 401 drops that token, not a host token), its URL is the
+/// file's, it holds nothing off and fails as ``CredentialsError``. It shares the request's shape
+/// (``ImpersonatedAccessTokens/requestBody(scopes:lifetime:delegates:)``) and the reply's reader
+/// (``GenerateAccessTokenReply``).
 final class IAMCredentialsCall: Sendable {
     /// The method called.
     enum Method: String, Sendable {
@@ -31,6 +38,13 @@ final class IAMCredentialsCall: Sendable {
             case .generateAccessToken: return "access token impersonation needs the operator"
             }
         }
+
+        /// `IAM <method>`, as errors name the call.
+        var name: String { "IAM \(rawValue)" }
+
+        /// A fault of the call that is IAM's, not the operator's (a reply it should not have
+        /// sent): `IAM <method> <text>`, failed.
+        func fault(_ text: String) -> ProviderError { .failed("\(name) \(text)") }
     }
 
     /// The method called.
@@ -81,7 +95,7 @@ final class IAMCredentialsCall: Sendable {
     }
 
     /// `IAM <method>`, as errors name the call.
-    var name: String { "IAM \(method.rawValue)" }
+    var name: String { method.name }
 
     /// Throws the operator's fault while it holds calls off.
     func checkHeld() throws(ProviderError) {
@@ -91,13 +105,22 @@ final class IAMCredentialsCall: Sendable {
         }
     }
 
-    /// The call worked: a fault that comes back later is a new one, logged again.
-    func succeeded() { heldFault.withLock { $0 = nil } }
+    /// Posts `body` (JSON) and returns what `read` makes of the body of a 200 reply (the caller's
+    /// reply type: ``SignJWTReply``, ``GenerateAccessTokenReply``). Once it is read, the call
+    /// worked: a fault that comes back later is a new one, logged again. Any other outcome, and
+    /// what `read` throws, is thrown as the ``ProviderError`` it is. `malformed` runs before a 400
+    /// is thrown, to log what was sent (never a secret).
+    func post<Value>(
+        _ body: [UInt8],
+        malformed: () -> Void = {},
+        read: ([UInt8]) throws -> Value
+    ) async throws -> Value {
+        let value = try read(try await post(body, malformed: malformed))
+        heldFault.withLock { $0 = nil }
+        return value
+    }
 
-    /// Posts `body` (JSON) and returns the body of a 200 reply; any other outcome is thrown as the
-    /// ``ProviderError`` it is. `malformed` runs before a 400 is thrown, to log what was sent
-    /// (never a secret).
-    func post(_ body: [UInt8], malformed: () -> Void = {}) async throws -> [UInt8] {
+    private func post(_ body: [UInt8], malformed: () -> Void) async throws -> [UInt8] {
         try checkHeld()
         var access = try await accessToken()
         let permit = SignaturePermit.current

@@ -89,7 +89,7 @@ public final class IAMSigner: TokenProvider {
         } catch {
             throw ProviderError.failed("the claims could not be encoded")
         }
-        let reply = try await call.post(Array(body)) {
+        func malformed() {
             logger.error(
                 "IAM signJwt refused the request as malformed",
                 metadata: [
@@ -99,9 +99,9 @@ public final class IAMSigner: TokenProvider {
                 ]
             )
         }
-        let token = try accept(reply, issued: issued, payload: payload)
-        call.succeeded()
-        return token
+        return try await call.post(Array(body), malformed: malformed) { reply in
+            try accept(reply, issued: issued, payload: payload)
+        }
     }
 
     /// The token in a `signJwt` reply, once the reply is checked whole (``SignJWTReply``: the

@@ -5,8 +5,8 @@ import TokenWire
 /// writes, with a signature of the right length. Anything else is the signer's fault
 /// (``ProviderError/failed(_:)``, named), never cached or served.
 ///
-/// - The reply is a strict-JSON object (``StrictJSON``) with one `keyId` and one `signedJwt`,
-///   both strings (other members are Google's to add and are ignored).
+/// - The reply is a strict-JSON object (``IAMCredentialsReply``: no name twice at any depth) with
+///   a `keyId` and a `signedJwt`, both strings (other members are Google's to add and are ignored).
 /// - The token is 1 to 16 KiB of printable ASCII in three parts, each strict base64url
 ///   (``StrictBase64URL``).
 /// - The header is a strict-JSON object of exactly `alg: "RS256"`, `typ: "JWT"` and a `kid` equal
@@ -28,19 +28,9 @@ struct SignJWTReply {
 
     /// Reads `body`, throwing ``ProviderError/failed(_:)`` naming what is wrong.
     init(body: [UInt8]) throws(ProviderError) {
-        guard let reply = StrictJSON(bytes: body)?.members else {
-            throw Self.fault("reply is not a JSON object")
-        }
-        func only(_ name: String) throws(ProviderError) -> String {
-            let values = reply.filter { $0.name.utf8.elementsEqual(name.utf8) }
-            guard values.count < 2 else { throw Self.fault("reply gives \(name) twice") }
-            guard case .string(let value)? = values.first?.value else {
-                throw Self.fault("reply has no \(name) string")
-            }
-            return value
-        }
-        let token = try only("signedJwt")
-        let keyID = try only("keyId")
+        let reply = try IAMCredentialsReply(body: body, method: .signJwt)
+        let token = try reply.string("signedJwt")
+        let keyID = try reply.string("keyId")
         guard !keyID.isEmpty else { throw Self.fault("reply's keyId is empty") }
         guard !token.isEmpty, token.utf8.count <= TokenAcceptance.maxTokenBytes,
             token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
@@ -99,5 +89,5 @@ struct SignJWTReply {
         }
     }
 
-    private static func fault(_ text: String) -> ProviderError { .failed("IAM signJwt \(text)") }
+    private static func fault(_ text: String) -> ProviderError { IAMCredentialsCall.Method.signJwt.fault(text) }
 }

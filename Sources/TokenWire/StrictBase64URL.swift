@@ -5,7 +5,9 @@
 /// `=`, and ignores non-zero trailing bits).
 ///
 /// The one decoder of base64url from outside the agent: a provider's JWT header and payload
-/// (``JWTClaims``, ``TokenAcceptance``) and every part of a `signJwt` reply (``SignJWTReply``).
+/// (`JWTClaims`, `TokenAcceptance`) and every part of a `signJwt` reply (`SignJWTReply`); and of
+/// the client's memo, which reads the `iat` of a JWT the agent served (`MemoTable`), so it decodes
+/// every payload the agent accepts and no other spelling of it.
 /// Trailing `=` is refused like any other `=`: RFC 7515 (§2, "Base64url Encoding") writes JWS
 /// parts with all padding omitted, so a padded part is another spelling of the same bytes.
 public enum StrictBase64URL {
