@@ -16,11 +16,10 @@ enum MetadataAgent {
     static let tokenPath = "/computeMetadata/v1/instance/service-accounts/default/token"
     static let emailPath = "/computeMetadata/v1/instance/service-accounts/default/email"
 
-    /// A loopback port nothing listens on now: a listener's, closed.
-    static func freePort() throws -> UInt16 {
-        let listener = try LoopbackSocket.listener(host: "127.0.0.1")
-        return try listener.localAddress().port
-    }
+    /// A loopback port nothing listens on now, for an agent to bind next (``freeLoopbackPort()``:
+    /// below the kernel's ephemeral range, which the suite's own connections draw their local
+    /// ports from; a port the kernel handed out was seen taken again before the agent bound it).
+    static func freePort() throws -> UInt16 { UInt16(try freeLoopbackPort()) }
 
     /// `, "metadata_server": {...}` listening on `port` with `defaultEntry`.
     static func key(port: UInt16, defaultEntry: String, projectID: String? = nil) -> String {
