@@ -20,9 +20,15 @@ struct LiveFuzzTests {
         let note = "seed \(seed); replay with LIVE_FUZZ_SEED=\(seed)"
         var random = SeededGenerator(seed: seed)
         let plans = StormPlan.make(connections: 50, randomStrings: 10_000, using: &random)
-        // A partial line's deadline is a hang detector here: under a loaded run a storm connection
-        // took over the default 10 s to finish a line, and was closed as timed out.
-        try await withProviderAndAgent(["--request-timeout", "120"]) { agent, _ in
+        // A partial line's deadline and the provider's are hang detectors here: under a loaded run
+        // a storm connection took over the default 10 s to finish a line, and was closed as timed
+        // out; with CI's other steps on the same two cores, the in-process fake provider once took
+        // over 10 s to answer fetches. (The URLs are replaced by the test's fake provider.)
+        let config = TestTemporary.path("ftd-config", suffix: ".json")
+        try
+            #"{"providers": {"vehicle": {"url": "http://127.0.0.1:1/{id}", "timeout": 120}, "trip": {"url": "http://127.0.0.1:1/{id}", "timeout": 120}}}"#
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        try await withProviderAndAgent(["--request-timeout", "120", "--config", config]) { agent, _ in
             let path = agent.socketPath
             let started = Date()
             let results = try await withThrowingTaskGroup(of: (Int, StormResult).self) { group in
