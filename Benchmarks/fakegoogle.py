@@ -1,9 +1,11 @@
 """Starting `fake-google` (the test suite's fakes of Google's metadata server, OAuth and IAM
-Credentials, as a program) for the benchmarks that sign or fetch through it: keyless.py and
-access.py."""
+Credentials, as a program) for the benchmarks that sign or fetch through it: keyless.py,
+federation.py and access.py; and the agent beside it."""
 
+import os
 import subprocess
 import threading
+import time
 
 
 def start_fake(fake, *arguments):
@@ -26,3 +28,16 @@ def start_fake(fake, *arguments):
     reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     reader.start()
     return process, info, lines, reader
+
+
+def start_agent(agent, socket_path, config_path, environment):
+    """Starts `agent serve` on `socket_path` with `config_path` and `environment` (log level
+    warning, stderr discarded) and returns the process once its socket exists (and 0.2 s more)."""
+    process = subprocess.Popen([agent, "serve", "--socket", socket_path, "--config", config_path,
+                                "--log-level", "warning"], env=environment, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        if os.path.exists(socket_path):
+            break
+        time.sleep(0.05)
+    time.sleep(0.2)
+    return process

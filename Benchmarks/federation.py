@@ -17,12 +17,11 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-from fakegoogle import start_fake
+from fakegoogle import start_agent, start_fake
 
 
 def parse():
@@ -77,13 +76,7 @@ def main():
             os.environ, GOOGLE_APPLICATION_CREDENTIALS=os.path.join(files, "file-text.json"),
             CREDENTIALS_DIRECTORY="", CLOUDSDK_CONFIG=os.path.join(directory, "no-gcloud"),
         )
-        agent = subprocess.Popen([args.agent, "serve", "--socket", socket_path, "--config", config_path,
-                                  "--log-level", "warning"], env=environment, stderr=subprocess.DEVNULL)
-        for _ in range(200):
-            if os.path.exists(socket_path):
-                break
-            time.sleep(0.05)
-        time.sleep(0.2)
+        agent = start_agent(args.agent, socket_path, config_path, environment)
         requests = [f"GET {kinds[index % args.kinds]} f-{index}\n" for index in range(args.ids)]
         replies = {}
         began = time.monotonic()

@@ -16,12 +16,12 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
 
-from fakegoogle import start_fake
+from fakegoogle import start_agent, start_fake
 from startup import agent_stats
 
 
@@ -71,13 +71,7 @@ def run(args, budget):
         json.dump(config, file)
     environment = dict(os.environ, GOOGLE_APPLICATION_CREDENTIALS="", CREDENTIALS_DIRECTORY="",
                        CLOUDSDK_CONFIG=os.path.join(directory, "no-gcloud"), GCE_METADATA_HOST=info["metadata-host"])
-    agent = subprocess.Popen([args.agent, "serve", "--socket", socket_path, "--config", config_path,
-                              "--log-level", "warning"], env=environment, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        if os.path.exists(socket_path):
-            break
-        time.sleep(0.05)
-    time.sleep(0.2)
+    agent = start_agent(args.agent, socket_path, config_path, environment)
     ids = [f"k-{budget}-{index}" for index in range(args.ids)]
     replies = {}
     began = time.monotonic()
@@ -94,6 +88,7 @@ def run(args, budget):
     fake.terminate()
     fake.wait()
     call_reader.join(timeout=5)
+    shutil.rmtree(directory, ignore_errors=True)
     calls = [line.split() for line in call_lines if line.startswith("signJwt ")]
     signed = sorted(int(call[1]) / 1000 for call in calls if call[2] == "200")
     rate = budget / 60
