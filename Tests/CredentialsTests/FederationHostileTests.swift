@@ -201,8 +201,14 @@ struct FederationHostileTests {
             ) { source in
                 let error = try #require(await failure(source))
                 #expect(error.message.hasPrefix("subject token: credential source url"), "\(error.message)")
-                // The source's own call ended it (1 s), not the fetch's deadline (4 s).
-                #expect(error.message.contains("reading the reply timed out after 1 s"), "\(error.message)")
+                // The source's own call ended it, at its 1 s deadline: in the body as a rule, in the
+                // head when a loaded machine keeps the fake from sending even that in time (seen in
+                // a full run beside a build). Never the whole fetch's deadline.
+                let ownDeadline =
+                    error.message.contains("reading the reply timed out after 1 s")
+                    || error.message.hasSuffix("request failed: Deadline exceeded")
+                #expect(ownDeadline, "\(error.message)")
+                #expect(!error.message.contains("timed out after 4"), "\(error.message)")
             }
             #expect(fake.stsRequests.isEmpty)
         }
