@@ -82,13 +82,13 @@ enum AWSRequestSigner {
         let signedHeaders = names.joined(separator: ";")
         let canonicalRequest = [
             "POST", canonicalURI(url.path), canonicalQuery(url.query ?? ""), canonicalHeaders, signedHeaders,
-            hex(SHA256.hash(data: [UInt8]())),
+            CacheSnapshot.hex(SHA256.hash(data: [UInt8]())),
         ].joined(separator: "\n")
         let scope = "\(dateStamp)/\(region)/\(service)/aws4_request"
         let stringToSign = [
-            "AWS4-HMAC-SHA256", amzDate, scope, hex(SHA256.hash(data: Array(canonicalRequest.utf8))),
+            "AWS4-HMAC-SHA256", amzDate, scope, CacheSnapshot.hex(SHA256.hash(data: Array(canonicalRequest.utf8))),
         ].joined(separator: "\n")
-        let signature = hex(
+        let signature = CacheSnapshot.hex(
             HMAC<SHA256>.authenticationCode(
                 for: Array(stringToSign.utf8),
                 using: signingKey(secret: keys.secretAccessKey, dateStamp: dateStamp, region: region, service: service)
@@ -192,9 +192,5 @@ enum AWSRequestSigner {
             }
         }
         return out
-    }
-
-    static func hex(_ digest: some Sequence<UInt8>) -> String {
-        digest.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
     }
 }
