@@ -232,11 +232,14 @@ struct SocketLoopFairnessTests {
     @Test func anEventForAClosedConnectionDoesNotReachTheNextOnItsDescriptor() async throws {
         let shared = try SharedLoop()
         // The served end gets a number far above any other descriptor of the test process, so
-        // that no other test's descriptor takes it while it is free for a moment below.
+        // that no other test's descriptor takes it while it is free for a moment below: near the
+        // process's limit, which the whole parallel suite never comes near (it peaks at about
+        // 1,200 descriptors; numbers in the 900s were taken, and one was, here, while free).
         var pair: [Int32] = [-1, -1]
-        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &pair) == 0)
-        let number = fcntl(pair[0], F_DUPFD_CLOEXEC, 900 + Int32.random(in: 0..<64))
-        try #require(number >= 900)
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &pair) == 0)
+        let floor = try highDescriptorFloor()
+        let number = fcntl(pair[0], F_DUPFD_CLOEXEC, floor + Int32.random(in: 0..<64))
+        try #require(number >= floor, "a descriptor at or above \(floor)")
         close(pair[0])
         let first = pair[1]
         _ = fcntl(first, F_SETFL, fcntl(first, F_GETFL) & ~O_NONBLOCK)
@@ -257,8 +260,9 @@ struct SocketLoopFairnessTests {
         loop.execute {
             for connection in loop.openConnections { connection.close() }
             var pair: [Int32] = [-1, -1]
-            _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &pair)
-            _ = dup2(pair[0], number)
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &pair) == 0,
+                dup2(pair[0], number) == number
+            else { return }
             close(pair[0])
             second.withLock { $0 = pair[1] }
             shared.serveNow(number)
@@ -274,6 +278,7 @@ struct SocketLoopFairnessTests {
         }
         #expect(dropped == ["debug dropped an event for a closed connection descriptor=\(number)"])
         let peer = second.withLock { $0 }
+        try #require(peer >= 0, "the job made the new connection's pair and moved it to \(number)")
         _ = fcntl(peer, F_SETFL, fcntl(peer, F_GETFL) & ~O_NONBLOCK)
         #expect(
             await onThread { () -> [String] in
@@ -397,4 +402,14 @@ private enum WireReplyFields {
         }
         return nil
     }
+}
+
+/// The lowest of 64 descriptor numbers just under the process's limit on open files (at most
+/// 65,536, so that the descriptor table stays small), where no other test's descriptor lands.
+private func highDescriptorFloor() throws -> Int32 {
+    var limit = rlimit()
+    try #require(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0)
+    let top = min(limit.rlim_cur, 65_536)
+    try #require(top >= 2_048, "the limit on open files (\(limit.rlim_cur)) leaves room above the suite's own")
+    return Int32(top) - 64
 }
