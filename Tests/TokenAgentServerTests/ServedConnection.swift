@@ -40,7 +40,8 @@ final class ServedConnection: Sendable {
 
     /// `type`: the socket pair's type; `SOCK_SEQPACKET` keeps each `send` the agent makes one
     /// record, so a test can count them. `sendBuffer`: the served end's `SO_SNDBUF`, for a test
-    /// whose replies must back up in the agent.
+    /// whose replies must back up in the agent. `costlyReplies`: the pace of its uid's costly
+    /// replies, which connections may share.
     init(
         rules: AccessRules = .open(agentUID: 4_000_000),
         peer: PeerCredentials? = PeerCredentials(pid: 1, uid: 1000, gid: 1000),
@@ -50,7 +51,8 @@ final class ServedConnection: Sendable {
         health: AgentHealth = AgentHealth(),
         storage: (any TokenStorage)? = nil,
         type: Int32 = Int32(SOCK_STREAM.rawValue),
-        sendBuffer: Int32? = nil
+        sendBuffer: Int32? = nil,
+        costlyReplies: CostlyReplyPacer = CostlyReplyPacer()
     ) throws {
         let engine = TokenEngine(
             providers: ["vehicle": InstantProvider(), "trip": InstantProvider()],
@@ -87,7 +89,7 @@ final class ServedConnection: Sendable {
         client = pair[1]
         loop = try SocketLoop(logger: Logger(label: "test"))
         let handler = RequestHandler(
-            context: ConnectionContext(engine: engine, status: status),
+            context: ConnectionContext(engine: engine, status: status, costlyReplies: costlyReplies),
             logger: Logger(label: "test"),
             admission: admission,
             peer: peer,

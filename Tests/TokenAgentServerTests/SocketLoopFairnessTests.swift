@@ -55,7 +55,12 @@ private final class SharedLoop: Sendable {
         // The stall and descriptor-send deadlines are far off: a loaded run's test may take its
         // time to read what a flooder was sent.
         let handler = RequestHandler(
-            context: ConnectionContext(engine: engine, status: status),
+            // Turns alone: the uid's pace of costly replies (CostlyReplyPacingTests) left out.
+            context: ConnectionContext(
+                engine: engine,
+                status: status,
+                costlyReplies: CostlyReplyPacer(unitsPerSecond: 1_000_000_000)
+            ),
             logger: log.logger(label: "connection", level: .debug),
             stallTimeout: .seconds(3600),
             descriptorSendTimeout: .seconds(3600)

@@ -18,9 +18,12 @@ struct ConnectionContext: Sendable {
     let server: ServerStatistics
     /// What `STATS` and `METRICS` report.
     let status: AgentStatus
+    /// The pace of each uid's costly replies (`STATS`, `METRICS`, `INFO`).
+    let costlyReplies: CostlyReplyPacer
 
-    /// The context of connections answered by `engine`, whose requests count in `status`.
-    init(engine: TokenEngine, status: AgentStatus) {
+    /// The context of connections answered by `engine`, whose requests count in `status`; each
+    /// uid's costly replies are paced by `costlyReplies`.
+    init(engine: TokenEngine, status: AgentStatus, costlyReplies: CostlyReplyPacer = CostlyReplyPacer()) {
         self.engine = engine
         self.access = status.access
         self.segments = status.segments
@@ -28,5 +31,6 @@ struct ConnectionContext: Sendable {
         self.requests = status.metrics.requests
         self.server = status.server
         self.status = status
+        self.costlyReplies = costlyReplies
     }
 }

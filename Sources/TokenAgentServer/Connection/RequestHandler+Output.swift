@@ -79,24 +79,9 @@ extension RequestHandler {
             case .reply(let reply, let verb):
                 removeHead()
                 write(reply, countedAs: verb)
-            case .info(let kind, let id):
-                removeHead()
-                switch context.engine.info(kind: kind, id: id) {
-                case .failure(let failure): write(.error(failure.wireError), countedAs: .info)
-                case .success(let info): write(.line(.ok(KeyInfoLine.text(info))), countedAs: .info)
-                }
-                spend(WorkCost.info)
-            case .metrics:
-                removeHead()
-                encodeMetrics()
-                context.requests.count(.metrics, .ok)
-                spend(WorkCost.metrics)
-            case .stats:
-                removeHead()
-                prepareOutput()
-                context.status.writeStatsReply(into: &output)
-                context.requests.count(.stats, .ok)
-                spend(WorkCost.stats)
+            case .info, .metrics, .stats:
+                if !paidForCostlyHead(head) { break replies }
+                writeCostlyHead(head)
             case .quit:
                 removeHead()
                 context.requests.count(.quit, .ok)
@@ -111,6 +96,57 @@ extension RequestHandler {
             if output.readableBytes >= Self.outputFlushBytes { flushOutput() }
         }
         if !reading { flushOutput() }
+    }
+
+    /// Whether the costly reply at the head (`STATS`, `METRICS`, `INFO`) may be written now: its
+    /// cost counted against the peer's uid (``CostlyReplyPacer``). Past the uid's budget, a timer
+    /// brings the connection back when its turn comes, and it is written then, as paid.
+    func paidForCostlyHead(_ head: PendingReply) -> Bool {
+        // Waiting for its turn: nothing else (a read, the output draining) writes it sooner.
+        if paceTimer != nil { return false }
+        if costlyHeadPaid { return true }
+        let units: Int
+        switch head {
+        case .info: units = 1 + WorkCost.info
+        case .metrics: units = 1 + WorkCost.metrics
+        case .stats: units = 1 + WorkCost.stats
+        default: return true
+        }
+        let wait = context.costlyReplies.charge(peer?.uid, units: units)
+        costlyHeadPaid = true
+        guard wait > .zero else { return true }
+        paceTimer = transport.schedule(in: wait) { [self] in
+            paceTimer = nil
+            guard !state.isClosed else { return }
+            startTurn()
+            writeReadyReplies()
+        }
+        return false
+    }
+
+    /// Writes the costly reply at the head, paid for.
+    private func writeCostlyHead(_ head: PendingReply) {
+        costlyHeadPaid = false
+        removeHead()
+        switch head {
+        case .info(let kind, let id):
+            switch context.engine.info(kind: kind, id: id) {
+            case .failure(let failure): write(.error(failure.wireError), countedAs: .info)
+            case .success(let info): write(.line(.ok(KeyInfoLine.text(info))), countedAs: .info)
+            }
+            spend(WorkCost.info)
+        case .metrics:
+            encodeMetrics()
+            context.requests.count(.metrics, .ok)
+            spend(WorkCost.metrics)
+        case .stats:
+            prepareOutput()
+            context.status.writeStatsReply(into: &output)
+            context.requests.count(.stats, .ok)
+            spend(WorkCost.stats)
+        default:
+            break
+        }
     }
 
     /// The head's reply is written (or sent): the next request's is the head now.

@@ -98,6 +98,10 @@ final class RequestHandler {
     var allowedKinds = AllowedKinds()
     /// The work done in the current turn (``startTurn()``).
     var workDone = 0
+    /// The costly reply at the head was counted against the uid's budget (``CostlyReplyPacer``).
+    var costlyHeadPaid = false
+    /// Brings the connection back when the costly reply at its head may be written.
+    var paceTimer: (any TransportTimer)?
     /// A continuation is asked for (``continueLater(_:)``) and has not run yet: at most one is.
     /// Independent of ``state``: a continuation finds a closed connection and does nothing.
     var continuationPending = false
@@ -286,6 +290,8 @@ final class RequestHandler {
         pausePartialTimer()
         stallTimer?.cancel()
         stallTimer = nil
+        paceTimer?.cancel()
+        paceTimer = nil
         deferred.removeAll()
         closeUnsentDescriptors()
     }
