@@ -9,6 +9,10 @@ the replies. Compare builds in one sitting:
     python3 Benchmarks/verb-cost.py --binary OLD --verb STATS
     python3 Benchmarks/verb-cost.py --binary NEW --verb STATS
 
+Since builds pace each uid's `STATS`, `METRICS` and `INFO` (2,000 work units a second), those
+verbs' rows measure the pace, not the reply, on such a build: the figures for them come from builds
+before it (docs/BENCHMARKS-METHOD.md). Cached GETs are not paced.
+
 Method and figures: docs/BENCHMARKS-METHOD.md ("STATS and METRICS").
 """
 
@@ -16,6 +20,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -88,6 +93,8 @@ def main() -> int:
     finally:
         agent.terminate()
         agent.wait(timeout=20)
+        log.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":
