@@ -66,7 +66,10 @@ let package = Package(
         // The shared-memory read path's C needs (memfd seals, SCM_RIGHTS, CLOCK_BOOTTIME) and the
         // segment layout with its one writer and its readers. Toolchain only: the client links them.
         .target(name: "CSharedMemory"),
-        .target(name: "TokenSegment", dependencies: ["CSharedMemory"], swiftSettings: strict),
+        // The segment's packed layout, one C header (fleet_tokend_segment.h) that the Swift writer
+        // and readers import and the C reader library (Examples/shm-reader) includes.
+        .target(name: "CTokenSegment"),
+        .target(name: "TokenSegment", dependencies: ["CSharedMemory", "CTokenSegment"], swiftSettings: strict),
         // The agent's socket loop's C needs: epoll, eventfd, accept4, SO_PEERCRED.
         .target(name: "CSocketLoop"),
         // The GCE metadata endpoint's C needs: a NETLINK_SOCK_DIAG (inet_diag) query for the owner
@@ -255,7 +258,7 @@ let package = Package(
         // without an agent (and so without NIO).
         .testTarget(
             name: "FleetTokenClientTests",
-            dependencies: ["FleetTokenClient", "TokenWire", "TokenSegment", "CSharedMemory"],
+            dependencies: ["FleetTokenClient", "TokenWire", "TokenSegment", "CSharedMemory", "CTokenSegment"],
             swiftSettings: strict
         ),
         // The loopback peer lookup against real connections (other users' with root and setpriv).

@@ -16,7 +16,8 @@ work=$(mktemp -d /tmp/ftd-shm-memory.XXXXXX)
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-cc -O2 -std=c11 -o "$work/shm-reader" Examples/shm-reader/shm_reader.c
+cc -O2 -std=c11 -I Sources/CTokenSegment/include -I libfleet-tokend-reader -o "$work/shm-reader" \
+    Examples/shm-reader/shm_reader.c libfleet-tokend-reader/fleet_tokend_reader.c
 "$AGENT" serve --demo --socket "$work/tokens.sock" --log-level warning > "$work/agent.log" 2>&1 &
 agent=$!
 pids+=("$agent")

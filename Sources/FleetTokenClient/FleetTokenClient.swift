@@ -102,19 +102,11 @@ public final class FleetTokenClient: Sendable {
         }
     }
 
-    /// `SHM <kind> 1 2`: the layouts this client maps. An agent older than layout 2 refuses them
-    /// (`ERR bad-request usage: SHM <kind>`) and is asked again without, for its layout 1.
+    /// `SHM <kind> 2`: names the one layout this client maps (``SegmentLayout/version``).
     private nonisolated(nonsending) func askForSegmentNamingLayouts(
         _ kind: String
     ) async throws(FleetTokenError) -> (WireReply, Int32?) {
-        do {
-            return try await exchangeReceiving(.shm(kind: kind, layouts: SegmentLayout.readableVersions.map(Int.init)))
-        } catch {
-            guard case .badRequest(let text) = error, text.hasPrefix("bad-request: usage: SHM <kind>") else {
-                throw error
-            }
-            return try await exchangeReceiving(.shm(kind: kind))
-        }
+        try await exchangeReceiving(.shm(kind: kind, layouts: [Int(SegmentLayout.version)]))
     }
 
     /// Reports the keys read through memory (`TOUCH`) every few seconds, off the read path, for

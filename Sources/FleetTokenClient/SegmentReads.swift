@@ -192,10 +192,9 @@ final class SegmentReads: Sendable {
         var mapping = Mapping.unavailable(until: fsm_boottime_ns() + Self.retryAfterRefusal)
         if case .ok(let text)? = reply, let descriptor {
             let fields = WireReply.statsFields(text)
-            if let layout = fields["layout"].flatMap(UInt32.init), SegmentLayout.readableVersions.contains(layout),
+            if let layout = fields["layout"].flatMap(UInt32.init), layout == SegmentLayout.version,
                 let size = fields["size"].flatMap(Int.init),
-                let reader = try? SegmentReader(descriptor: descriptor, expectedSize: size, kind: kind),
-                reader.layout == layout
+                let reader = try? SegmentReader(descriptor: descriptor, expectedSize: size, kind: kind)
             {
                 mapping = .mapped(reader)
             }

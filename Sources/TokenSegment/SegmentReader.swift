@@ -16,8 +16,8 @@ public final class SegmentReader: @unchecked Sendable {
     /// The mapping's size.
     public let size: Int
 
-    /// The segment's layout version (1 or 2).
-    public let layout: UInt32
+    /// The segment's layout version: ``SegmentLayout/version``, the only one read.
+    public var layout: UInt32 { SegmentLayout.version }
 
     @usableFromInline let base: UnsafeRawPointer
     @usableFromInline let words: SharedWords
@@ -25,12 +25,12 @@ public final class SegmentReader: @unchecked Sendable {
     @usableFromInline let slotSize: Int
     /// Where slot 0 starts.
     @usableFromInline let tableOffset: Int
-    /// Layout 2: the index's entries (0 in layout 1, whose table is probed itself).
+    /// The index's entries.
     private let indexCount: Int
     private let seed: (UInt64, UInt64)
 
     /// How many times a lookup retries a slot it saw change while it copied it.
-    public static let tornReadRetries = 4
+    public static var tornReadRetries: Int { SegmentLayout.copyAttempts - 1 }
 
     /// Maps `descriptor` (which the caller keeps or closes) read-only and checks its header
     /// against `expectedSize` and `kind`. Before mapping anything, the file must be sealed against
@@ -51,13 +51,11 @@ public final class SegmentReader: @unchecked Sendable {
         let words = SharedWords(base)
         typealias H = SegmentLayout.Header
         let versionAndHeader = words.load(H.versionAndHeaderSize)
-        let countAndSize = words.load(H.slotCountAndSize)
-        let slotCount = Int(countAndSize & 0xffff_ffff)
-        let slotSize = Int(countAndSize >> 32)
+        let (slotCount, slotSize) = SegmentLayout.parts(ofSlots: words.load(H.slotCountAndSize))
         let layout = UInt32(truncatingIfNeeded: versionAndHeader)
         let tableOffset = Int(truncatingIfNeeded: words.load(H.tableOffset))
-        let indexCount = layout == 2 ? Int(truncatingIfNeeded: words.load(H.indexCount)) : 0
-        let kindLength = Int(min(words.load(H.kindLength), 32))
+        let indexCount = Int(truncatingIfNeeded: words.load(H.indexCount))
+        let kindLength = Int(min(words.load(H.kindLength), UInt64(SegmentLayout.maxKindLength)))
         var kindBytes: [UInt8] = []
         for index in 0..<kindLength {
             kindBytes.append(UInt8(truncatingIfNeeded: words.load(H.kindBytes + index / 8) >> (8 * UInt64(index % 8))))
@@ -65,13 +63,12 @@ public final class SegmentReader: @unchecked Sendable {
         let problem: String? =
             if words.loadAcquiring(H.magic) != SegmentLayout.magic {
                 "not a token segment"
-            } else if !SegmentLayout.readableVersions.contains(layout) {
-                "layout version \(layout), not one of \(SegmentLayout.readableVersions)"
-            } else if layout == 2 && (indexCount < 1 || indexCount > SegmentLayout.Index.maxCount) {
+            } else if layout != SegmentLayout.version {
+                "layout version \(layout), not \(SegmentLayout.version): this reader reads only its own"
+            } else if indexCount < 1 || indexCount > SegmentLayout.Index.maxCount {
                 "index does not fit the mapping"
-            } else if Int(versionAndHeader >> 32) != SegmentLayout.headerSize
-                || tableOffset
-                    != (layout == 2 ? SegmentLayout.tableOffset(indexCount: indexCount) : SegmentLayout.headerSize)
+            } else if versionAndHeader != SegmentLayout.versionWord
+                || tableOffset != SegmentLayout.tableOffset(indexCount: indexCount)
                 || words.load(H.segmentSize) != UInt64(expectedSize)
             {
                 "header sizes do not match the mapping"
@@ -94,7 +91,6 @@ public final class SegmentReader: @unchecked Sendable {
         self.size = expectedSize
         self.kind = kind
         self.generation = words.load(H.generation)
-        self.layout = layout
         self.slotCount = slotCount
         self.slotSize = slotSize
         self.tableOffset = tableOffset
@@ -206,7 +202,7 @@ public final class SegmentReader: @unchecked Sendable {
 
     private func copy(idBytes: UnsafeRawBufferPointer) -> Found {
         let hash = SipHash24.hash(idBytes, k0: seed.0, k1: seed.1)
-        let places = layout == 2 ? indexCount : slotCount
+        let places = indexCount
         let probes = min(
             Int(min(words.loadAcquiring(SegmentLayout.Header.maxProbe), UInt64(places))),
             SegmentLayout.probeCap
@@ -215,23 +211,19 @@ public final class SegmentReader: @unchecked Sendable {
         var place = SegmentLayout.home(of: hash, slotCount: places)
         return withUnsafeTemporaryAllocation(of: UInt64.self, capacity: dataWords) { buffer -> Found in
             for _ in 0..<probes {
-                let slot: Int
-                if layout == 2 {
-                    let entry = words.loadAcquiring(SegmentLayout.headerSize / 8 + place)
-                    if entry == SegmentLayout.Index.empty { return .absent }
-                    guard SegmentLayout.Index.isLive(entry), SegmentLayout.Index.matches(entry, hash: hash) else {
-                        place = SegmentLayout.next(place, slotCount: places)
-                        continue
-                    }
-                    slot = SegmentLayout.Index.slot(of: entry)
-                    guard slot < slotCount else { return .unusable("index names a slot past the table") }
-                } else {
-                    slot = place
+                // The entry is stored (release) after its slot is written: a slot it names is whole.
+                let entry = words.loadAcquiring(SegmentLayout.headerSize / 8 + place)
+                if entry == SegmentLayout.Index.empty { return .absent }
+                guard SegmentLayout.Index.isLive(entry), SegmentLayout.Index.matches(entry, hash: hash) else {
+                    place = SegmentLayout.next(place, slotCount: places)
+                    continue
                 }
+                let slot = SegmentLayout.Index.slot(of: entry)
+                guard slot < slotCount else { return .unusable("index names a slot past the table") }
                 switch copy(slot: slot, idBytes: idBytes, hash: hash, into: buffer, dataWords: dataWords) {
                 case .found(let found): return .found(found)
                 case .unusable(let reason): return .unusable(reason)
-                case .absent where layout == 1: return .absent
+                // Emptied (and maybe reused) after the entry was loaded: the id may be further on.
                 case .absent, nil: break
                 }
                 place = SegmentLayout.next(place, slotCount: places)
@@ -241,9 +233,8 @@ public final class SegmentReader: @unchecked Sendable {
     }
 
     /// Copies `slot` under its sequence counter: `.found` when the whole copy holds `idBytes`
-    /// (hash `hash`), `.absent` when the slot holds nothing (layout 1: a never-used slot, the end
-    /// of the probe), `nil` when it holds another id or a tombstone (probe on), `.unusable` when
-    /// it kept changing or its lengths cannot be.
+    /// (hash `hash`), `.absent` when the slot holds nothing, `nil` when it holds another id (probe
+    /// on either way), `.unusable` when it kept changing or its lengths cannot be.
     private func copy(
         slot: Int,
         idBytes: UnsafeRawBufferPointer,
@@ -266,9 +257,7 @@ public final class SegmentReader: @unchecked Sendable {
             let expiry = slotWords.load(S.expiry)
             let lifetime = slotWords.load(S.lifetime)
             let unixExpiry = Int64(bitPattern: slotWords.load(S.unixExpiry))
-            let state = meta & 0xff
-            let idLength = Int(meta >> 16 & 0xffff)
-            let tokenLength = Int(meta >> 32)
+            let (state, idLength, tokenLength) = SegmentLayout.parts(ofMeta: meta)
             let idWords = SegmentLayout.padded(idLength) / 8
             let tokenWords = SegmentLayout.padded(tokenLength) / 8
             let candidate = state == SegmentLayout.State.live && slotHash == hash && idLength == idBytes.count

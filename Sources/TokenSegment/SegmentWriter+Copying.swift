@@ -40,12 +40,12 @@ extension SegmentWriter {
         for slot in slots {
             let slotWords = self.slotWords(slot)
             let meta = slotWords.load(SegmentLayout.Slot.meta)
-            guard meta & 0xff == SegmentLayout.State.live else { continue }
-            let idLength = Int(meta >> 16 & 0xffff)
+            let (state, idLength, tokenLength) = SegmentLayout.parts(ofMeta: meta)
+            guard state == SegmentLayout.State.live else { continue }
             let dataStart = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
             let going = body(
                 UnsafeRawBufferPointer(start: dataStart, count: idLength),
-                UnsafeRawBufferPointer(start: dataStart + SegmentLayout.padded(idLength), count: Int(meta >> 32)),
+                UnsafeRawBufferPointer(start: dataStart + SegmentLayout.padded(idLength), count: tokenLength),
                 slotWords.load(SegmentLayout.Slot.expiry),
                 slotWords.load(SegmentLayout.Slot.lifetime),
                 Int64(bitPattern: slotWords.load(SegmentLayout.Slot.unixExpiry))

@@ -18,7 +18,7 @@ extension SegmentWriter {
         while true {
             let value = indexEntry(entry)
             if value == SegmentLayout.Index.empty { break }
-            if value & 0xffff_ffff == SegmentLayout.Index.removed {
+            if SegmentLayout.Index.isRemoved(value) {
                 if firstRemoved == nil { firstRemoved = (entry, probe) }
             } else if SegmentLayout.Index.matches(value, hash: hash) {
                 let slot = SegmentLayout.Index.slot(of: value)
@@ -43,7 +43,8 @@ extension SegmentWriter {
     /// id is the id's one slot: a key is in at most one, and a freed slot is emptied.
     func holds(slot: Int, _ idBytes: UnsafeRawBufferPointer) -> Bool {
         let meta = slotWords(slot).load(SegmentLayout.Slot.meta)
-        guard meta & 0xff == SegmentLayout.State.live, Int(meta >> 16 & 0xffff) == idBytes.count else { return false }
+        let parts = SegmentLayout.parts(ofMeta: meta)
+        guard parts.state == SegmentLayout.State.live, parts.idLength == idBytes.count else { return false }
         guard let idStart = idBytes.baseAddress else { return true }
         return memcmp(slotAddress(slot) + SegmentLayout.slotHeaderSize, idStart, idBytes.count) == 0
     }
@@ -78,7 +79,8 @@ extension SegmentWriter {
 
     /// The data words a slot's meta word says are in use.
     static func dataWords(meta: UInt64) -> Int {
-        (SegmentLayout.padded(Int(meta >> 16 & 0xffff)) + SegmentLayout.padded(Int(meta >> 32))) / 8
+        let parts = SegmentLayout.parts(ofMeta: meta)
+        return (SegmentLayout.padded(parts.idLength) + SegmentLayout.padded(parts.tokenLength)) / 8
     }
 
     /// One seqlock write of `slot`: the counter odd, a release fence, `body`'s stores, the

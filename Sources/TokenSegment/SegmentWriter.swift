@@ -126,11 +126,11 @@ public final class SegmentWriter {
 
     private func writeHeader(policy: SegmentPolicy) {
         typealias H = SegmentLayout.Header
-        words.store(H.versionAndHeaderSize, UInt64(SegmentLayout.version) | UInt64(SegmentLayout.headerSize) << 32)
+        words.store(H.versionAndHeaderSize, SegmentLayout.versionWord)
         words.store(H.generation, generation)
         words.store(H.seed0, seed.0)
         words.store(H.seed1, seed.1)
-        words.store(H.slotCountAndSize, UInt64(slotCount) | UInt64(slotSize) << 32)
+        words.store(H.slotCountAndSize, SegmentLayout.slotsWord(count: slotCount, size: slotSize))
         words.store(H.tableOffset, UInt64(tableOffset))
         words.store(H.segmentSize, UInt64(size))
         words.store(H.indexCount, UInt64(indexCount))
@@ -242,7 +242,7 @@ public final class SegmentWriter {
                 maxProbe = found.probe
                 words.storeReleasing(SegmentLayout.Header.maxProbe, UInt64(found.probe))
             }
-            if indexEntry(found.entry) & 0xffff_ffff == SegmentLayout.Index.removed { removedEntries -= 1 }
+            if SegmentLayout.Index.isRemoved(indexEntry(found.entry)) { removedEntries -= 1 }
             storeIndexEntry(found.entry, SegmentLayout.Index.entry(hash: hash, slot: slot))
             live += 1
         }
@@ -272,7 +272,7 @@ public final class SegmentWriter {
             return
         }
         var entry = found.entry
-        while indexEntry(entry) & 0xffff_ffff == SegmentLayout.Index.removed {
+        while SegmentLayout.Index.isRemoved(indexEntry(entry)) {
             storeIndexEntry(entry, SegmentLayout.Index.empty)
             removedEntries -= 1
             entry = entry == 0 ? indexCount - 1 : entry - 1
@@ -310,7 +310,7 @@ public final class SegmentWriter {
             slot = found
         }
         let meta = slotWords(slot).load(SegmentLayout.Slot.meta)
-        let tokenLength = Int(meta >> 32)
+        let tokenLength = SegmentLayout.parts(ofMeta: meta).tokenLength
         let data = UnsafeRawPointer(slotAddress(slot) + SegmentLayout.slotHeaderSize)
         hint = SlotHint(
             address: UnsafeRawPointer(slotAddress(slot)),
@@ -360,8 +360,9 @@ public final class SegmentWriter {
     public func wipe(count: Int) -> Bool {
         guard isRetired else { return false }
         let end = min(usedSlots, wiped + count)
-        for slot in wiped..<end where slotWords(slot).load(SegmentLayout.Slot.meta) & 0xff != 0 {
-            clear(slot: slot)
+        for slot in wiped..<end {
+            let meta = slotWords(slot).load(SegmentLayout.Slot.meta)
+            if SegmentLayout.parts(ofMeta: meta).state != SegmentLayout.State.empty { clear(slot: slot) }
         }
         wiped = end
         return wiped < usedSlots

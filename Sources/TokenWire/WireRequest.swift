@@ -20,8 +20,8 @@ public enum WireRequest: Sendable, Hashable {
     /// `QUIT`.
     case quit
     /// `SHM <kind> [<layout> ...]`: asks for the kind's shared-memory segment; the reply carries
-    /// its descriptor (docs/SHM.md). `layouts` are the segment layouts the reader can map; none
-    /// named is a reader of layout 1 only (one built before layout 2).
+    /// its descriptor (docs/SHM.md). `layouts` are the segment layouts the reader can map (this
+    /// release's readers name 2); the agent answers with the layout it writes whatever they name.
     case shm(kind: String, layouts: [Int] = [])
     /// `TOUCH <kind> <id> [<id> ...]`: reports keys read through shared memory, so the agent keeps
     /// refreshing them. Never fetches; always answered `OK`.

@@ -7,7 +7,10 @@ import TestSupport
 #endif
 
 /// The C reader of Examples/shm-reader, built once per test run with the system's C compiler, on a
-/// thread of its own the first time a test needs it (never on the concurrency pool).
+/// thread of its own the first time a test needs it (never on the concurrency pool): first the
+/// library it is a thin program over, libfleet-tokend-reader (a static library, as
+/// packaging/build-deb builds it, with the segment's layout header of Sources/CTokenSegment),
+/// then the program linked against it.
 enum CReader {
     static let compiler: String? = which("cc") ?? which("gcc")
 
@@ -30,12 +33,37 @@ enum CReader {
 
     private static func compile() async -> Result<String, AgentError> {
         guard let compiler else { return .failure(AgentError("no C compiler")) }
-        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("../../Examples/shm-reader/shm_reader.c").standardized.path
+        guard let archiver = which("ar") else { return .failure(AgentError("no ar for the C reader library")) }
+        func repository(_ path: String) -> String {
+            URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                .appendingPathComponent("../../" + path).standardized.path
+        }
+        let library = repository("libfleet-tokend-reader")
+        let includes = ["-I", repository("Sources/CTokenSegment/include"), "-I", library]
+        let object = TestTemporary.root + "/fleet_tokend_reader.o"
+        let archive = TestTemporary.root + "/libfleet-tokend-reader.a"
         let output = TestTemporary.root + "/shm-reader"
-        let result = try? await run(compiler, ["-O2", "-std=c11", "-Wall", "-Werror", "-o", output, source])
-        guard let result else { return .failure(AgentError("\(compiler) did not run")) }
-        guard result.status == 0 else { return .failure(AgentError("the C reader did not compile:\n\(result.stderr)")) }
+        let flags = ["-O2", "-std=c11", "-Wall", "-Werror"]
+        let steps: [(String, String, [String])] = [
+            (
+                "the C reader library did not compile", compiler,
+                flags + ["-fPIC"] + includes + ["-c", "-o", object, library + "/fleet_tokend_reader.c"]
+            ),
+            ("the C reader library did not archive", archiver, ["rcs", archive, object]),
+            (
+                "the C reader did not compile", compiler,
+                flags + includes + [
+                    "-o", output, repository("Examples/shm-reader/shm_reader.c"),
+                    "-L", TestTemporary.root, "-lfleet-tokend-reader",
+                ]
+            ),
+        ]
+        for (failure, tool, arguments) in steps {
+            guard let result = try? await run(tool, arguments) else {
+                return .failure(AgentError("\(tool) did not run"))
+            }
+            guard result.status == 0 else { return .failure(AgentError("\(failure):\n\(result.stderr)")) }
+        }
         return .success(output)
     }
 }

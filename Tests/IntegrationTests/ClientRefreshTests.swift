@@ -32,12 +32,11 @@ struct ClientRefreshTests {
         #expect(refused.jwt == "old-token")
         let fresh = try await client.refresh(.vehicle("v-1"), replacing: refused)
         #expect(fresh.jwt == "new-token")
-        // It does not know SHM either: the client asks once (naming the layouts it reads; an
-        // unknown verb is no usage error, so it does not ask again without them), then uses the
-        // socket.
+        // It does not know SHM either: the client asks once (naming the layout it reads), then
+        // uses the socket.
         #expect(
             agent.lines == [
-                "SHM vehicle 1 2", "GET vehicle v-1", "REFRESH vehicle v-1 old-token", "REFRESH vehicle v-1",
+                "SHM vehicle 2", "GET vehicle v-1", "REFRESH vehicle v-1 old-token", "REFRESH vehicle v-1",
             ]
         )
     }

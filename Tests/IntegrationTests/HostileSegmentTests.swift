@@ -54,12 +54,13 @@ struct HostileSegmentTests {
         #expect(try await client(agent).token(.vehicle("v-1")).jwt == "socket-token")
     }
 
-    @Test func anAgentBeforeLayoutTwoIsAskedAgainWithoutLayouts() async throws {
+    @Test func anAgentThatRefusesTheLayoutIsNotAskedAgain() async throws {
         let writer = try segmentHolding(token: "segment-token")
         defer { withExtendedLifetime(writer) {} }
         let shm = shmReply(writer, [writer.descriptor])
         let lines = Mutex<[String]>([])
-        // An agent that knows only `SHM <kind>`, as agents before layout 2 did.
+        // An agent that knows only `SHM <kind>`: it would offer layout 1, which is no longer read,
+        // so the client asks once, naming layout 2, and reads through the socket.
         let agent = try HostileAgent { line in
             lines.withLock { $0.append(line) }
             if line == "SHM vehicle" { return shm }
@@ -68,9 +69,9 @@ struct HostileSegmentTests {
         }
         defer { agent.stop() }
         let client = client(agent)
-        #expect(try await client.token(.vehicle("v-1")).jwt == "segment-token")
-        #expect(client.sharedMemoryReads == 1)
-        #expect(lines.withLock { $0.filter { $0.hasPrefix("SHM") } } == ["SHM vehicle 1 2", "SHM vehicle"])
+        #expect(try await client.token(.vehicle("v-1")).jwt == "socket-token")
+        #expect(client.sharedMemoryReads == 0)
+        #expect(lines.withLock { $0.filter { $0.hasPrefix("SHM") } } == ["SHM vehicle 2"])
     }
 
     @Test func aReplyWhoseLayoutIsNotTheSegmentsIsRefused() async throws {

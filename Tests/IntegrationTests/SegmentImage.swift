@@ -10,9 +10,10 @@ import TokenSegment
 /// can hand a reader exactly the index entries and slots its case needs, however damaged.
 ///
 /// Layout 2: the header, `indexCount` index entries from byte 256, then `slotCount` slots from the
-/// table offset (`256 + 8 * indexCount` rounded up to 64). Layout 1: the slots from byte 256. The
-/// kind is `vehicle`, the heartbeat an hour ahead (never stale), the max probe the whole index
-/// (layout 2) or table (layout 1), and every entry and slot unused until a test stores one.
+/// table offset (`256 + 8 * indexCount` rounded up to 64). Layout 1, no longer read (for the tests
+/// that readers refuse it): the slots from byte 256. The kind is `vehicle`, the heartbeat an hour
+/// ahead (never stale), the max probe the whole index (layout 2) or table (layout 1), and every
+/// entry and slot unused until a test stores one.
 struct SegmentImage {
     static let headerSize = 256
     static let hourNanoseconds: UInt64 = 3_600_000_000_000

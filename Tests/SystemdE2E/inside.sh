@@ -158,6 +158,12 @@ kept=$(get vehicle v-e2e | cut -d' ' -f2)
 if [ "$kept" = "$token" ]; then pass "token kept across reload"; else fail "token kept across reload"; fi
 
 echo "== shared memory" >> "$log"
+# The .deb's C reader library: the static library, its two headers, and the pkg-config file that
+# names the library's folder (fleet-tokend-shm-reader itself is built on the host, from source).
+check "the .deb installs libfleet-tokend-reader with its headers and pkg-config file" sh -c \
+    'pc=$(ls /usr/lib/*/pkgconfig/fleet-tokend-reader.pc) && libdir=$(sed -n "s/^libdir=//p" "$pc") &&
+     [ -f "$libdir/libfleet-tokend-reader.a" ] && [ -f /usr/include/fleet_tokend_reader.h ] &&
+     [ -f /usr/include/fleet_tokend_segment.h ]'
 seal=$(printf 'SEALCHECK\n' | fleet-tokend-shm-reader "$sock" vehicle 2>>"$log" | tail -n1)
 echo "seal check: $seal" >> "$log"
 if [ "$seal" = "SEALCHECK pwrite=EPERM ftruncate=EPERM mmap=EPERM" ]; then pass "the hardened unit hands out sealed read-only segments"; else fail "segment seals" "$seal"; fi

@@ -34,9 +34,4 @@ extension SharedSegments {
             return .offered(Offer(descriptor: descriptor, size: writer.size, generation: writer.generation, kind: kind))
         }
     }
-
-    /// Counts an `SHM` request from a reader that did not name the layout the agent writes.
-    public func countOldReaderRequest() {
-        oldReaderCount.add(1, ordering: .relaxed)
-    }
 }

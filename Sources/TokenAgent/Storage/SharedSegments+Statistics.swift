@@ -18,9 +18,6 @@ extension SharedSegments {
         public var mappedBytes = 0
         /// Retired generations a reader still holds (a descriptor or a mapping).
         public var retiredMapped = 0
-        /// `SHM` requests from readers that did not name the layout the agent writes: readers
-        /// built before it, which use the socket instead.
-        public var oldReaderRequests = 0
     }
 
     /// The segments' counts.
@@ -46,7 +43,6 @@ extension SharedSegments {
         }
         statistics.descriptors = descriptorCount.load(ordering: .relaxed)
         statistics.notMirrored = notMirroredCount.load(ordering: .relaxed)
-        statistics.oldReaderRequests = oldReaderCount.load(ordering: .relaxed)
         return statistics
     }
 }

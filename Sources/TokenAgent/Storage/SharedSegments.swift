@@ -99,7 +99,6 @@ public final class SharedSegments: TokenStorage, Sendable {
     let limitClock: @Sendable () -> UInt64
     let logger: Logger
     let descriptorCount = Atomic(0)
-    let oldReaderCount = Atomic(0)
     let notMirroredCount = Atomic(0)
     /// What the heartbeat is woken for: its beat (the ticker of `SegmentHeartbeat`, in
     /// TokenAgentServer), or copying and wiping a store started (a growth beside the segment, the

@@ -37,7 +37,7 @@ extension RequestHandler {
                 )
             )
         case .info(let kind, let id): append(.info(kind: kind, id: id))
-        case .shm(let kind, let layouts): append(shmReply(kind: kind, layouts: layouts))
+        case .shm(let kind, _): append(shmReply(kind: kind))
         case .touch(let kind, let ids):
             spend(ids.count * WorkCost.perID)
             touch(kind: kind, ids: ids)

@@ -196,7 +196,6 @@ public final class AgentMetrics: Sendable {
                 gauge("fleet_tokend_shm_tokens", [], Double(shared.slotsUsed))
                 counter("fleet_tokend_shm_generations_total", total: shared.generations)
                 counter("fleet_tokend_shm_descriptors_total", total: shared.descriptors)
-                counter("fleet_tokend_shm_old_reader_requests_total", total: shared.oldReaderRequests)
                 counter("fleet_tokend_shm_not_mirrored_total", total: shared.notMirrored)
                 gauge("fleet_tokend_shm_held_outside", [], Double(shared.heldOutside))
                 gauge("fleet_tokend_shm_mapped_bytes", [], Double(shared.mappedBytes))

@@ -185,12 +185,6 @@ public enum MetricCatalog {
             help: "Segment descriptors handed out (SHM)."
         ),
         Entry(
-            name: "fleet_tokend_shm_old_reader_requests_total",
-            kind: .counter,
-            labels: [],
-            help: "SHM requests from readers that do not read the layout the agent writes (they use the socket)."
-        ),
-        Entry(
             name: "fleet_tokend_shm_not_mirrored_total",
             kind: .counter,
             labels: [],

@@ -34,10 +34,10 @@ struct DescriptorLedger {
 }
 
 extension RequestHandler {
-    /// The reply owed to `SHM <kind> [<layout> ...]`: the kind's segment offered, or why not. A
-    /// reader that does not name the layout the agent writes is offered it all the same (it
-    /// refuses the layout and uses the socket) and counted, so a fleet left on the slow path shows.
-    func shmReply(kind: String, layouts: [Int]) -> PendingReply {
+    /// The reply owed to `SHM <kind> [<layout> ...]`: the kind's segment offered, or why not. The
+    /// reply names the layout the agent writes whatever layouts the request names: a reader that
+    /// cannot read it refuses it and uses the socket.
+    func shmReply(kind: String) -> PendingReply {
         let engine = context.engine
         guard engine.kinds.contains(kind) else {
             return .reply(.error(EngineFailure.unknownKind(kind, configured: engine.kinds).wireError), verb: .shm)
@@ -45,7 +45,6 @@ extension RequestHandler {
         guard let segments = context.segments else {
             return .reply(.error(WireError(.unavailable, "shared memory is off")), verb: .shm)
         }
-        if !layouts.contains(Int(SegmentLayout.version)) { segments.countOldReaderRequest() }
         let now = NIODeadline.now()
         if now - descriptors.minuteStart >= .minutes(1) {
             descriptors.minuteStart = now

@@ -136,7 +136,6 @@ public struct AgentStatus: Sendable {
         text.add("shm_held_outside", shared.heldOutside)
         text.add("shm_mapped_bytes", shared.mappedBytes)
         text.add("shm_retired_mapped", shared.retiredMapped)
-        text.add("shm_old_readers", shared.oldReaderRequests)
         text.add("touches", server.touchRequests)
     }
 
