@@ -79,8 +79,9 @@ let package = Package(
         // user's groups from the user database.
         .target(name: "LoopbackPeer", dependencies: ["CPeerDiag"], swiftSettings: strict),
         // The GCE metadata endpoint's paths, rules and answers, and its settings: pure, no I/O but
-        // the token source it is given (the agent's access-token entries).
-        .target(name: "MetadataEndpoint", swiftSettings: strict),
+        // the token source it is given (the agent's access-token entries); TokenWire for its JSON
+        // strings (JSONString).
+        .target(name: "MetadataEndpoint", dependencies: ["TokenWire"], swiftSettings: strict),
         // The thin client library workers link: TokenWire, TokenSegment and the toolchain only.
         .target(
             name: "FleetTokenClient",
@@ -289,6 +290,8 @@ let package = Package(
                 // For EngineFailure's wire mapping, which the engine's tests check through, and
                 // the segments' heartbeat.
                 "TokenAgentServer",
+                // The STATS reply as the agent writes it, into a ByteBuffer (StatsReplyText.swift).
+                agentOnly("NIOCore", "swift-nio"),
                 "TestOracles",
                 "TestSupport",
                 agentOnly("Logging", "swift-log"),

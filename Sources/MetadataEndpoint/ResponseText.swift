@@ -1,30 +1,18 @@
-/// Text put into answers: JSON strings, and what came from a request, made safe to echo.
+import TokenWire
+
+/// Text put into answers: JSON strings (``JSONString``), and what came from a request, made safe
+/// to echo.
 enum ResponseText {
     /// The longest part of a request echoed in an answer, in bytes before escaping.
     static let echoLimit = 200
 
     /// `text` as a JSON string literal, quotes included.
-    static func json(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _
-            where scalar.value < 0x20 || scalar.value == 0x7F || scalar.value == 0x2028 || scalar.value == 0x2029:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
+    static func json(_ text: String) -> String { JSONString.quoted(text) }
 
     /// `strings` as a JSON array.
-    static func json(_ strings: [String]) -> String { "[" + strings.map(json).joined(separator: ",") + "]" }
+    static func json(_ strings: [String]) -> String {
+        "[" + strings.map { JSONString.quoted($0) }.joined(separator: ",") + "]"
+    }
 
     /// Part of a request (a path, a scope) for an answer's text: at most ``echoLimit`` bytes, then
     /// `...`; every byte outside printable ASCII, and `<>&"'\` and `%`, as `%XX`, so the echo is

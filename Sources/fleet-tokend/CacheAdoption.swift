@@ -9,7 +9,7 @@ import TokenAgentServer
 /// through are taken, and from the file never an access token (``TokenCacheMedium/disk``: the
 /// agent never writes one there, and takes none a file holds); a file refused as a whole (a link, another owner, group or other bits, too
 /// large, a wrong length, checksum or version) is logged and the agent starts cold. No more
-/// token lines are decoded than `max_entries` (``CacheSnapshot/read(_:acceptingUnframed:maxTokens:)``):
+/// token lines are decoded than `max_entries` (``CacheSnapshot/read(_:maxTokens:)``):
 /// the cache could hold no more, and a file of millions of tiny lines must not cost a token each.
 enum CacheAdoption {
     /// Adopts into `engine` and returns the counts (also in `statistics`).

@@ -6,8 +6,7 @@ import TokenWire
 /// store), checked by the snapshot fuzzer (`scripts/fuzz --target cache-snapshots`) and, over its
 /// seed corpus, by `CacheSnapshotCorpusTests`.
 ///
-/// Each input is read twice: as a whole file (``CacheSnapshot/read(_:acceptingUnframed:)``, both
-/// ways), and as a body framed with its right length and checksum (``CacheSnapshot/frame(_:)``), so
+/// Each input is read twice: as a whole file (``CacheSnapshot/read(_:maxTokens:)``), and as a body framed with its right length and checksum (``CacheSnapshot/frame(_:)``), so
 /// that the fuzzer reaches the line reader and the adoption rules without forging SHA-256. Reading
 /// must not trap and must end in a refusal or contents; a framed read is only ever of exactly the
 /// bytes its header describes; contents re-encode to the same tokens; and every token the adoption
@@ -29,17 +28,15 @@ enum CacheSnapshotOracle {
     /// Everything wrong with how the agent reads `data`; empty when all holds.
     static func problems(fuzzData data: [UInt8]) -> [String] {
         var problems: [String] = []
-        for acceptingUnframed in [false, true] {
-            problems += check(data, acceptingUnframed: acceptingUnframed, framedByOracle: false)
-        }
-        problems += check(CacheSnapshot.frame(data).bytes, acceptingUnframed: false, framedByOracle: true)
+        problems += check(data, framedByOracle: false)
+        problems += check(CacheSnapshot.frame(data).bytes, framedByOracle: true)
         return problems
     }
 
-    private static func check(_ bytes: [UInt8], acceptingUnframed: Bool, framedByOracle: Bool) -> [String] {
+    private static func check(_ bytes: [UInt8], framedByOracle: Bool) -> [String] {
         let contents: CacheSnapshot.Contents
         do {
-            contents = try CacheSnapshot.read(bytes, acceptingUnframed: acceptingUnframed)
+            contents = try CacheSnapshot.read(bytes)
         } catch {
             return framedByOracle && !bytes.isEmpty ? ["a body framed right was refused: \(error)"] : []
         }
@@ -51,8 +48,6 @@ enum CacheSnapshotOracle {
             if CacheSnapshot.frame(body).bytes != bytes {
                 problems.append("read a framed snapshot its header does not describe")
             }
-        case 2:
-            if !acceptingUnframed { problems.append("read a version-2 snapshot where only version 3 is read") }
         default:
             problems.append("read format version \(contents.formatVersion)")
         }

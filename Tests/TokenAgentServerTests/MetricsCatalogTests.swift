@@ -97,7 +97,7 @@ struct MetricsCatalogTests {
     @Test func theMetadataEndpointsFieldsAreThereOnlyWithIt() throws {
         let engine = TokenEngine(providers: ["vehicle": LocalIssuerStub()])
         let off = AgentStatus(engine: engine, server: ServerStatistics())
-        let offFields = off.statsText().split(separator: " ").filter { $0.hasPrefix("metadata_") }
+        let offFields = try off.statsReplyText().split(separator: " ").filter { $0.hasPrefix("metadata_") }
         #expect(offFields == ["metadata_listen=-"])
         let offMetrics = String(decoding: off.metricsReply(), as: UTF8.self)
         #expect(!offMetrics.contains("fleet_tokend_metadata_"))
@@ -111,7 +111,7 @@ struct MetricsCatalogTests {
         metadata.countAdmitted()
         metadata.countReleased()
         metadata.countRefused()
-        let on = AgentStatus(engine: engine, server: ServerStatistics(), metadata: metadata).statsText()
+        let on = try AgentStatus(engine: engine, server: ServerStatistics(), metadata: metadata).statsReplyText()
         let fields = Dictionary(
             uniqueKeysWithValues: on.split(separator: " ").filter { $0.hasPrefix("metadata_") }.map { field in
                 let pair = field.split(separator: "=", maxSplits: 1)

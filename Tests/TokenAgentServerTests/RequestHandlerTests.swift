@@ -275,7 +275,7 @@ struct RequestHandlerTests {
         #expect(replies.dropFirst(3).first == "ERR denied not allowed to ask for kind vehicle")
         #expect(replies.last == "ERR denied not allowed to ask for kind vehicle", "DROP needs the kind too")
         #expect(other.status.access.denied == 3)
-        #expect(other.status.statsText().contains(" denied=3"))
+        #expect(try other.status.statsReplyText().contains(" denied=3"))
         await other.finish()
 
         let unknown = try ServedConnection(rules: rules, peer: nil)

@@ -51,14 +51,15 @@ struct CacheSnapshotTests {
         #expect(try CacheSnapshot.read(encoded.bytes).agentVersion == "9.8.7")
     }
 
-    /// What agents before the cache file handed over through the fd store: read from there only.
-    @Test func aVersionTwoSnapshotIsReadOnlyWhereItMayComeFrom() throws {
+    /// The unframed version 2 of the agents before the cache file is refused, wherever it comes
+    /// from (the fd store reads with the same call), and says so.
+    @Test func aVersionTwoSnapshotIsRefusedWithItsVersion() throws {
         let text = "fleet-tokend-cache v2\n#provider\tvehicle\tabc\nvehicle\tv-1\t1800000000\ttok-1\n"
-        let contents = try CacheSnapshot.read(Array(text.utf8), acceptingUnframed: true)
-        #expect(contents.formatVersion == 2 && contents.agentVersion == nil)
-        #expect(contents.providers == ["vehicle": "abc"])
-        #expect(contents.tokens == [CachedToken(kind: "vehicle", id: "v-1", token: "tok-1", expiresAt: 1_800_000_000)])
-        #expect(throws: CacheSnapshot.Refusal.unframed) { try CacheSnapshot.read(Array(text.utf8)) }
+        #expect(throws: CacheSnapshot.Refusal.unknownFormat("2")) { try CacheSnapshot.read(Array(text.utf8)) }
+        #expect(CacheSnapshot.decode(Array(text.utf8)) == [])
+        #expect(
+            CacheSnapshot.Refusal.unknownFormat("2").description == "format version 2, which this agent does not read"
+        )
     }
 
     @Test func aSnapshotFailingItsFramingIsRefusedWhole() throws {
@@ -92,7 +93,7 @@ struct CacheSnapshotTests {
             ),
         ]
         for (name, bytes, refusal) in cases {
-            #expect(throws: refusal, "\(name)") { try CacheSnapshot.read(bytes, acceptingUnframed: true) }
+            #expect(throws: refusal, "\(name)") { try CacheSnapshot.read(bytes) }
             #expect(CacheSnapshot.decode(bytes) == [], "\(name)")
         }
     }

@@ -222,8 +222,8 @@ struct KindEvictionTests {
         table.set("b", 2, capacity: .max, group: 0)
         table.set("y", 2, capacity: .max, group: 1)
         table.update("a") { $0 += 1 }
-        #expect(table.keysOldestFirst(inGroup: 0) == ["b", "a"])
-        #expect(table.keysOldestFirst(inGroup: 1) == ["x", "y"])
+        #expect(table.evictionOrder(inGroup: 0) == ["b", "a"])
+        #expect(table.evictionOrder(inGroup: 1) == ["x", "y"])
         #expect(table.count(inGroup: 1) == 2)
         #expect(table.largestGroup(preferring: 1) == 1)
         table.set("z", 3, capacity: .max, group: 1)
@@ -232,6 +232,6 @@ struct KindEvictionTests {
         #expect(table.oldestKey(inGroup: 1) == "x")
         table.remove("x")
         #expect(table.count(inGroup: 1) == 2)
-        #expect(table.keysOldestFirst(inGroup: 1) == ["y", "z"])
+        #expect(table.evictionOrder(inGroup: 1) == ["y", "z"])
     }
 }

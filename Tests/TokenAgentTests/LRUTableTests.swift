@@ -12,7 +12,7 @@ struct LRUTableTests {
         table.update("a") { $0 += 10 }
         let evicted = table.set("d", 4, capacity: 3)
         #expect(evicted?.key == "b")
-        #expect(table.keysOldestFirst == ["c", "a", "d"])
+        #expect(table.evictionOrder() == ["c", "a", "d"])
         #expect(table.peek("a") == 11)
         #expect(table.count == 3)
     }
@@ -33,7 +33,7 @@ struct LRUTableTests {
         #expect(table.count == 50)
         for i in 100..<150 { table.set(i, i, capacity: 1000) }
         #expect(table.count == 100)
-        #expect(table.keysOldestFirst == Array(stride(from: 1, to: 100, by: 2)) + Array(100..<150))
+        #expect(table.evictionOrder() == Array(stride(from: 1, to: 100, by: 2)) + Array(100..<150))
         var seen = 0
         table.forEachKey { key, value in
             #expect(key == value)
@@ -47,7 +47,7 @@ struct LRUTableTests {
         table.set("a", 1, capacity: 2)
         table.set("b", 2, capacity: 2)
         table.set("a", 5, capacity: 2)
-        #expect(table.keysOldestFirst == ["b", "a"])
+        #expect(table.evictionOrder() == ["b", "a"])
         #expect(table.remove("zzz") == nil)
     }
 }
@@ -101,8 +101,22 @@ struct LRUTableModelTests {
             }
             #expect(table.count == model.count)
         }
-        #expect(table.keysOldestFirst == order)
+        #expect(table.evictionOrder() == order)
         for (key, value) in model { #expect(table.peek(key) == value) }
+    }
+}
+
+extension LRUTable {
+    /// The keys of `group` in the order they would be evicted, least recently used first: what
+    /// ``oldestKey(inGroup:)`` names, taken one after the other from a copy (the table is a value).
+    func evictionOrder(inGroup group: Int = 0) -> [Key] {
+        var copy = self
+        var keys: [Key] = []
+        while let key = copy.oldestKey(inGroup: group) {
+            keys.append(key)
+            _ = copy.remove(key)
+        }
+        return keys
     }
 }
 

@@ -182,9 +182,9 @@ struct TokenAcceptanceTests {
     }
 
     @Test func percentEncodingOfIDs() {
-        #expect(HTTPTokenProvider.percentEncode("v-1_a.b~") == "v-1_a.b~")
-        #expect(HTTPTokenProvider.percentEncode("a b%") == "a%20b%25")
-        #expect(HTTPTokenProvider.percentEncode("行") == "%E8%A1%8C")
+        #expect(HTTPTokenProvider.url(template: "{id}", id: "v-1_a.b~") == "v-1_a.b~")
+        #expect(HTTPTokenProvider.url(template: "{id}", id: "a b%") == "a%20b%25")
+        #expect(HTTPTokenProvider.url(template: "{id}", id: "行") == "%E8%A1%8C")
         #expect(HTTPTokenProvider.url(template: "http://h/token/{id}?x=1", id: "a&b") == "http://h/token/a%26b?x=1")
     }
 

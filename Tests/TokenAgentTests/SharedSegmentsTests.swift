@@ -102,8 +102,12 @@ struct SharedSegmentsTests {
     }
 
     @Test func aRotationBuiltBesideTheSegmentKeepsEveryChangeMadeDuringIt() throws {
-        // Under three quarters full, so no growth starts beside it.
-        let segments = makeSegments { $0.initialSlots = 512 }
+        // Under three quarters full, so no growth starts beside it; every segment is due for
+        // rotation at once, so the next heartbeat starts one.
+        let segments = makeSegments {
+            $0.initialSlots = 512
+            $0.rotationInterval = 0
+        }
         defer { segments.retireAll() }
         var tokens: [String: String] = [:]
         store(segments, 0..<200, into: &tokens)
@@ -113,7 +117,8 @@ struct SharedSegmentsTests {
         }
         defer { close(old.descriptor) }
         let oldReader = try SegmentReader(descriptor: old.descriptor, expectedSize: old.size, kind: "vehicle")
-        #expect(segments.startBuilding("vehicle"))
+        segments.startBeat()
+        #expect(segments.statistics().generations == 2, "the heartbeat started the rotation's build")
         #expect(segments.advanceBuilding(batch: 20), "slots left after the first batch")
         // While it is built: readers and the agent still read the current generation, and every
         // change reaches both, on either side of the copy's progress (slots are used in order).
@@ -336,12 +341,17 @@ struct SharedSegmentsTests {
     }
 
     @Test func aHintNeverOutlivesItsTokenOrItsSegment() throws {
-        let segments = makeSegments { $0.initialSlots = 512 }
+        let segments = makeSegments {
+            $0.initialSlots = 512
+            $0.rotationInterval = 0
+        }
         var tokens: [String: String] = [:]
         store(segments, 0..<40, into: &tokens)
         for index in 0..<40 { #expect(read(segments, "v-\(index)") == tokens["v-\(index)"]) }
-        // A rotation: every hint points into the old mapping, and each read mends its own.
-        #expect(segments.startBuilding("vehicle"))
+        // A rotation (the heartbeat's, every segment being due): every hint points into the old
+        // mapping, and each read mends its own.
+        segments.startBeat()
+        #expect(segments.statistics().generations == 2, "the heartbeat started the rotation's build")
         while segments.advanceBuilding(batch: 16) {}
         for index in 0..<40 { #expect(read(segments, "v-\(index)") == tokens["v-\(index)"]) }
         // A removed token's slot is reused by a new id: the old id's hint finds nothing.

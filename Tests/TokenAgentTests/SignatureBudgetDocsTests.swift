@@ -26,7 +26,7 @@ struct SignatureBudgetDocsTests {
     @Test func theBudgetFieldsAreTheDocumentedPerKindOnes() async throws {
         let (status, provider) = status()
         _ = await status.engine.get(kind: "vehicle", id: "v-1")
-        let text = status.statsText()
+        let text = try status.statsReplyText()
         let fields = WireReplyFields.names(text)
         let perKind = fields.filter { $0.hasSuffix("_vehicle") }
         #expect(!fields.contains { $0.hasSuffix("_trip") }, "a kind without a budget has none")

@@ -219,20 +219,6 @@ public struct LRUTable<Key: LRUTableKey, Value> {
         }
     }
 
-    /// The keys of group 0 from least to most recently used (for tests and diagnostics).
-    public var keysOldestFirst: [Key] { keysOldestFirst(inGroup: 0) }
-
-    /// The keys of `group` from least to most recently used (for tests and diagnostics).
-    public func keysOldestFirst(inGroup group: Int) -> [Key] {
-        var keys: [Key] = []
-        var slot = group < oldest.count ? oldest[group] : -1
-        while slot >= 0 {
-            keys.append(self.keys[Int(slot)]!)
-            slot = links[Int(slot)].newer
-        }
-        return keys
-    }
-
     // MARK: The index
 
     /// The bucket word of `slot`, whose key's hash has `hash` as its low 32 bits.

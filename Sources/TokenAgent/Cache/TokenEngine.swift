@@ -127,8 +127,11 @@ public final class TokenEngine: Sendable {
         }
     }
 
-    /// GET: a token for `kind`/`id` with at least `minValidity` seconds left (the policy's default
-    /// when `nil`).
+    /// GET, awaited: a token for `kind`/`id` with at least `minValidity` seconds left (the
+    /// policy's default when `nil`), from the cache or the fetch it joins. The metadata
+    /// endpoint's way in (`EngineMetadataTokens`); the socket's connections use
+    /// ``lookup(kind:idBytes:minValidity:requester:serve:)``, which answers a hit in place and
+    /// hands a miss's wait to the connection.
     public func get(kind: String, id: String, minValidity: Int? = nil) async -> Outcome {
         switch lookup(kind: kind, id: id, minValidity: minValidity) {
         case .ready(let outcome): return outcome

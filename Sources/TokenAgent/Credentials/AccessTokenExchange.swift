@@ -129,7 +129,7 @@ final class AccessTokenExchange: Sendable {
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
         request.headers.add(name: "Accept", value: "application/json")
-        let body = form.map { HTTPTokenProvider.percentEncode($0) + "=" + HTTPTokenProvider.percentEncode($1) }
+        let body = form.map { PercentEncoding.encode($0) + "=" + PercentEncoding.encode($1) }
             .joined(separator: "&")
         request.body = .bytes(ByteBuffer(string: body))
         return request

@@ -64,22 +64,7 @@ public final class HTTPTokenProvider: TokenProvider {
 
     /// The URL for `id`: the template with `{id}` replaced by the percent-encoded id.
     public static func url(template: String, id: String) -> String {
-        template.replacing("{id}", with: percentEncode(id))
-    }
-
-    /// Percent-encodes every byte of `text` but the unreserved ones (`A-Z a-z 0-9 - . _ ~`).
-    public static func percentEncode(_ text: String) -> String {
-        var encoded = ""
-        for byte in text.utf8 {
-            switch byte {
-            case 0x41...0x5A, 0x61...0x7A, 0x30...0x39, 0x2D, 0x2E, 0x5F, 0x7E:
-                encoded.unicodeScalars.append(Unicode.Scalar(byte))
-            default:
-                let hex = String(byte, radix: 16, uppercase: true)
-                encoded += byte < 16 ? "%0" + hex : "%" + hex
-            }
-        }
-        return encoded
+        template.replacing("{id}", with: PercentEncoding.encode(id))
     }
 
     /// The template without any user-info or query (which may carry secrets).

@@ -25,9 +25,10 @@ import TokenWire
 /// body needs no escaping; a `#` line of another name is skipped, so a later agent may add some.
 ///
 /// The format version changes only when a reader of this version could not read the body right;
-/// the agent's version is recorded for the logs. An agent reads version 3 and, from the fd store
-/// only, version 2 (the body alone, with no `#agent` line: what agents before the cache file handed
-/// over); any other version is refused as a whole, as is a file whose length or checksum is wrong.
+/// the agent's version is recorded for the logs. An agent reads version 3 only, from the cache file
+/// and the fd store alike; any other version is refused as a whole (its version named), as is a
+/// file whose length or checksum is wrong. The version stays in the data so that a later agent can
+/// read this one's.
 /// A well-framed body is still read line by line as untrusted text: a malformed line is skipped and
 /// counted, and every token in it passes the same checks as a fetched token before it is taken
 /// (``SnapshotAdoption``).
@@ -36,8 +37,6 @@ public enum CacheSnapshot {
     public static let formatVersion = 3
     /// The first line of a snapshot this agent writes.
     public static let header = "fleet-tokend-cache v3"
-    /// The first line of the version-2 snapshots agents before the cache file handed over.
-    static let unframedHeader = "fleet-tokend-cache v2"
     /// What every snapshot's first line starts with, its version after it.
     static let magic = Array("fleet-tokend-cache v".utf8)
     /// The bytes of the three header lines.
@@ -54,7 +53,7 @@ public enum CacheSnapshot {
 
     /// What a snapshot holds.
     public struct Contents: Sendable, Equatable {
-        /// Its format version (2 or 3).
+        /// Its format version: 3, the one version read.
         public var formatVersion: Int
         /// The version of the agent that wrote it, when it says (printable, at most 64 bytes).
         public var agentVersion: String?
@@ -64,7 +63,7 @@ public enum CacheSnapshot {
         public var tokens: [CachedToken]
         /// Lines that are neither a `#` line nor a well-formed token line: skipped.
         public var malformedLines: Int
-        /// Lines past the most the reader asked for (``CacheSnapshot/read(_:acceptingUnframed:maxTokens:)``):
+        /// Lines past the most the reader asked for (``CacheSnapshot/read(_:maxTokens:)``):
         /// counted as they are found, never decoded nor held.
         public var linesPastLimit: Int
 
@@ -90,10 +89,9 @@ public enum CacheSnapshot {
     public enum Refusal: Error, Sendable, Equatable, CustomStringConvertible {
         /// The first line is not a snapshot's (empty, or another file).
         case notASnapshot
-        /// A snapshot of a format version this agent does not read (the version's text, escaped).
+        /// A snapshot of a format version this agent does not read, older or newer (the version's
+        /// text, escaped).
         case unknownFormat(String)
-        /// A version-2 snapshot (no length or checksum) where only version 3 is read: the cache file.
-        case unframed
         /// The length or checksum line is malformed.
         case badHeader
         /// Larger than ``maxBytes``.
@@ -109,7 +107,6 @@ public enum CacheSnapshot {
             switch self {
             case .notASnapshot: return "not a cache snapshot"
             case .unknownFormat(let version): return "format version \(version), which this agent does not read"
-            case .unframed: return "format version 2, without length or checksum"
             case .badHeader: return "malformed length or checksum line"
             case .oversized(let bytes): return "\(bytes) bytes, over the limit of \(CacheSnapshot.maxBytes)"
             case .truncated(let expected, let found): return "truncated: \(found) of \(expected) bytes"
@@ -120,44 +117,30 @@ public enum CacheSnapshot {
     }
 
     /// Reads a snapshot: its header (version, length, checksum) first, then the body's lines.
-    /// `acceptingUnframed`: a version-2 snapshot is read too (systemd's fd store, whose sealed
-    /// memory file nothing else can have written). `maxTokens`: the most token lines decoded (the
+    /// `maxTokens`: the most token lines decoded (the
     /// agent's `max_entries`, which is all its cache can hold); the lines past them are counted
     /// (``Contents/linesPastLimit``) and skipped without being decoded, so a file of millions of
     /// tiny lines costs a scan, never a token each in memory. `#` lines are read wherever they are.
     public static func read(
         _ bytes: [UInt8],
-        acceptingUnframed: Bool = false,
         maxTokens: Int = .max
     ) throws(Refusal) -> Contents {
         guard bytes.count <= maxBytes else { throw .oversized(bytes.count) }
         return try bytes.withUnsafeBufferPointer { buffer throws(Refusal) in
-            try read(buffer, acceptingUnframed: acceptingUnframed, maxTokens: maxTokens)
+            try read(buffer, maxTokens: maxTokens)
         }
     }
 
-    /// The tokens of a snapshot of either version, or none when it is refused (tests, tools).
+    /// The tokens of a snapshot, or none when it is refused (tests, tools).
     public static func decode(_ bytes: [UInt8]) -> [CachedToken] {
-        (try? read(bytes, acceptingUnframed: true))?.tokens ?? []
+        (try? read(bytes))?.tokens ?? []
     }
 
-    private static func read(
-        _ bytes: UnsafeBufferPointer<UInt8>,
-        acceptingUnframed: Bool,
-        maxTokens: Int
-    ) throws(Refusal) -> Contents {
+    private static func read(_ bytes: UnsafeBufferPointer<UInt8>, maxTokens: Int) throws(Refusal) -> Contents {
         guard let firstLine = bytes.prefix(64).firstIndex(of: 0x0A), firstLine > magic.count,
             bytes[..<magic.count].elementsEqual(magic)
         else { throw .notASnapshot }
         let version = bytes[magic.count..<firstLine]
-        if version.elementsEqual("2".utf8) {
-            guard acceptingUnframed else { throw .unframed }
-            return decodeBody(
-                UnsafeBufferPointer(rebasing: bytes[(firstLine + 1)...]),
-                formatVersion: 2,
-                maxTokens: maxTokens
-            )
-        }
         guard version.elementsEqual("3".utf8) else { throw .unknownFormat(printable(version, limit: 16)) }
         guard bytes.count >= headerBytes else { throw .truncated(expected: headerBytes, found: bytes.count) }
         var at = firstLine + 1

@@ -296,12 +296,6 @@ public final class SharedSegments: TokenStorage, Sendable {
         }
     }
 
-    /// Starts building `kind`'s next generation beside its current one, as a due rotation does;
-    /// `false` when none could start.
-    func startBuilding(_ kind: String) -> Bool {
-        entry(kind)?.state.withLock { startBuild(kind, &$0, reason: "rotation") } ?? false
-    }
-
     /// Copies one batch into every generation being built (switching to those done), and zeroes
     /// one batch of every generation they replaced, each kind under its own lock; whether any work
     /// is left.

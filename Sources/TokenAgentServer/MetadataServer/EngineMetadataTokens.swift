@@ -26,12 +26,7 @@ public struct EngineMetadataTokens: MetadataTokenSource {
     }
 
     public func token(for entry: MetadataEntry) async throws -> MetadataToken {
-        let outcome: TokenEngine.Outcome
-        switch engine.lookup(kind: AccessTokenKind.kind(name: entry.name), id: entry.name, minValidity: nil) {
-        case .ready(let ready): outcome = ready
-        case .pending(let wait): outcome = await wait()
-        }
-        switch outcome {
+        switch await engine.get(kind: AccessTokenKind.kind(name: entry.name), id: entry.name) {
         case .success(let served):
             return MetadataToken(accessToken: served.token, expiresAt: Double(served.expiresAt))
         case .failure(let failure):

@@ -68,15 +68,8 @@ public struct AgentStatus: Sendable {
     /// Seconds since start.
     public var uptime: Int { Int(saturating: clock.monotonicSeconds - startedAt) }
 
-    /// The `STATS` reply text: `entries=… hits=… misses=… fetches=… fetch_errors=… connections=…
-    /// uptime_s=…`, then further counters.
-    public func statsText() -> String {
-        var line = ByteBufferAllocator().buffer(capacity: 1024)
-        writeStatsReply(into: &line)
-        return String(decoding: line.readableBytesView.dropFirst(3).dropLast(), as: UTF8.self)
-    }
-
-    /// Appends the `STATS` reply (`OK `, the fields of ``statsText()``, LF) to `output`.
+    /// Appends the `STATS` reply to `output`: `OK entries=… hits=… misses=… fetches=…
+    /// fetch_errors=… connections=… uptime_s=…`, then further counters, and LF.
     func writeStatsReply(into output: inout ByteBuffer) {
         let stats = engine.statistics()
         var text = StatsLine()

@@ -20,8 +20,8 @@ enum CacheHandover {
 
     /// The snapshots in the passed cache files, each closed once read; the store's copies are
     /// dropped (the first write of this process stores a fresh one). A file that is not sealed, or
-    /// that fails the snapshot's checks, is skipped with a warning. Version-2 snapshots (agents
-    /// before the cache file) are read too.
+    /// that fails the snapshot's checks (an unknown format version among them), is skipped with a
+    /// warning.
     static func restore(
         from files: [PassedFileDescriptor],
         maxTokens: Int = .max,
@@ -38,7 +38,7 @@ enum CacheHandover {
             }
             do {
                 let bytes = try SealedMemoryFile.read(file.descriptor, limit: CacheSnapshot.maxBytes + 1)
-                snapshots.append(try CacheSnapshot.read(bytes, acceptingUnframed: true, maxTokens: maxTokens))
+                snapshots.append(try CacheSnapshot.read(bytes, maxTokens: maxTokens))
             } catch {
                 logger.warning("cannot read the cache from the fd store", metadata: ["error": "\(error)"])
             }

@@ -1,4 +1,5 @@
 import Crypto
+import TokenWire
 
 #if canImport(FoundationEssentials)
     import FoundationEssentials
@@ -32,32 +33,13 @@ enum AWSRequestSigner {
         /// The subject token: `{"headers": [{"key", "value"}, …], "method": "POST", "url"}`
         /// (keys sorted, no spaces), percent-encoded as Python's `urllib.parse.quote` does.
         var subjectToken: String {
+            // JSON as Python's `json.dumps` writes it by default (ASCII only).
+            func quoted(_ text: String) -> String { JSONString.quoted(text, asciiOnly: true) }
             var json = "{\"headers\":["
-            json += headers.map { "{\"key\":\(Self.quoted($0.key)),\"value\":\(Self.quoted($0.value))}" }
+            json += headers.map { "{\"key\":\(quoted($0.key)),\"value\":\(quoted($0.value))}" }
                 .joined(separator: ",")
-            json += "],\"method\":\"POST\",\"url\":\(Self.quoted(url))}"
-            return AWSRequestSigner.percentEncode(json, keeping: "-_.~/")
-        }
-
-        /// `text` as a JSON string, escaping as Python's `json.dumps` does (ASCII only).
-        static func quoted(_ text: String) -> String {
-            var out = "\""
-            for scalar in text.unicodeScalars {
-                switch scalar {
-                case "\"": out += "\\\""
-                case "\\": out += "\\\\"
-                case "\n": out += "\\n"
-                case "\r": out += "\\r"
-                case "\t": out += "\\t"
-                case _ where scalar.value < 0x20 || scalar.value > 0x7E:
-                    for unit in String(scalar).utf16 {
-                        let hex = String(unit, radix: 16)
-                        out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                    }
-                default: out.unicodeScalars.append(scalar)
-                }
-            }
-            return out + "\""
+            json += "],\"method\":\"POST\",\"url\":\(quoted(url))}"
+            return PercentEncoding.encode(json, alsoKeeping: "/")
         }
     }
 
@@ -147,7 +129,7 @@ enum AWSRequestSigner {
             let parts = piece.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             let name = formDecode(String(parts[0]))
             let value = parts.count > 1 ? formDecode(String(parts[1])) : ""
-            pairs.append((percentEncode(name, keeping: "-_.~"), percentEncode(value, keeping: "-_.~")))
+            pairs.append((PercentEncoding.encode(name), PercentEncoding.encode(value)))
         }
         return pairs.sorted { $0.0 != $1.0 ? $0.0 < $1.0 : $0.1 < $1.1 }.map { "\($0.0)=\($0.1)" }
             .joined(separator: "&")
@@ -174,23 +156,5 @@ enum AWSRequestSigner {
             index += 1
         }
         return String(decoding: bytes, as: UTF8.self)
-    }
-
-    /// `text` percent-encoded: letters, digits and `keeping` as they are, every other byte `%XX`
-    /// (upper-case hex).
-    static func percentEncode(_ text: String, keeping: String) -> String {
-        var out = ""
-        for byte in text.utf8 {
-            let plain =
-                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-                || keeping.utf8.contains(byte)
-            if plain {
-                out.unicodeScalars.append(Unicode.Scalar(byte))
-            } else {
-                let hex = String(byte, radix: 16, uppercase: true)
-                out += "%" + (hex.count == 1 ? "0" : "") + hex
-            }
-        }
-        return out
     }
 }

@@ -149,7 +149,7 @@ final class ExternalAccountExchange: Sendable {
                 form.append(("client_id", client.id))
             }
         }
-        let body = form.map { HTTPTokenProvider.percentEncode($0) + "=" + HTTPTokenProvider.percentEncode($1) }
+        let body = form.map { PercentEncoding.encode($0) + "=" + PercentEncoding.encode($1) }
             .joined(separator: "&")
         let what = "STS \(account.tokenURL)"
         let reply: OutboundReply

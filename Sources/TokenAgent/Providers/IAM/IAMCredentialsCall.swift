@@ -86,7 +86,7 @@ final class IAMCredentialsCall: Sendable {
         self.credentials = credentials
         // `@` stays as it is (a path may hold it, and Google's libraries send it so); anything
         // that could end the path segment (`/`, `?`, `#`) is escaped.
-        let segment = HTTPTokenProvider.percentEncode(account).replacing("%40", with: "@")
+        let segment = PercentEncoding.encode(account, alsoKeeping: "@")
         url = endpoint.url("/v1/projects/-/serviceAccounts/" + segment + ":" + method.rawValue)
         self.timeout = .milliseconds(Int64(timeout * 1000))
         self.clock = clock
