@@ -53,6 +53,9 @@ final class FakeTokenProvider: Sendable {
         var failAll = false
         var lifetime = 3600
         var delayMilliseconds = 0
+        /// Replies are held until ``releaseHeld()``; those held so far.
+        var holding = false
+        var held: [@Sendable () -> Void] = []
         var dateSkew: Int?
         var redirectTarget = "http://127.0.0.2:1/token/vehicle/elsewhere"
     }
@@ -146,6 +149,29 @@ final class FakeTokenProvider: Sendable {
 
     /// A delay before every reply.
     func setDelay(milliseconds: Int) { state.withLock { $0.delayMilliseconds = milliseconds } }
+
+    /// From now on every reply is held, however long, until ``releaseHeld()``: a fetch in flight
+    /// for as long as a test needs, with no window a loaded machine can miss.
+    func holdReplies() { state.withLock { $0.holding = true } }
+
+    /// Sends every reply held, and holds no more.
+    func releaseHeld() {
+        let held = state.withLock { state in
+            state.holding = false
+            defer { state.held = [] }
+            return state.held
+        }
+        for send in held { send() }
+    }
+
+    /// Holds `send` when replies are held; `false` when it should go now.
+    fileprivate func hold(_ send: @escaping @Sendable () -> Void) -> Bool {
+        state.withLock { state in
+            guard state.holding else { return false }
+            state.held.append(send)
+            return true
+        }
+    }
 
     func stop() async {
         try? await channel.close()
@@ -316,17 +342,23 @@ private final class ProviderHandler: ChannelInboundHandler {
             }
             let extra = provider.replyHeaders
             let respond = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            context.eventLoop.scheduleTask(in: .milliseconds(Int64(delay))) {
-                let (handler, context) = respond.value
-                handler.respond(
-                    context: context,
-                    status: status,
-                    type: type,
-                    body: body,
-                    keepAlive: head.isKeepAlive,
-                    extra: extra
-                )
+            let eventLoop = context.eventLoop
+            let send: @Sendable () -> Void = {
+                eventLoop.execute {
+                    let (handler, context) = respond.value
+                    guard context.channel.isActive else { return }
+                    handler.respond(
+                        context: context,
+                        status: status,
+                        type: type,
+                        body: body,
+                        keepAlive: head.isKeepAlive,
+                        extra: extra
+                    )
+                }
             }
+            if provider.hold(send) { return }
+            eventLoop.scheduleTask(in: .milliseconds(Int64(delay))) { send() }
         }
     }
 

@@ -120,16 +120,20 @@ struct StartupAndLoggingTests {
     }
 
     @Test func sigtermFinishesOwedRepliesAndExitsZero() async throws {
-        try await withProviderAndAgent(configure: { $0.setDelay(milliseconds: 4000) }) { agent, provider in
+        try await withProviderAndAgent(configure: { $0.holdReplies() }) { agent, provider in
             async let slow = SocketClient.exchange(agent.socketPath, "GET vehicle term-1\n", lines: 1)
-            // Wait until the provider has the agent's fetch (it answers 4 s later), watched in this
-            // process so that a loaded machine cannot make the check miss the window.
+            // The provider holds its reply until released, so the fetch is in flight at the
+            // SIGTERM however loaded the machine (a 4 s delay was once missed under load).
             for _ in 0..<1000 where provider.requests(for: "term-1") == 0 {
                 try await Task.sleep(for: .milliseconds(10))
             }
             #expect(provider.requests(for: "term-1") == 1)
             #expect(try await agent.stats()["inflight"] == 1, "the agent is fetching")
             kill(agent.pid, SIGTERM)
+            // Once the agent says it is stopping, its fetch still owed, the provider answers it.
+            let stopping = await eventually { agent.log.contains("shutting down: no new connections") }
+            #expect(stopping, "the agent began its shutdown with the fetch in flight")
+            provider.releaseHeld()
             let reply = try await slow
             #expect(tokenOf(reply.first) != nil, "the in-flight request was answered")
             #expect(await agent.stop() == 0)
