@@ -11,9 +11,9 @@ import Synchronization
 /// its turn, and its connection's later replies wait behind it, in order. Cached GETs and the
 /// workers' `WARM` and `TOUCH` are not paced.
 final class CostlyReplyPacer: Sendable {
-    /// The work units (``WorkCost``, a line 1) a uid's costly replies may cost a second.
-    let unitsPerSecond: Int
+    /// A uid's budget: the time one work unit (``WorkCost``, a line 1) takes of it...
     private let nanosecondsPerUnit: Int64
+    /// ...and what is answered at once, a second's worth of units.
     private let burstNanoseconds: Int64
     /// Per uid (every unidentified peer is one), when its next costly reply's turn is.
     private let turns = Mutex<[UInt32?: NIODeadline]>([:])
@@ -24,9 +24,9 @@ final class CostlyReplyPacer: Sendable {
     /// 2,000 units a second by default: 250 `STATS`, 31 `METRICS` or 1,000 `INFO` a second a uid,
     /// about a millisecond of the loop's time (a unit is about a cached GET's 0.5 µs).
     init(unitsPerSecond: Int = 2_000) {
-        self.unitsPerSecond = min(max(unitsPerSecond, 1), 1_000_000_000)
-        nanosecondsPerUnit = max(1_000_000_000 / Int64(self.unitsPerSecond), 1)
-        burstNanoseconds = nanosecondsPerUnit * Int64(self.unitsPerSecond)
+        let unitsPerSecond = Int64(min(max(unitsPerSecond, 1), 1_000_000_000))
+        nanosecondsPerUnit = max(1_000_000_000 / unitsPerSecond, 1)
+        burstNanoseconds = nanosecondsPerUnit * unitsPerSecond
     }
 
     /// Counts a costly reply of `units` against `uid`'s budget (`nil`: an unidentified peer) and

@@ -101,18 +101,12 @@ extension RequestHandler {
     /// Whether the costly reply at the head (`STATS`, `METRICS`, `INFO`) may be written now: its
     /// cost counted against the peer's uid (``CostlyReplyPacer``). Past the uid's budget, a timer
     /// brings the connection back when its turn comes, and it is written then, as paid.
-    func paidForCostlyHead(_ head: PendingReply) -> Bool {
+    private func paidForCostlyHead(_ head: PendingReply) -> Bool {
         // Waiting for its turn: nothing else (a read, the output draining) writes it sooner.
         if paceTimer != nil { return false }
         if costlyHeadPaid { return true }
-        let units: Int
-        switch head {
-        case .info: units = 1 + WorkCost.info
-        case .metrics: units = 1 + WorkCost.metrics
-        case .stats: units = 1 + WorkCost.stats
-        default: return true
-        }
-        let wait = context.costlyReplies.charge(peer?.uid, units: units)
+        // Its line and its rendering, as its turn counts it.
+        let wait = context.costlyReplies.charge(peer?.uid, units: 1 + head.renderingCost)
         costlyHeadPaid = true
         guard wait > .zero else { return true }
         paceTimer = transport.schedule(in: wait) { [self] in
@@ -134,19 +128,17 @@ extension RequestHandler {
             case .failure(let failure): write(.error(failure.wireError), countedAs: .info)
             case .success(let info): write(.line(.ok(KeyInfoLine.text(info))), countedAs: .info)
             }
-            spend(WorkCost.info)
         case .metrics:
             encodeMetrics()
             context.requests.count(.metrics, .ok)
-            spend(WorkCost.metrics)
         case .stats:
             prepareOutput()
             context.status.writeStatsReply(into: &output)
             context.requests.count(.stats, .ok)
-            spend(WorkCost.stats)
         default:
             break
         }
+        spend(head.renderingCost)
     }
 
     /// The head's reply is written (or sent): the next request's is the head now.

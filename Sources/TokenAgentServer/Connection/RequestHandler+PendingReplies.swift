@@ -38,6 +38,17 @@ extension RequestHandler {
             if case .token(let answer) = self { return answer.reply != nil }
             return true
         }
+
+        /// What making it costs a turn beyond its line (``WorkCost``): the replies that render
+        /// much; 0 for the others.
+        var renderingCost: Int {
+            switch self {
+            case .info: WorkCost.info
+            case .metrics: WorkCost.metrics
+            case .stats: WorkCost.stats
+            default: 0
+            }
+        }
     }
 
     /// A `GET`'s or `REFRESH`'s reply: a token or an error, `nil` while its fetch runs.
