@@ -21,9 +21,10 @@ private final class SteppedClock: AgentClock {
     func advance(by step: Double) { seconds.withLock { $0 += step } }
 }
 
-/// The request handler on the transport the agent serves with: the socket loop, a
-/// `SocketConnection` and a socket pair (``ServedConnection``). Time-outs run on the loop's real
-/// clock, so those tests use short ones and check when their replies come.
+/// The request handler end to end on the transport the agent serves with: the socket loop, a
+/// `SocketConnection` and a socket pair (``ServedConnection``). Its behaviour in time (time-outs,
+/// lingering, stalls, pacing) is tested without sockets or sleeps, in
+/// `RequestHandlerBehaviourTests`.
 @Suite("Request handler on the socket loop")
 struct RequestHandlerTests {
     @Test func pingTellsWhenTheRefresherStalled() async throws {
@@ -161,85 +162,6 @@ struct RequestHandlerTests {
         try await connection.send("GET vehicle " + String(repeating: "x", count: 4097 - 12) + "\nPING\n")
         #expect(try await connection.readToEnd() == ["ERR bad-request line too long"], "nothing after it is answered")
         #expect(await connection.waitUntilClosed(), "the connection is closed")
-        await connection.finish()
-    }
-
-    @Test func aPartialLineTimesOutWhileReading() async throws {
-        let timeout = Duration.seconds(1)
-        let connection = try ServedConnection(requestTimeout: .seconds(1))
-        let sent = ContinuousClock.now
-        try await connection.send("PING\nGET veh")
-        #expect(try await connection.lines(1) == ["PONG"])
-        #expect(try await connection.lines(1) == ["ERR bad-request request timed out"])
-        #expect(ContinuousClock.now - sent >= timeout, "not before the time-out")
-        #expect(try await connection.readToEnd() == [])
-        #expect(await connection.waitUntilClosed(), "the connection is closed")
-        await connection.finish()
-    }
-
-    @Test func aLineFinishedInTimeCancelsTheClockAndIdleConnectionsStay() async throws {
-        // Real time: each line is finished half its time-out after it started, and the two
-        // partial lines together take longer than one time-out. The timed part runs on a thread
-        // of its own, so a test task waiting for a pool thread cannot stretch the pauses.
-        let connection = try ServedConnection(requestTimeout: .seconds(5))
-        let (first, second) = try await offPool { () -> ([String], [String]) in
-            try connection.sendNow("GET veh")
-            usleep(2_500_000)
-            try connection.sendNow("icle v-1\n")
-            let first = try connection.linesNow(1)
-            try connection.sendNow("PI")
-            usleep(2_500_000)
-            try connection.sendNow("NG\n")
-            return (first, try connection.linesNow(1))
-        }
-        #expect(first.first?.hasPrefix("OK tok-v-1 ") == true)
-        #expect(second == ["PONG"], "each line has its own 5 s")
-        // Idle past the time-out with nothing pending: no reply, and the connection is kept.
-        try await Task.sleep(for: .seconds(5.5))
-        #expect(!connection.closed, "an idle connection with nothing pending is kept")
-        #expect(try await connection.replies(to: "") == [], "and nothing was sent on it")
-        await connection.finish()
-    }
-
-    @Test func thePartialLineClockPausesWhileReadingIsPaused() async throws {
-        let timeout = Duration.seconds(4)
-        // The client reads nothing, so its replies back up; the stall time-out is far off.
-        let connection = try ServedConnection(
-            requestTimeout: .seconds(4),
-            stallTimeout: .seconds(3600),
-            sendBuffer: 4096
-        )
-        let held = ServedConnection.State(reading: false, writable: false, unread: 0)
-        // On a thread of its own: the steps must follow each other within the time-out.
-        let (overMark, paused, inTime) = try await offPool { () -> (Bool, Bool, Bool) in
-            let started = ContinuousClock.now
-            // The partial line is read while the output is still under its mark: its clock starts.
-            try connection.sendNow(String(repeating: "METRICS\n", count: 40) + "GET veh")
-            let overMark = connection.waitNow { !$0.writable }
-            // More of the line, read while the output is over its mark: reading pauses after that
-            // read, and the clock with it. (The connection asks whether to read on after each
-            // read burst, so reading pauses at the first read after the output went over its
-            // mark.)
-            try connection.sendNow("ic")
-            let paused = connection.waitNow { $0 == held }
-            return (overMark, paused, ContinuousClock.now - started < timeout)
-        }
-        #expect(overMark, "the output goes over its mark")
-        let state = await connection.state()
-        #expect(paused, "reading pauses while the output is over its mark: \(state)")
-        try #require(inTime, "the machine took the whole time-out to get here: the test cannot tell")
-        // One and a half time-outs while reading is paused: not the client's fault.
-        try await Task.sleep(for: timeout * 1.5)
-        let (lines, sinceDrained) = try await offPool { () -> ([String], Duration) in
-            let drained = ContinuousClock.now
-            let lines = try connection.linesNow(through: "ERR bad-request request timed out")
-            return (lines, ContinuousClock.now - drained)
-        }
-        #expect(lines.count { $0 == "# EOF" } == 40, "every METRICS reply before it")
-        #expect(
-            sinceDrained >= timeout,
-            "the clock started again only once the client drained its replies and reading went on"
-        )
         await connection.finish()
     }
 

@@ -125,7 +125,7 @@ extension RequestHandler {
         waiting[sequence] = transport.deliver(wait) { [self] outcome in
             waiting[sequence] = nil
             let index = sequence - firstSequence
-            guard !state.isClosed, index >= 0, index < pendingReplies.count,
+            guard !machine.isClosed, index >= 0, index < pendingReplies.count,
                 case .token(var answer) = pendingReplies[
                     pendingReplies.index(pendingReplies.startIndex, offsetBy: index)
                 ]

@@ -92,7 +92,7 @@ extension RequestHandler {
         let line = Array("OK size=\(offer.size) layout=\(SegmentLayout.version) generation=\(offer.generation)\n".utf8)
         let transport = self.transport!
         transport.whenWritten { [self] in
-            guard !state.isClosed else {
+            guard !machine.isClosed else {
                 descriptorFailed(offer, reason: "connection closed")
                 return
             }
@@ -110,7 +110,7 @@ extension RequestHandler {
         socket: Int32,
         until deadline: NIODeadline
     ) {
-        guard !state.isClosed else {
+        guard !machine.isClosed else {
             descriptorFailed(offer, reason: "connection closed")
             return
         }
@@ -161,7 +161,7 @@ extension RequestHandler {
             Glibc.close(offer.descriptor)
         }
         logger.debug("segment descriptor not sent", metadata: ["reason": "\(reason)"])
-        let wasClosed = state.isClosed
+        let wasClosed = machine.isClosed
         finishDescriptor()
         if !wasClosed { close() }
     }

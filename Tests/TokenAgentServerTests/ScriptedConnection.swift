@@ -1,0 +1,243 @@
+import Logging
+import NIOCore
+import Synchronization
+import TokenAgent
+
+@testable import TokenAgentServer
+
+/// Time the test moves by hand: the scripted transport's timers run on it, and the handler reads
+/// tokens' ages on it (as wall time from a fixed epoch).
+final class ScriptedTime: AgentClock, Sendable {
+    private let elapsed = Mutex(TimeAmount.zero)
+    /// The wall time at the start: the machine's, so tokens minted now are fresh.
+    let epoch = SystemAgentClock().wallSeconds
+
+    var now: TimeAmount { elapsed.withLock { $0 } }
+    var monotonicSeconds: Double { Double(now.nanoseconds) / 1e9 }
+    var wallSeconds: Double { epoch + monotonicSeconds }
+
+    func move(to time: TimeAmount) { elapsed.withLock { $0 = max($0, time) } }
+}
+
+/// A ``ConnectionTransport`` the test plays by hand, with no socket and no real time: what the
+/// handler writes is kept, timers run when the test moves ``ScriptedTime``, what the real loop
+/// runs "soon" runs when the test lets it (``ScriptedConnection/settle()``), and fetches end
+/// when the test ends them.
+final class ScriptedTransport: ConnectionTransport {
+    let time: ScriptedTime
+    /// Everything the handler wrote, in order.
+    private(set) var written: [UInt8] = []
+    /// Whether the output is under its high-water mark; the test sets it.
+    var isWritable = true
+    /// Reading is held: the handler said it wants no more, and has not asked again.
+    var readingHeld = false
+    private(set) var closed = false
+    private(set) var outputShut = false
+    /// Bodies the real loop would run in a later turn.
+    var soon: [() -> Void] = []
+    /// The fetches the handler waits for, in the order asked.
+    var deliveries: [(wait: @Sendable () async -> TokenEngine.Outcome, body: (TokenEngine.Outcome) -> Void)] = []
+    /// Timers armed and not yet run or cancelled, by deadline.
+    private var timers: [(deadline: TimeAmount, id: Int, body: () -> Void)] = []
+    private var nextTimer = 0
+    private var cancelled: Set<Int> = []
+
+    init(time: ScriptedTime) { self.time = time }
+
+    final class Timer: TransportTimer {
+        let cancelBody: () -> Void
+        init(_ cancel: @escaping () -> Void) { cancelBody = cancel }
+        func cancel() { cancelBody() }
+    }
+
+    /// How many timers are armed.
+    var armedTimers: Int { timers.count { !cancelled.contains($0.id) } }
+
+    func write(_ bytes: ByteBuffer) {
+        guard !closed else { return }
+        written += bytes.readableBytesView
+    }
+
+    func read() { readingHeld = false }
+
+    func close() { closed = true }
+
+    func closeOutput() { outputShut = true }
+
+    func whenWritten(_ body: @escaping () -> Void) { soon.append(body) }
+
+    func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) -> any TransportTimer {
+        nextTimer += 1
+        let id = nextTimer
+        timers.append((time.now + delay, id, body))
+        return Timer { [weak self] in self?.cancelled.insert(id) }
+    }
+
+    func deliver(
+        _ wait: @escaping @Sendable () async -> TokenEngine.Outcome,
+        to body: @escaping (TokenEngine.Outcome) -> Void
+    ) -> Task<Void, Never> {
+        deliveries.append((wait, body))
+        return Task {}
+    }
+
+    var socketDescriptor: Int32? { nil }
+
+    func whenSocketWritable(_ body: @escaping () -> Void) { soon.append(body) }
+
+    func continueLater(_ body: @escaping () -> Void) { soon.append(body) }
+
+    /// The first timer due by `time`, removed; `nil` when none is.
+    func takeDueTimer(by time: TimeAmount) -> (() -> Void, TimeAmount)? {
+        timers.removeAll { cancelled.contains($0.id) }
+        guard let next = timers.indices.min(by: { timers[$0].deadline < timers[$1].deadline }),
+            timers[next].deadline <= time
+        else { return nil }
+        let timer = timers.remove(at: next)
+        return (timer.body, timer.deadline)
+    }
+}
+
+/// A ``RequestHandler`` with the real engine, served through a ``ScriptedTransport``: the test
+/// is the peer, and the clock. No socket, no thread, no sleep: every step happens when the test
+/// makes it, so the handler's behaviour in time is tested exactly.
+final class ScriptedConnection {
+    let time = ScriptedTime()
+    let transport: ScriptedTransport
+    let handler: RequestHandler
+    let status: AgentStatus
+    /// Bytes the peer sent that the handler has not read yet (reading held).
+    private var unread: [UInt8] = []
+    /// Bytes of ``ScriptedTransport/written`` already returned as lines.
+    private var consumed = 0
+    private var inputEnded = false
+
+    init(
+        requestTimeout: TimeAmount = .seconds(10),
+        stallTimeout: TimeAmount = .seconds(30),
+        admission: ServerStatistics.Admission = .admitted,
+        peer: PeerCredentials? = PeerCredentials(pid: 1, uid: 1000, gid: 1000),
+        costlyReplies: CostlyReplyPacer = CostlyReplyPacer(),
+        tokenLifetime: Double = 3600
+    ) {
+        transport = ScriptedTransport(time: time)
+        let engine = TokenEngine(providers: ["vehicle": InstantProvider(), "trip": InstantProvider()])
+        let expiresAt = Int64(SystemAgentClock().wallSeconds + tokenLifetime)
+        engine.importTokens(
+            [
+                CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
+                CachedToken(kind: "trip", id: "t-1", token: "tok-t-1", expiresAt: expiresAt),
+            ],
+            from: .memory
+        )
+        status = AgentStatus(
+            engine: engine,
+            server: ServerStatistics(),
+            access: AccessControl(rules: .open(agentUID: 4_000_000)),
+            health: AgentHealth()
+        )
+        handler = RequestHandler(
+            context: ConnectionContext(engine: engine, status: status, costlyReplies: costlyReplies),
+            logger: Logger(label: "test"),
+            admission: admission,
+            peer: peer,
+            requestTimeout: requestTimeout,
+            stallTimeout: stallTimeout,
+            clock: time
+        )
+        handler.transport = transport
+        handler.activate()
+        settle()
+    }
+
+    /// The peer sends `text`: read at once in one burst, or kept unread while reading is held.
+    func send(_ text: String) {
+        unread += Array(text.utf8)
+        readUnread()
+    }
+
+    /// The peer shuts its sending side.
+    func endInput() {
+        inputEnded = true
+        readUnread()
+    }
+
+    /// Reads what the peer sent, as the socket loop does: one burst, then whether to read on.
+    private func readUnread() {
+        guard !transport.closed, !transport.readingHeld else { return }
+        if !unread.isEmpty {
+            handler.startTurn()
+            var buffer = ByteBufferAllocator().buffer(capacity: unread.count)
+            buffer.writeBytes(unread)
+            unread = []
+            handler.received(buffer)
+            handler.readComplete()
+            if !transport.closed, !handler.wantsToRead() { transport.readingHeld = true }
+        }
+        if inputEnded, unread.isEmpty, !transport.readingHeld {
+            inputEnded = false
+            handler.readComplete()
+            handler.inputEnded()
+        }
+        settle()
+    }
+
+    /// Runs what the loop would run soon, until nothing is left; a held read that was let go on
+    /// reads what waits.
+    func settle() {
+        while !transport.soon.isEmpty {
+            let bodies = transport.soon
+            transport.soon = []
+            for body in bodies { body() }
+        }
+        if transport.closed, !closedTold {
+            closedTold = true
+            handler.inactive()
+        }
+        if !transport.readingHeld, !unread.isEmpty || inputEnded { readUnread() }
+    }
+
+    private var closedTold = false
+
+    /// Moves time on by `amount`, running each timer due on the way at its own time.
+    func advance(by amount: TimeAmount) {
+        let end = time.now + amount
+        while let (body, deadline) = transport.takeDueTimer(by: end) {
+            time.move(to: deadline)
+            body()
+            settle()
+        }
+        time.move(to: end)
+    }
+
+    /// The output goes over its high-water mark (the peer stops reading), or back under it.
+    func setWritable(_ writable: Bool) {
+        transport.isWritable = writable
+        handler.writabilityChanged()
+        settle()
+    }
+
+    /// Ends every fetch the handler waits for, as the engine ends it.
+    func finishFetches() async {
+        while !transport.deliveries.isEmpty {
+            let deliveries = transport.deliveries
+            transport.deliveries = []
+            for delivery in deliveries { delivery.body(await delivery.wait()) }
+            settle()
+        }
+    }
+
+    /// The reply lines written since the last call.
+    func lines() -> [String] {
+        let bytes = transport.written[consumed...]
+        guard let last = bytes.lastIndex(of: UInt8(ascii: "\n")) else { return [] }
+        consumed = last + 1
+        return bytes[..<last].split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            .map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Whether the handler closed the connection.
+    var closed: Bool { transport.closed }
+    /// Whether the handler is reading (not holding reading for back-pressure).
+    var reading: Bool { !transport.readingHeld }
+}
