@@ -15,9 +15,8 @@ import TokenWire
 /// The connection's life (taking requests, finishing, closing, lingering, closed; reading held;
 /// its timers) is a value, ``ConnectionStateMachine``: this file feeds it what happens and performs
 /// what it answers. It also holds the replies owed, in order, and writes them. What the requests
-/// mean lives apart, in extensions by verb: the verbs (`+Verbs`), the GET fast path
-/// (`+SimpleGet`), reply encoding (`+Encoding`) and the shared-memory verbs
-/// (`SharedMemory/RequestHandler+SharedMemory.swift`).
+/// mean (verbs, access checks, the engine, encoding) lives apart, in `RequestHandler+Requests`,
+/// and the shared-memory verbs in `SharedMemory/RequestHandler+SharedMemory`.
 ///
 /// It knows its connection only as a ``ConnectionTransport``: the socket loop's own
 /// (``SocketConnection``), or a test's. The transport calls in with what happens on the
