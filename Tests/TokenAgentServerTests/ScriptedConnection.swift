@@ -5,16 +5,17 @@ import TokenAgent
 
 @testable import TokenAgentServer
 
-/// Time the test moves by hand: the scripted transport's timers run on it, and the handler reads
-/// tokens' ages on it (as wall time from a fixed epoch).
+/// Time the test moves by hand: the scripted transport's timers run on it, and the handler and
+/// the engine read tokens' ages on it (as wall time from the machine's when it was made).
 final class ScriptedTime: AgentClock, Sendable {
     private let elapsed = Mutex(TimeAmount.zero)
     /// The wall time at the start: the machine's, so tokens minted now are fresh.
     let epoch = SystemAgentClock().wallSeconds
 
     var now: TimeAmount { elapsed.withLock { $0 } }
-    var monotonicSeconds: Double { Double(now.nanoseconds) / 1e9 }
-    var wallSeconds: Double { epoch + monotonicSeconds }
+    var monotonicSeconds: Double { 1000 + elapsedSeconds }
+    var wallSeconds: Double { epoch + elapsedSeconds }
+    private var elapsedSeconds: Double { Double(now.nanoseconds) / 1e9 }
 
     func move(to time: TimeAmount) { elapsed.withLock { $0 = max($0, time) } }
 }
@@ -121,8 +122,11 @@ final class ScriptedConnection {
         tokenLifetime: Double = 3600
     ) {
         transport = ScriptedTransport(time: time)
-        let engine = TokenEngine(providers: ["vehicle": InstantProvider(), "trip": InstantProvider()])
-        let expiresAt = Int64(SystemAgentClock().wallSeconds + tokenLifetime)
+        let engine = TokenEngine(
+            providers: ["vehicle": InstantProvider(), "trip": InstantProvider()],
+            clock: time
+        )
+        let expiresAt = Int64(time.wallSeconds + tokenLifetime)
         engine.importTokens(
             [
                 CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
