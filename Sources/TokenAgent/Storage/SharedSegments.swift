@@ -4,10 +4,6 @@ import Synchronization
 import TokenSegment
 import TokenWire
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// The agent's shared-memory segments: one per configured kind, kept current by the store
 /// (``TokenStorage``) before any reply, beaten every second, and replaced by a new generation when
 /// one fills up, when the kind's rules change, and at least every 15 minutes (docs/SHM.md).
@@ -25,7 +21,7 @@ import TokenWire
 ///
 /// The limits and the generations (opening, growth, replacement, reopening, the builds beside the
 /// current segment) are in `SharedSegments+Generations.swift`; the descriptors offered to readers
-/// in `SharedSegments+Descriptors.swift`; the counts in `SharedSegments+Statistics.swift`.
+/// and the counts follow the type in this file.
 public final class SharedSegments: TokenStorage, Sendable {
     /// One kind's segments, under their own lock.
     final class KindSegments: Sendable {
@@ -390,5 +386,90 @@ public final class SharedSegments: TokenStorage, Sendable {
         settle(&state)
         if let writer = state.writer { retire(writer) }
         state = KindState(configured: false, policy: policy)
+    }
+}
+
+// MARK: The descriptors the `SHM` verb hands readers: a read-only re-open of a kind's current
+// segment, one per generation a connection has not had yet.
+extension SharedSegments {
+    /// A read-only descriptor of a kind's current segment, for one peer.
+    public struct Offer: Sendable {
+        /// The descriptor (the receiver of the offer closes it).
+        public var descriptor: Int32
+        public var size: Int
+        public var generation: UInt64
+        public var kind: String
+    }
+
+    /// What ``offer(kind:unlessAlreadySent:)`` gave.
+    public enum OfferOutcome: Sendable {
+        case offered(Offer)
+        /// The kind has no segment now (none could be made, or a reload withholds it).
+        case none
+        /// The current generation is one the asker already has.
+        case alreadySent(generation: UInt64)
+    }
+
+    /// A read-only descriptor of `kind`'s current segment, unless `alreadySent` says the asker has
+    /// that generation: both decided under one lock, so the generation checked is the one offered.
+    public func offer(kind: String, unlessAlreadySent alreadySent: (UInt64) -> Bool) -> OfferOutcome {
+        guard let entry = entry(kind) else { return .none }
+        return entry.state.withLock { state -> OfferOutcome in
+            guard let writer = state.writer, !state.withheld else { return .none }
+            if alreadySent(writer.generation) { return .alreadySent(generation: writer.generation) }
+            let descriptor = fsm_reopen_read_only(writer.descriptor)
+            guard descriptor >= 0 else { return .none }
+            descriptorCount.add(1, ordering: .relaxed)
+            return .offered(Offer(descriptor: descriptor, size: writer.size, generation: writer.generation, kind: kind))
+        }
+    }
+}
+
+// MARK: The segments' counts, for STATS and metrics.
+extension SharedSegments {
+    /// Counts for STATS and metrics.
+    public struct Statistics: Sendable, Equatable {
+        public var segments = 0
+        public var bytes = 0
+        public var slotsUsed = 0
+        public var generations = 0
+        public var descriptors = 0
+        /// Tokens left out of shared memory: a limit stopped a segment's growth, or the token is
+        /// larger than the largest slot.
+        public var notMirrored = 0
+        /// Tokens of kinds a limit left without a segment for now, kept privately until one can
+        /// take them.
+        public var heldOutside = 0
+        /// The bytes of every generation that may still be mapped: the current segments and the
+        /// retired ones a reader still holds.
+        public var mappedBytes = 0
+        /// Retired generations a reader still holds (a descriptor or a mapping).
+        public var retiredMapped = 0
+    }
+
+    /// The segments' counts.
+    public func statistics() -> Statistics {
+        var statistics = Statistics()
+        for entry in entries() {
+            entry.state.withLock { state in
+                guard let writer = state.writer else {
+                    statistics.heldOutside += state.orphans.count
+                    return
+                }
+                statistics.segments += 1
+                statistics.bytes += writer.size
+                statistics.slotsUsed += writer.count
+                statistics.heldOutside += state.orphans.count
+            }
+        }
+        shared.withLock { shared in
+            shared.mapped.collect()
+            statistics.generations = shared.generations
+            statistics.mappedBytes = shared.mapped.totalBytes
+            statistics.retiredMapped = shared.mapped.retiredCount
+        }
+        statistics.descriptors = descriptorCount.load(ordering: .relaxed)
+        statistics.notMirrored = notMirroredCount.load(ordering: .relaxed)
+        return statistics
     }
 }
