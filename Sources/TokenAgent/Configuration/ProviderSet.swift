@@ -1,4 +1,5 @@
 import Crypto
+import Logging
 import TokenWire
 
 #if canImport(FoundationEssentials)
@@ -243,5 +244,169 @@ public enum ProviderSet {
 
     static func digest(_ bytes: [UInt8]) -> String {
         SHA256.hash(data: bytes).prefix(8).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+    }
+}
+
+extension ProviderSet {
+    /// One kind's issuer as configured: a key-file issuer already read (it holds no connection),
+    /// a key-less one not made yet.
+    struct ConfiguredIssuer {
+        var kind: String
+        var settings: IssuerSettings
+        /// What the issuer is made of: equal identities mean an unchanged issuer.
+        var identity: String
+        /// The issuer of a key file, made from it when it was read.
+        var local: LocalIssuer?
+        var lifetime: Double
+        var claims: IssuerClaims
+
+        /// The issuer: a ``LocalIssuer`` for a key file, an ``IAMSigner`` for a service account.
+        /// - Parameter previousBudget: the budget the kind's provider had before a reload: kept
+        ///   when the rate is the same, carried into the new one when it changed, so that a
+        ///   reload never hands a kind a fresh minute of signatures.
+        func make(
+            configuration: AgentConfiguration,
+            credentials: (any AccessTokenSource)?,
+            clock: any AgentClock,
+            previousBudget: SignatureBudget? = nil
+        ) throws -> any TokenProvider {
+            // Each issuer its own budget: a key-less one always (the project's IAM quota), a key
+            // file only when it sets one.
+            let perMinute = settings.signsPerMinute.map { Int($0) }
+            func budget(_ perMinute: Int) -> SignatureBudget {
+                if let previousBudget, previousBudget.perMinute == perMinute { return previousBudget }
+                return SignatureBudget(perMinute: perMinute, clock: clock, carrying: previousBudget)
+            }
+            if var local {
+                local.signatureBudget = perMinute.map(budget)
+                return local
+            }
+            guard let account = settings.serviceAccount, let credentials else {
+                throw ConfigurationError(key: "issuers.\(kind)", "needs exactly one of key_file and service_account")
+            }
+            let budget = budget(perMinute ?? IssuerSettings.defaultSignsPerMinute)
+            return IAMSigner(
+                account: account,
+                endpoint: try EndpointSecurity.check(url: configuration.iamEndpoint, key: "iam_endpoint"),
+                claims: claims,
+                lifetime: lifetime,
+                credentials: credentials,
+                signatureBudget: budget,
+                clock: clock
+            )
+        }
+    }
+
+    /// Reads every configured issuer's settings and key file; no HTTP client is made yet, so a bad
+    /// configuration leaves nothing to shut down.
+    static func readIssuers(_ configuration: AgentConfiguration, clock: any AgentClock) throws -> [String:
+        ConfiguredIssuer]
+    {
+        var issuers: [String: ConfiguredIssuer] = [:]
+        for (kind, settings) in configuration.issuers.sorted(by: { $0.key < $1.key }) {
+            var claimNames = FleetEngineKinds.claimNames
+            if let claim = settings.claim { claimNames[kind] = claim }
+            let lifetime = settings.lifetime ?? configuration.issuerLifetime
+            var identity = "issuer lifetime=\(lifetime) claim=\(claimNames[kind] ?? "*")"
+            identity += " budget=\(settings.signsPerMinute.map { "\(Int($0))" } ?? "default")"
+            let claims = IssuerClaims(claimNames: claimNames)
+            var local: LocalIssuer?
+            if let path = settings.keyFile {
+                let data = Data(try readFile(path, limit: BoundedFile.keyLimit, key: "issuers.\(kind).key_file"))
+                // Read now, so a bad key is a configuration error at start and at reload.
+                do {
+                    local = try LocalIssuer(serviceAccountJSON: data, lifetime: lifetime, claims: claims, clock: clock)
+                } catch {
+                    throw ConfigurationError(key: "issuers.\(kind).key_file", "\(error)")
+                }
+                identity += " key=\(digest(Array(data)))"
+            } else if let account = settings.serviceAccount {
+                identity += " account=\(account) endpoint=\(configuration.iamEndpoint)"
+            }
+            issuers[kind] = ConfiguredIssuer(
+                kind: kind,
+                settings: settings,
+                identity: identity,
+                local: local,
+                lifetime: lifetime,
+                claims: claims
+            )
+        }
+        return issuers
+    }
+}
+
+extension ProviderSet {
+    /// What each access-token entry's provider is made of, by the entry's kind: its settings and
+    /// `iam_endpoint` (the host's credentials are added by the caller); never a secret.
+    static func accessTokenIdentities(_ configuration: AgentConfiguration) -> [String: String] {
+        var identities: [String: String] = [:]
+        for (name, settings) in configuration.accessTokens {
+            let kind = AccessTokenKind.kind(name: name)
+            switch settings.source ?? .impersonation {
+            case .host:
+                identities[kind] = "access host"
+            case .impersonation:
+                var identity = "access account=\(settings.serviceAccount ?? "")"
+                identity += " scopes=\((settings.scopes ?? AccessTokenSettings.defaultScopes).joined(separator: ","))"
+                identity += " lifetime=\(settings.lifetime ?? AccessTokenSettings.maxLifetime)"
+                identity += " delegates=\((settings.delegates ?? []).joined(separator: ","))"
+                identity += " budget=\(settings.callsPerMinute.map { "\(Int($0))" } ?? "default")"
+                identity += " endpoint=\(configuration.iamEndpoint)"
+                identities[kind] = identity
+            }
+        }
+        return identities
+    }
+
+    /// The provider of the access-token entry `name`: ``HostAccessTokens`` for the host's own
+    /// token, ``ImpersonatedAccessTokens`` otherwise, with its budget of `generateAccessToken`
+    /// calls (kept, or carried into a new one, from `previousBudget` as an issuer's is).
+    static func makeAccessTokens(
+        name: String,
+        configuration: AgentConfiguration,
+        credentials: any AccessTokenSource,
+        clock: any AgentClock,
+        previousBudget: SignatureBudget?
+    ) throws -> any TokenProvider {
+        guard let settings = configuration.accessTokens[name] else {
+            throw ConfigurationError(key: "access_tokens.\(name)", "is not configured")
+        }
+        if settings.source == .host { return HostAccessTokens(name: name, credentials: credentials, clock: clock) }
+        guard let account = settings.serviceAccount else {
+            throw ConfigurationError(key: "access_tokens.\(name).service_account", "is required")
+        }
+        let perMinute = settings.callsPerMinute.map { Int($0) } ?? AccessTokenSettings.defaultCallsPerMinute
+        let budget =
+            previousBudget.flatMap { $0.perMinute == perMinute ? $0 : nil }
+            ?? SignatureBudget(perMinute: perMinute, clock: clock, carrying: previousBudget)
+        return ImpersonatedAccessTokens(
+            name: name,
+            account: account,
+            scopes: settings.scopes ?? AccessTokenSettings.defaultScopes,
+            lifetime: settings.lifetime ?? AccessTokenSettings.maxLifetime,
+            delegates: settings.delegates ?? [],
+            endpoint: try EndpointSecurity.check(url: configuration.iamEndpoint, key: "iam_endpoint"),
+            credentials: credentials,
+            budget: budget,
+            clock: clock
+        )
+    }
+}
+
+extension ProviderSet {
+    /// Warns (once per file and mode) about each service-account key file the configuration names
+    /// (`issuer_key`, `issuers.<kind>.key_file`) that its group or others may read.
+    static func warnAboutExposedKeyFiles(
+        _ configuration: AgentConfiguration,
+        logger: Logger = Logger(label: "fleet-tokend.issuer")
+    ) {
+        if let path = configuration.issuerKeyPath {
+            SecretFilePermissions.warnIfReadableByOthers(path, what: "issuer_key", logger: logger)
+        }
+        for (kind, settings) in configuration.issuers.sorted(by: { $0.key < $1.key }) {
+            guard let path = settings.keyFile else { continue }
+            SecretFilePermissions.warnIfReadableByOthers(path, what: "issuers.\(kind).key_file", logger: logger)
+        }
     }
 }
