@@ -51,10 +51,13 @@ struct ConnectionStateMachineTests {
         #expect(machine.stop() == .none)
         #expect(machine.isFinishing)
         #expect(machine.repliesWritten(nothingLeft: false, mayRead: true) == .none)
-        #expect(machine.repliesWritten(nothingLeft: true, mayRead: true) == Actions(step: .closeAfterWritten))
+        #expect(
+            machine.repliesWritten(nothingLeft: true, mayRead: true) == Actions(arm: .stall, step: .closeAfterWritten),
+            "the last replies have the stall time to be written"
+        )
         #expect(machine.state == .closing(inputEnded: false))
         #expect(machine.isClosed)
-        #expect(machine.allWritten() == Actions(arm: .linger, step: .shutOutputAndLinger))
+        #expect(machine.allWritten() == Actions(cancel: .stall, arm: .linger, step: .shutOutputAndLinger))
         #expect(machine.state == .lingering)
         #expect(machine.inputEnded() == Actions(cancel: .linger, step: .close), "the client read it and left")
         #expect(machine.state == .closed)
@@ -74,8 +77,10 @@ struct ConnectionStateMachineTests {
         #expect(machine.inputEnded() == Actions(step: .writeReplies))
         #expect(machine.takesRequests, "a half-closed client's lines already read are still taken")
         #expect(machine.repliesWritten(nothingLeft: false, mayRead: true) == .none)
-        #expect(machine.repliesWritten(nothingLeft: true, mayRead: true) == Actions(step: .closeAfterWritten))
-        #expect(machine.allWritten() == Actions(step: .close))
+        #expect(
+            machine.repliesWritten(nothingLeft: true, mayRead: true) == Actions(arm: .stall, step: .closeAfterWritten)
+        )
+        #expect(machine.allWritten() == Actions(cancel: .stall, step: .close))
         #expect(machine.state == .closed)
     }
 
@@ -83,7 +88,7 @@ struct ConnectionStateMachineTests {
         var machine = machine()
         _ = machine.close()
         #expect(machine.inputEnded() == .none)
-        #expect(machine.allWritten() == Actions(step: .close))
+        #expect(machine.allWritten() == Actions(cancel: .stall, step: .close))
     }
 
     @Test func aPeerThatLeavesItsRepliesUnreadIsCutOffFromAnyState() {
@@ -179,5 +184,24 @@ struct ConnectionStateMachineTests {
         #expect(machine.stop() == .none)
         #expect(machine.close() == .none)
         #expect(machine.state == .closing(inputEnded: false))
+    }
+
+    @Test func closingIsBoundedByTheStallTimeWhateverTheOutputsMark() {
+        var machine = machine()
+        #expect(machine.close() == Actions(arm: .stall, step: .closeAfterWritten))
+        #expect(machine.writabilityChanged(writable: true) == .none, "the bound runs on")
+        #expect(machine.running == .stall)
+        #expect(machine.timerFired(.stall, writable: true) == Actions(step: .closeStalled))
+        #expect(machine.state == .closed)
+    }
+
+    @Test func whatComesAfterTheTransportClosedDoesNothing() {
+        var machine = machine()
+        _ = machine.close()
+        #expect(machine.transportClosed() == Actions(cancel: .stall))
+        #expect(machine.allWritten() == .none, "no shutting or lingering on a closed transport")
+        #expect(machine.timerFired(.stall, writable: false) == .none)
+        #expect(machine.timerFired(.linger, writable: true) == .none)
+        #expect(machine.state == .closed)
     }
 }

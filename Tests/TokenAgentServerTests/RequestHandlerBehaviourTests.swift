@@ -105,6 +105,7 @@ struct RequestHandlerBehaviourTests {
         connection.endInput()
         #expect(connection.closed, "the client read the last reply and left")
         #expect(connection.lines() == [])
+        #expect(connection.transport.armedTimers == 0, "the linger's timer is stopped with it")
     }
 
     @Test func atTheLimitOfRepliesOwedReadingIsHeldThenGoesOn() async {
@@ -139,8 +140,11 @@ struct RequestHandlerBehaviourTests {
         #expect(connection.lines() == ["ERR busy too many connections for uid 1000"])
         connection.send("PING\n")
         #expect(connection.lines() == [], "no request is taken")
-        connection.advance(by: .seconds(1))
+        connection.advance(by: .milliseconds(999))
+        #expect(!connection.closed, "it lingers, so the client reads why")
+        connection.advance(by: .milliseconds(1))
         #expect(connection.closed)
+        #expect(connection.transport.armedTimers == 0)
     }
 
     @Test(arguments: [0, 5])
@@ -164,5 +168,82 @@ struct RequestHandlerBehaviourTests {
         } else {
             #expect(expiry > cached + 3000, "a new token, never the one under the floor")
         }
+    }
+
+    @Test func aPeerThatStopsReadingAfterQuitIsClosedAtTheStallTime() {
+        let connection = ScriptedConnection(stallTimeout: .seconds(30))
+        // The socket takes nothing more, though the output stays under its mark.
+        connection.transport.holdOutput()
+        connection.send("PING\nQUIT\n")
+        connection.advance(by: .seconds(29))
+        #expect(!connection.closed, "the last replies have the stall time")
+        connection.advance(by: .seconds(1))
+        #expect(connection.closed)
+        #expect(!connection.transport.outputShut, "no linger for a peer that read nothing")
+        #expect(connection.transport.armedTimers == 0)
+    }
+
+    @Test func aConnectionClosedWhileItsLastRepliesAreWrittenIsNeitherShutNorLingered() {
+        let connection = ScriptedConnection()
+        connection.transport.holdOutput()
+        connection.send("PING\nQUIT\n")
+        // The peer resets the connection before the socket took the last reply.
+        connection.transport.close()
+        connection.settle()
+        #expect(!connection.transport.outputShut)
+        #expect(connection.transport.armedTimers == 0)
+        #expect(connection.handler.machine.state == .closed)
+    }
+
+    @Test func anIllegalTransitionClosesTheConnectionAndStopsItsTimers() {
+        let connection = ScriptedConnection()
+        connection.send("GET veh")
+        #expect(connection.transport.armedTimers == 1, "the partial line's clock")
+        // "Everything written" while open: no close was asked for.
+        connection.handler.perform(connection.handler.machine.allWritten())
+        connection.settle()
+        #expect(connection.closed)
+        #expect(connection.transport.armedTimers == 0)
+        #expect(
+            connection.handler.machine.state
+                == .illegal(.init(event: "the last reply written", state: "open"))
+        )
+    }
+
+    @Test func aPipelineLongerThanATurnIsAnsweredOverTwoTurnsInOrder() {
+        let connection = ScriptedConnection()
+        let count = RequestHandler.workPerTurn + 10
+        connection.send(String(repeating: "GET vehicle v-1\n", count: count) + "PING\n")
+        let lines = connection.lines()
+        #expect(lines.count == count + 1)
+        #expect(lines.last == "PONG")
+        #expect(connection.transport.continuations == 1, "the rest waited for one later turn")
+    }
+
+    @Test func aLineOverTheLimitIsRefusedAndTheConnectionLingersThenCloses() {
+        let connection = ScriptedConnection()
+        connection.send("GET vehicle " + String(repeating: "x", count: 5000) + "\nPING\n")
+        #expect(connection.lines() == ["ERR bad-request line too long"], "nothing after it is answered")
+        #expect(connection.transport.outputShut)
+        connection.advance(by: .seconds(1))
+        #expect(connection.closed)
+    }
+
+    @Test func aTimerThatRunsAfterItWasCancelledDoesNothing() {
+        // The transport runs cancelled timers anyway: only the arming's number keeps a stale one
+        // from timing out a later partial line.
+        let connection = ScriptedConnection(requestTimeout: .seconds(10))
+        connection.transport.cancelsLate = true
+        connection.send("GET veh")
+        connection.advance(by: .seconds(5))
+        connection.send("icle v-1\nPI")
+        #expect(connection.lines().count == 1)
+        connection.advance(by: .seconds(5))
+        #expect(connection.lines() == [], "the first line's clock ran out, stale")
+        #expect(!connection.closed)
+        connection.advance(by: .milliseconds(4999))
+        #expect(connection.lines() == [])
+        connection.advance(by: .milliseconds(1))
+        #expect(connection.lines() == ["ERR bad-request request timed out"], "the second line's own 10 s")
     }
 }

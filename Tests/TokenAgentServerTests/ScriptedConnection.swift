@@ -23,7 +23,9 @@ final class ScriptedTime: AgentClock, Sendable {
 /// A ``ConnectionTransport`` the test plays by hand, with no socket and no real time: what the
 /// handler writes is kept, timers run when the test moves ``ScriptedTime``, what the real loop
 /// runs "soon" runs when the test lets it (``ScriptedConnection/settle()``), and fetches end
-/// when the test ends them.
+/// when the test ends them. It keeps `SocketConnection`'s order of events: the output's marks
+/// and what waits for the output to be written are told in a later turn, and a close tells the
+/// handler (``onClose``) before what waited for the output runs.
 final class ScriptedTransport: ConnectionTransport {
     let time: ScriptedTime
     /// Everything the handler wrote, in order.
@@ -36,12 +38,22 @@ final class ScriptedTransport: ConnectionTransport {
     private(set) var outputShut = false
     /// Bodies the real loop would run in a later turn.
     var soon: [() -> Void] = []
+    /// Output the socket has not taken: while it is held (``holdOutput``), what waits for
+    /// everything to be written waits.
+    private(set) var outputHeld = false
+    private var waitingForWritten: [() -> Void] = []
+    /// Tells the handler its connection closed (the loop's `inactive`).
+    var onClose: () -> Void = {}
     /// The fetches the handler waits for, in the order asked.
     var deliveries: [(wait: @Sendable () async -> TokenEngine.Outcome, body: (TokenEngine.Outcome) -> Void)] = []
     /// Timers armed and not yet run or cancelled, by deadline.
     private var timers: [(deadline: TimeAmount, id: Int, body: () -> Void)] = []
     private var nextTimer = 0
     private var cancelled: Set<Int> = []
+    /// A cancelled timer still runs, as one that was already due when cancelled would.
+    var cancelsLate = false
+    /// Later turns asked for (``continueLater(_:)``).
+    private(set) var continuations = 0
 
     init(time: ScriptedTime) { self.time = time }
 
@@ -61,17 +73,42 @@ final class ScriptedTransport: ConnectionTransport {
 
     func read() { readingHeld = false }
 
-    func close() { closed = true }
+    func close() {
+        guard !closed else { return }
+        closed = true
+        let bodies = waitingForWritten
+        waitingForWritten = []
+        soon.append { [self] in
+            onClose()
+            for body in bodies { body() }
+        }
+    }
+
+    /// The socket stops taking the output (the peer does not read): what waits for it to be
+    /// written waits.
+    func holdOutput() { outputHeld = true }
+
+    /// The socket takes the output held.
+    func releaseOutput() {
+        outputHeld = false
+        soon += waitingForWritten
+        waitingForWritten = []
+    }
 
     func closeOutput() { outputShut = true }
 
-    func whenWritten(_ body: @escaping () -> Void) { soon.append(body) }
+    func whenWritten(_ body: @escaping () -> Void) {
+        if outputHeld && !closed { waitingForWritten.append(body) } else { soon.append(body) }
+    }
 
     func schedule(in delay: TimeAmount, _ body: @escaping () -> Void) -> any TransportTimer {
         nextTimer += 1
         let id = nextTimer
         timers.append((time.now + delay, id, body))
-        return Timer { [weak self] in self?.cancelled.insert(id) }
+        return Timer { [weak self] in
+            guard let self, !self.cancelsLate else { return }
+            self.cancelled.insert(id)
+        }
     }
 
     func deliver(
@@ -86,7 +123,10 @@ final class ScriptedTransport: ConnectionTransport {
 
     func whenSocketWritable(_ body: @escaping () -> Void) { soon.append(body) }
 
-    func continueLater(_ body: @escaping () -> Void) { soon.append(body) }
+    func continueLater(_ body: @escaping () -> Void) {
+        continuations += 1
+        soon.append(body)
+    }
 
     /// The first timer due by `time`, removed; `nil` when none is.
     func takeDueTimer(by time: TimeAmount) -> (() -> Void, TimeAmount)? {
@@ -150,6 +190,7 @@ final class ScriptedConnection {
             clock: time
         )
         handler.transport = transport
+        transport.onClose = { [weak handler] in handler?.inactive() }
         handler.activate()
         settle()
     }
@@ -194,14 +235,8 @@ final class ScriptedConnection {
             transport.soon = []
             for body in bodies { body() }
         }
-        if transport.closed, !closedTold {
-            closedTold = true
-            handler.inactive()
-        }
         if !transport.readingHeld, !unread.isEmpty || inputEnded { readUnread() }
     }
-
-    private var closedTold = false
 
     /// Moves time on by `amount`, running each timer due on the way at its own time.
     func advance(by amount: TimeAmount) {
@@ -217,7 +252,7 @@ final class ScriptedConnection {
     /// The output goes over its high-water mark (the peer stops reading), or back under it.
     func setWritable(_ writable: Bool) {
         transport.isWritable = writable
-        handler.writabilityChanged()
+        transport.soon.append { [handler] in handler.writabilityChanged() }
         settle()
     }
 

@@ -59,14 +59,19 @@ struct ConnectionStateMachine {
         var continuationAsked = false
     }
 
-    /// An event that could not happen in the state it came in.
+    /// An event that could not happen in the state it came in. (Static strings: a trivial value,
+    /// so the states and actions that carry it copy as plain bytes on the hot path.)
     struct IllegalTransition: Equatable, CustomStringConvertible {
         /// The event.
-        let event: String
+        let event: StaticString
         /// The state it came in.
-        let state: String
+        let state: StaticString
 
         var description: String { "\(event) while \(state)" }
+
+        static func == (lhs: Self, rhs: Self) -> Bool {
+            lhs.event.description == rhs.event.description && lhs.state.description == rhs.state.description
+        }
     }
 
     /// Where the connection is in its life. It only moves forward, in this order, though it may
@@ -91,7 +96,7 @@ struct ConnectionStateMachine {
         /// An event came that cannot happen where the connection was: closed, and logged.
         case illegal(IllegalTransition)
 
-        var name: String {
+        var name: StaticString {
             switch self {
             case .open: "open"
             case .finishing: "finishing"
@@ -317,6 +322,9 @@ struct ConnectionStateMachine {
     mutating func writabilityChanged(writable: Bool) -> Actions {
         if case .closed = state { return .none }
         if case .illegal = state { return .none }
+        // Closing, the stall timer bounds the last replies' writing: it runs on, whatever the
+        // output's mark does.
+        if case .closing = state { return writable ? .none : arm(.stall) }
         if writable {
             var actions = cancel(.stall)
             actions.step = .writeReplies
@@ -366,6 +374,12 @@ struct ConnectionStateMachine {
         }
         state = .closing(inputEnded: inputEnded)
         var actions = cancel(.partialLine)
+        // The last replies get the stall time to be written, however little of them is unsent: a
+        // peer that stops reading after QUIT holds its connection no longer than that.
+        if !running.contains(.stall) {
+            running.insert(.stall)
+            actions.arm = .stall
+        }
         actions.step = .closeAfterWritten
         return actions
     }
@@ -378,7 +392,11 @@ struct ConnectionStateMachine {
             return closeNow(.close)
         case .closing(inputEnded: false):
             state = .lingering
-            var actions = arm(.linger)
+            var actions = cancel(.stall)
+            if !running.contains(.linger) {
+                running.insert(.linger)
+                actions.arm = .linger
+            }
             actions.step = .shutOutputAndLinger
             return actions
         case .closed, .illegal:
@@ -400,6 +418,8 @@ struct ConnectionStateMachine {
             actions.step = .partialLineTimedOut
             return actions
         case .stall:
+            // Closing, the last replies had their time whatever the output's mark says.
+            if case .closing = state { return closeNow(.closeStalled) }
             if writable || isClosedForGood { return .none }
             return closeNow(.closeStalled)
         case .pace:
@@ -436,7 +456,7 @@ struct ConnectionStateMachine {
         return actions
     }
 
-    private mutating func illegal(_ event: String) -> Actions {
+    private mutating func illegal(_ event: StaticString) -> Actions {
         let transition = IllegalTransition(event: event, state: state.name)
         state = .illegal(transition)
         let actions = Actions(cancel: running, step: .reportIllegal(transition))

@@ -448,6 +448,8 @@ final class RequestHandler {
         guard !machine.isClosed else { return }
         let nothingLeft = pendingReplies.isEmpty && deferred.isEmpty
         if !nothingLeft { continueIfSpent() }
+        // Reading held or a close due: the one case the machine acts on.
+        guard machine.readHeld || (nothingLeft && (machine.isFinishing || machine.sawEndOfInput)) else { return }
         perform(machine.repliesWritten(nothingLeft: nothingLeft, mayRead: mayRead))
     }
 
