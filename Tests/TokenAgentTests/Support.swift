@@ -150,3 +150,14 @@ func configurationProblem(_ json: String, sourceLocation: SourceLocation = #_sou
         return nil
     }
 }
+
+extension TokenEngine {
+    /// REFRESH as a socket connection takes it: ``TokenEngine/lookupRefresh(kind:id:refusedToken:requester:)``,
+    /// then its wait awaited when the answer is not at hand.
+    func awaitRefresh(kind: String, id: String, refusedToken: String? = nil) async -> Outcome {
+        switch lookupRefresh(kind: kind, id: id, refusedToken: refusedToken) {
+        case .ready(let outcome): return outcome
+        case .pending(let wait): return await wait()
+        }
+    }
+}
