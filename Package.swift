@@ -292,8 +292,6 @@ let package = Package(
                 // For EngineFailure's wire mapping, which the engine's tests check through, and
                 // the segments' heartbeat.
                 "TokenAgentServer",
-                // The STATS reply as the agent writes it, into a ByteBuffer (StatsReplyText.swift).
-                agentOnly("NIOCore", "swift-nio"),
                 "TestOracles",
                 "TestSupport",
                 agentOnly("Logging", "swift-log"),
