@@ -56,6 +56,23 @@ extension StrictJSON {
         return try Object(members: members)
     }
 
+    /// ``object(bytes:)`` for a reply that must be one JSON object, each refusal as the caller's
+    /// error: `repeated` for a name given twice, `notAnObject` for anything but a JSON object.
+    public static func object<Failure: Error>(
+        bytes: some Collection<UInt8>,
+        repeated: (RepeatedKey) -> Failure,
+        notAnObject: () -> Failure
+    ) throws(Failure) -> Object {
+        let object: Object?
+        do {
+            object = try Self.object(bytes: bytes)
+        } catch {
+            throw repeated(error)
+        }
+        guard let object else { throw notAnObject() }
+        return object
+    }
+
     /// This object's members by name; `nil` for any other value. Throws ``RepeatedKey`` when a
     /// name is given twice in this object (objects inside it are not looked at).
     public func object() throws(RepeatedKey) -> Object? {
