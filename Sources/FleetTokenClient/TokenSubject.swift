@@ -52,8 +52,11 @@ public struct TokenSubject: Sendable, Hashable, CustomStringConvertible {
 
     /// Subjects are the same when their kinds and ids have the same UTF-8 bytes, as the agent
     /// sees them (``ByteKey``, which says why not `String`'s own `==`).
+    // Read-only, said so: the optimizer then calls it on a dictionary's keys in place, as it did
+    // when the comparison was this module's own, without retaining them around the call.
+    @_effects(readonly)
     public static func == (lhs: TokenSubject, rhs: TokenSubject) -> Bool {
-        ByteKey.equal((lhs.kind, lhs.id), (rhs.kind, rhs.id))
+        ByteKey.equal(kind: lhs.kind, id: lhs.id, rhs.kind, rhs.id)
     }
 
     /// Hashes the kind's and the id's UTF-8 bytes (see ``==(_:_:)``).

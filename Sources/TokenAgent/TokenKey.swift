@@ -17,8 +17,11 @@ public struct TokenKey: Hashable, Sendable, CustomStringConvertible {
 
     /// Keys are the same when their kinds and ids have the same UTF-8 bytes, as the agent, the
     /// provider and Fleet Engine see them (``ByteKey``, which says why not `String`'s own `==`).
+    // Read-only, said so: the optimizer then calls it on a dictionary's keys in place, as it did
+    // when the comparison was this module's own, without retaining them around the call.
+    @_effects(readonly)
     public static func == (lhs: TokenKey, rhs: TokenKey) -> Bool {
-        ByteKey.equal((lhs.kind, lhs.id), (rhs.kind, rhs.id))
+        ByteKey.equal(kind: lhs.kind, id: lhs.id, rhs.kind, rhs.id)
     }
 
     /// Hashes the kind's and the id's UTF-8 bytes (see ``==(_:_:)``).

@@ -9,10 +9,10 @@
 /// key. `String`'s own `==` treats canonically equivalent texts as equal (a precomposed `é` and
 /// `e` with a combining accent), which would let one id's token answer the other.
 public enum ByteKey {
-    /// Whether `lhs` and `rhs` (a kind and an id each) have the same bytes.
+    /// Whether one key (`kind`, `id`) and another (`otherKind`, `otherID`) have the same bytes.
     @inlinable @inline(__always)
-    public static func equal(_ lhs: (kind: String, id: String), _ rhs: (kind: String, id: String)) -> Bool {
-        sameBytes(lhs.id, rhs.id) && sameBytes(lhs.kind, rhs.kind)
+    public static func equal(kind: String, id: String, _ otherKind: String, _ otherID: String) -> Bool {
+        sameBytes(id, otherID) && sameBytes(kind, otherKind)
     }
 
     /// Hashes `kind`'s and `id`'s bytes, a byte that is never in UTF-8 between them.
