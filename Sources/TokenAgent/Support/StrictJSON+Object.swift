@@ -3,9 +3,7 @@ import TokenWire
 extension StrictJSON {
     /// A member name given twice in one object: where (the dotted path of the names and array
     /// indices leading to it, the name last, as in `providers.vehicle.url` or
-    /// `error.details.0.reason`). Names are compared as Swift strings, so two spellings of one
-    /// name (`K` and the Kelvin sign, a precomposed `é` and `e` with its accent), which some
-    /// readers take for one member and others for two, count as the same name.
+    /// `error.details.0.reason`). Names are compared as ``firstRepeatedName(in:)`` compares them.
     public struct RepeatedKey: Error, Sendable, Hashable, CustomStringConvertible {
         /// The names and indices leading to the repeated name, and the name itself last.
         public var path: [String]
@@ -85,9 +83,7 @@ extension StrictJSON {
     public func firstRepeatedKey() -> [String]? {
         switch self {
         case .object(let members):
-            var seen: Set<String> = []
-            seen.reserveCapacity(members.count)
-            for member in members where !seen.insert(member.name).inserted { return [member.name] }
+            if let name = Self.firstRepeatedName(in: members) { return [name] }
             for member in members {
                 if let inner = member.value.firstRepeatedKey() { return [member.name] + inner }
             }
