@@ -57,9 +57,10 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
-        // The line protocol: request parsing and reply encoding. No dependencies, shared by the
-        // agent and the client library.
-        .target(name: "TokenWire", swiftSettings: strict),
+        // The line protocol: request parsing and reply encoding, shared by the agent and the
+        // client library. Its one dependency is the segment's C header (CTokenSegment), for the
+        // token bounds every reader checks (WireToken).
+        .target(name: "TokenWire", dependencies: ["CTokenSegment"], swiftSettings: strict),
         // The build's version and commit (the agent's, not the client's: its plugin runs git).
         .plugin(name: "BuildCommitPlugin", capability: .buildTool()),
         .target(name: "BuildInfo", dependencies: ["TokenWire"], swiftSettings: strict, plugins: ["BuildCommitPlugin"]),
@@ -67,7 +68,8 @@ let package = Package(
         // segment layout with its one writer and its readers. Toolchain only: the client links them.
         .target(name: "CSharedMemory"),
         // The segment's packed layout, one C header (fleet_tokend_segment.h) that the Swift writer
-        // and readers import and the C reader library (Examples/shm-reader) includes.
+        // and readers import and the C reader library (Examples/shm-reader) includes; TokenWire
+        // takes the token bounds from it.
         .target(name: "CTokenSegment"),
         .target(name: "TokenSegment", dependencies: ["CSharedMemory", "CTokenSegment"], swiftSettings: strict),
         // The agent's socket loop's C needs: epoll, eventfd, accept4, SO_PEERCRED.
@@ -290,8 +292,6 @@ let package = Package(
                 // For EngineFailure's wire mapping, which the engine's tests check through, and
                 // the segments' heartbeat.
                 "TokenAgentServer",
-                // The STATS reply as the agent writes it, into a ByteBuffer (StatsReplyText.swift).
-                agentOnly("NIOCore", "swift-nio"),
                 "TestOracles",
                 "TestSupport",
                 agentOnly("Logging", "swift-log"),

@@ -112,9 +112,9 @@ final class MemoTable: Sendable {
             let payload = StrictBase64URL.decode(String(decoding: parts[1], as: UTF8.self)),
             let claims = StrictJSON(bytes: payload), let members = claims.members, allFinite(claims)
         else { return nil }
-        // A claim given twice is read differently by different readers: neither is taken.
-        var names: Set<String> = []
-        guard members.allSatisfy({ names.insert($0.name).inserted }) else { return nil }
+        // A claim given twice is read differently by different readers: neither is taken (the
+        // agent's rule, which its JWTClaims applies to a payload's claims).
+        guard StrictJSON.firstRepeatedName(in: members) == nil else { return nil }
         switch members.first(where: { $0.name == "iat" })?.value {
         case .number(let value): return value
         case .bool(let value): return value ? 1 : 0

@@ -1,9 +1,5 @@
 import TokenWire
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// What a token is for: a kind (`vehicle`, `trip`, ...) and an id.
 ///
 /// ```swift
@@ -55,39 +51,16 @@ public struct TokenSubject: Sendable, Hashable, CustomStringConvertible {
     public var description: String { "\(kind)/\(id)" }
 
     /// Subjects are the same when their kinds and ids have the same UTF-8 bytes, as the agent
-    /// sees them. `String`'s own `==` treats canonically equivalent texts as equal (a
-    /// precomposed `é` and `e` with a combining accent), which would let one id's token answer
-    /// the other.
+    /// sees them (``ByteKey``, which says why not `String`'s own `==`).
+    // Read-only, said so: the optimizer then calls it on a dictionary's keys in place, as it did
+    // when the comparison was this module's own, without retaining them around the call.
+    @_effects(readonly)
     public static func == (lhs: TokenSubject, rhs: TokenSubject) -> Bool {
-        sameBytes(lhs.id, rhs.id) && sameBytes(lhs.kind, rhs.kind)
+        ByteKey.equal(kind: lhs.kind, id: lhs.id, rhs.kind, rhs.id)
     }
 
     /// Hashes the kind's and the id's UTF-8 bytes (see ``==(_:_:)``).
     public func hash(into hasher: inout Hasher) {
-        Self.combineBytes(of: kind, into: &hasher)
-        hasher.combine(0xFF as UInt8)  // never in UTF-8: ends the kind
-        Self.combineBytes(of: id, into: &hasher)
-    }
-
-    private static func combineBytes(of text: String, into hasher: inout Hasher) {
-        let done: Void? = text.utf8.withContiguousStorageIfAvailable {
-            hasher.combine(bytes: UnsafeRawBufferPointer($0))
-        }
-        if done == nil {
-            for byte in text.utf8 { hasher.combine(byte) }
-        }
-    }
-
-    /// Whether `a` and `b` have the same UTF-8 bytes.
-    @inline(__always)
-    static func sameBytes(_ a: String, _ b: String) -> Bool {
-        let compared = a.utf8.withContiguousStorageIfAvailable { left in
-            b.utf8.withContiguousStorageIfAvailable { right in
-                left.count == right.count
-                    && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
-            }
-        }
-        if let compared, let compared { return compared }
-        return a.utf8.elementsEqual(b.utf8)
+        ByteKey.hash(kind: kind, id: id, into: &hasher)
     }
 }

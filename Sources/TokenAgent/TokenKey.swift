@@ -1,3 +1,5 @@
+import TokenWire
+
 /// The cache key: a kind (`vehicle`, `trip`, ...) and an id.
 public struct TokenKey: Hashable, Sendable, CustomStringConvertible {
     /// The kind name, as configured.
@@ -14,27 +16,17 @@ public struct TokenKey: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "\(kind)/\(id)" }
 
     /// Keys are the same when their kinds and ids have the same UTF-8 bytes, as the agent, the
-    /// provider and Fleet Engine see them. `String`'s own `==` treats canonically equivalent
-    /// texts as equal (a precomposed `é` and `e` with a combining accent), which would let a
-    /// fetch for one id answer a request for the other.
+    /// provider and Fleet Engine see them (``ByteKey``, which says why not `String`'s own `==`).
+    // Read-only, said so: the optimizer then calls it on a dictionary's keys in place, as it did
+    // when the comparison was this module's own, without retaining them around the call.
+    @_effects(readonly)
     public static func == (lhs: TokenKey, rhs: TokenKey) -> Bool {
-        lhs.kind.utf8.elementsEqual(rhs.kind.utf8) && lhs.id.utf8.elementsEqual(rhs.id.utf8)
+        ByteKey.equal(kind: lhs.kind, id: lhs.id, rhs.kind, rhs.id)
     }
 
     /// Hashes the kind's and the id's UTF-8 bytes (see ``==(_:_:)``).
     public func hash(into hasher: inout Hasher) {
-        Self.combineBytes(of: kind, into: &hasher)
-        hasher.combine(0xFF as UInt8)  // never in UTF-8: ends the kind
-        Self.combineBytes(of: id, into: &hasher)
-    }
-
-    private static func combineBytes(of text: String, into hasher: inout Hasher) {
-        let done: Void? = text.utf8.withContiguousStorageIfAvailable {
-            hasher.combine(bytes: UnsafeRawBufferPointer($0))
-        }
-        if done == nil {
-            for byte in text.utf8 { hasher.combine(byte) }
-        }
+        ByteKey.hash(kind: kind, id: id, into: &hasher)
     }
 }
 

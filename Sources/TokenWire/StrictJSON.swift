@@ -31,6 +31,18 @@ public indirect enum StrictJSON: Sendable, Equatable {
     /// The deepest nesting of arrays and objects read.
     public static let maxDepth = 32
 
+    /// The first name given twice among `members` (one object's, in the order written), or `nil`.
+    /// The one rule for names given twice, in the agent and in the client: names are compared as
+    /// Swift strings, so two spellings of one name (`K` and the Kelvin sign, a precomposed `é`
+    /// and `e` with its accent), which some readers take for one member and others for two, count
+    /// as the same name; which of two values counts depends on the reader, so neither is taken.
+    public static func firstRepeatedName(in members: [Member]) -> String? {
+        var seen: Set<String> = []
+        seen.reserveCapacity(members.count)
+        for member in members where !seen.insert(member.name).inserted { return member.name }
+        return nil
+    }
+
     /// Reads `bytes` as one JSON value; `nil` when they are not exactly that.
     public init?(bytes: some Collection<UInt8>) {
         guard case .success(let value) = Self.parse(bytes: bytes) else { return nil }

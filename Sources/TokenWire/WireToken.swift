@@ -1,14 +1,20 @@
+import CTokenSegment
+
 /// What the agent ever serves as a token, for readers to check what they are handed: a reply on
 /// a socket, or a slot of a shared-memory segment, may come from a peer that is not the agent.
+/// The bounds are the segment header's (`fleet_tokend_segment.h`, which C readers check by), read
+/// here and nowhere else: the agent's own acceptance and configuration take them from here.
 public enum WireToken {
-    /// The longest token, in bytes: the agent accepts no longer one from a provider.
-    public static let maxBytes = 16 * 1024
-    /// The longest the agent keeps a token, in seconds (30 days): it brings any later expiry back
-    /// to the fetch time plus a kind's `max_lifetime`, at most this.
-    public static let maxLifetimeSeconds: Int64 = 2_592_000
+    /// The longest token, in bytes (16 KiB, `FTS_MAX_TOKEN_LENGTH`): the agent accepts no longer
+    /// one from a provider.
+    public static let maxBytes = Int(FTS_MAX_TOKEN_LENGTH)
+    /// The longest the agent keeps a token, in seconds (30 days, `FTS_MAX_LIFETIME_S`): it brings
+    /// any later expiry back to the fetch time plus a kind's `max_lifetime`, at most this.
+    public static let maxLifetimeSeconds = Int64(FTS_MAX_LIFETIME_S)
     /// How far outside now to now plus ``maxLifetimeSeconds`` an expiry may lie, in seconds (a
-    /// day): room for the wall clock being set between the agent's fetch and the read.
-    public static let expirySlackSeconds: Int64 = 86_400
+    /// day, `FTS_EXPIRY_SLACK_S`): room for the wall clock being set between the agent's fetch
+    /// and the read.
+    public static let expirySlackSeconds = Int64(FTS_EXPIRY_SLACK_S)
 
     /// Whether `token` is 1 to ``maxBytes`` bytes of printable ASCII without spaces (0x21 to
     /// 0x7E): the agent's own rule for every token it caches.

@@ -1,19 +1,12 @@
 import CTokenSegment
 import Testing
 import TokenSegment
-import TokenWire
 
 /// The segment's one contract, fleet_tokend_segment.h, and what the Swift side keeps apart from it:
-/// the token rules C readers take from the header are the agent's own (``WireToken``), and the
-/// Swift layout is the header's.
+/// the Swift layout is the header's. (The token bounds C readers take from the header,
+/// ``WireToken`` reads from it too.)
 @Suite("The segment contract")
 struct SegmentContractTests {
-    @Test func theHeadersTokenBoundsAreTheAgents() {
-        #expect(Int(FTS_MAX_TOKEN_LENGTH) == WireToken.maxBytes)
-        #expect(Int64(FTS_MAX_LIFETIME_S) == WireToken.maxLifetimeSeconds)
-        #expect(Int64(FTS_EXPIRY_SLACK_S) == WireToken.expirySlackSeconds)
-    }
-
     @Test func theSwiftLayoutIsTheHeaders() {
         #expect(SegmentLayout.magic == 0x3130_4D48_534B_5446, "the bytes FTKSHM01")
         #expect(SegmentLayout.version == 2)

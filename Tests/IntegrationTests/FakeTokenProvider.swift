@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import Synchronization
+import TestSupport
 
 /// A real HTTP token provider on 127.0.0.1 for the tests. It serves `GET /token/<kind>/<id>`, and
 /// the id's prefix picks the behaviour, so one provider covers every case:
@@ -53,14 +54,12 @@ final class FakeTokenProvider: Sendable {
         var failAll = false
         var lifetime = 3600
         var delayMilliseconds = 0
-        /// Replies are held until ``releaseHeld()``; those held so far.
-        var holding = false
-        var held: [@Sendable () -> Void] = []
         var dateSkew: Int?
         var redirectTarget = "http://127.0.0.2:1/token/vehicle/elsewhere"
     }
 
     private let state = Mutex(State())
+    private let held = HeldWork()
     private let channel: any Channel
     /// The port it listens on.
     let port: Int
@@ -152,26 +151,13 @@ final class FakeTokenProvider: Sendable {
 
     /// From now on every reply is held, however long, until ``releaseHeld()``: a fetch in flight
     /// for as long as a test needs, with no window a loaded machine can miss.
-    func holdReplies() { state.withLock { $0.holding = true } }
+    func holdReplies() { held.hold() }
 
     /// Sends every reply held, and holds no more.
-    func releaseHeld() {
-        let held = state.withLock { state in
-            state.holding = false
-            defer { state.held = [] }
-            return state.held
-        }
-        for send in held { send() }
-    }
+    func releaseHeld() { held.release() }
 
     /// Holds `send` when replies are held; `false` when it should go now.
-    fileprivate func hold(_ send: @escaping @Sendable () -> Void) -> Bool {
-        state.withLock { state in
-            guard state.holding else { return false }
-            state.held.append(send)
-            return true
-        }
-    }
+    fileprivate func hold(_ send: @escaping @Sendable () -> Void) -> Bool { held.hold(send) }
 
     func stop() async {
         try? await channel.close()

@@ -4,7 +4,7 @@ import TokenWire
 
 /// What must hold for any bytes found where a cache snapshot should be (the cache file, the fd
 /// store), checked by the snapshot fuzzer (`scripts/fuzz --target cache-snapshots`) and, over its
-/// seed corpus, by `CacheSnapshotCorpusTests`.
+/// seed corpus, by `AgentFuzzCorpusTests`.
 ///
 /// Each input is read twice: as a whole file (``CacheSnapshot/read(_:maxTokens:)``), and as a body framed with its right length and checksum (``CacheSnapshot/frame(_:)``), so
 /// that the fuzzer reaches the line reader and the adoption rules without forging SHA-256. Reading

@@ -2,7 +2,7 @@ import Foundation
 import TokenAgent
 
 /// What must hold for any reply a provider sends, checked by the provider-reply fuzzer
-/// (`scripts/fuzz provider-replies`) and, over the seed corpus, by `ProviderReplyCorpusTests`.
+/// (`scripts/fuzz provider-replies`) and, over the seed corpus, by `AgentFuzzCorpusTests`.
 ///
 /// A fuzz input is a reply: `<content-type> LF <cache-control> LF <expires> LF <body>`, any of the
 /// first three lines empty for "no header" (an input without three LFs is all body, JSON). The

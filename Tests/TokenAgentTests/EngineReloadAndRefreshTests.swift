@@ -86,7 +86,7 @@ struct EngineReloadAndRefreshTests {
             await withTaskGroup(of: String?.self) { group in
                 for _ in 0..<100 {
                     group.addTask {
-                        self.token(await engine.refresh(kind: "vehicle", id: "v-1", refusedToken: refused))
+                        self.token(await engine.awaitRefresh(kind: "vehicle", id: "v-1", refusedToken: refused))
                     }
                 }
                 return await group.reduce(into: [String?]()) { $0.append($1) }
@@ -113,10 +113,10 @@ struct EngineReloadAndRefreshTests {
         let engine = engine(["vehicle": provider])
         let reported = token(await engine.get(kind: "vehicle", id: "shared-1"))!
         provider.setMode(.fail(.throttled("HTTP 429", retryAfter: 300)))
-        let refresh = await engine.refresh(kind: "vehicle", id: "shared-1", refusedToken: reported)
+        let refresh = await engine.awaitRefresh(kind: "vehicle", id: "shared-1", refusedToken: reported)
         #expect(error(refresh)?.message.contains("retry after 300 s") == true, "the reporter is told")
         #expect(token(await engine.get(kind: "vehicle", id: "shared-1")) == reported, "everyone else still gets it")
-        let again = await engine.refresh(kind: "vehicle", id: "shared-1", refusedToken: reported)
+        let again = await engine.awaitRefresh(kind: "vehicle", id: "shared-1", refusedToken: reported)
         #expect(error(again)?.message.hasPrefix("provider failing; next try in") == true, "no fetch while it holds")
         #expect(token(await engine.get(kind: "vehicle", id: "shared-1")) == reported)
         #expect(provider.fetches == 2)
@@ -126,22 +126,22 @@ struct EngineReloadAndRefreshTests {
         let provider = ScriptedProvider(clock: clock)
         let engine = engine(["vehicle": provider])
         let first = token(await engine.get(kind: "vehicle", id: "loop-1"))!
-        let second = token(await engine.refresh(kind: "vehicle", id: "loop-1", refusedToken: first))
+        let second = token(await engine.awaitRefresh(kind: "vehicle", id: "loop-1", refusedToken: first))
         #expect(second == "tok-v-1-2".replacingOccurrences(of: "v-1", with: "loop-1"))
         // Reported again within the window: no fetch; the reporter is told when, others keep it.
         clock.advance(4)
-        let again = await engine.refresh(kind: "vehicle", id: "loop-1", refusedToken: second!)
+        let again = await engine.awaitRefresh(kind: "vehicle", id: "loop-1", refusedToken: second!)
         #expect(error(again)?.message == "a replacement for the refused token was fetched moments ago; next try in 1 s")
         #expect(token(await engine.get(kind: "vehicle", id: "loop-1")) == second)
         #expect(provider.fetches == 2)
         clock.advance(1)
-        let third = token(await engine.refresh(kind: "vehicle", id: "loop-1", refusedToken: second!))
+        let third = token(await engine.awaitRefresh(kind: "vehicle", id: "loop-1", refusedToken: second!))
         #expect(third != nil && third != second, "a new window, a new replacement")
         #expect(provider.fetches == 3)
         // The loop: GET, then REFRESH with the token just got, 100 times over 10 s.
         for _ in 0..<100 {
             let current = token(await engine.get(kind: "vehicle", id: "loop-1"))!
-            #expect(token(await engine.refresh(kind: "vehicle", id: "loop-1", refusedToken: current)) != current)
+            #expect(token(await engine.awaitRefresh(kind: "vehicle", id: "loop-1", refusedToken: current)) != current)
             clock.advance(0.1)
         }
         #expect(provider.fetches <= 6, "one replacement per 5 s window: \(provider.fetches) fetches")
@@ -151,7 +151,7 @@ struct EngineReloadAndRefreshTests {
         let provider = ScriptedProvider(clock: clock)
         let engine = engine(["vehicle": provider])
         let first = token(await engine.get(kind: "vehicle", id: "v-1"))
-        #expect(token(await engine.refresh(kind: "vehicle", id: "v-1")) == first)
+        #expect(token(await engine.awaitRefresh(kind: "vehicle", id: "v-1")) == first)
         #expect(provider.fetches == 1)
     }
 
@@ -163,7 +163,7 @@ struct EngineReloadAndRefreshTests {
         #expect(refused == "tok-v-1-1")
         let again = ScriptedProvider(clock: clock, prefix: "tok")
         engine.reconfigure(providers: ["vehicle": again], policy: RefreshPolicy(), changedKinds: [])
-        let outcome = await engine.refresh(kind: "vehicle", id: "v-1", refusedToken: refused)
+        let outcome = await engine.awaitRefresh(kind: "vehicle", id: "v-1", refusedToken: refused)
         #expect(error(outcome)?.code == .unavailable)
         #expect(token(outcome) == nil)
     }

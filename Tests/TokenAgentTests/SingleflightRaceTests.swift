@@ -24,7 +24,7 @@ struct SingleflightRaceTests {
                 for index in 0..<8 {
                     group.addTask {
                         if index % 2 == 0 {
-                            _ = await engine.refresh(kind: "vehicle", id: id)
+                            _ = await engine.awaitRefresh(kind: "vehicle", id: id)
                         } else {
                             _ = await engine.get(kind: "vehicle", id: id)
                         }

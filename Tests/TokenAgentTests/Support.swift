@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 import TokenAgent
 
@@ -39,8 +40,6 @@ final class ScriptedProvider: TokenProvider, Sendable {
     private struct State {
         var mode: Mode = .succeed(lifetime: 3600)
         var fetches = 0
-        var held: [CheckedContinuation<Void, Never>] = []
-        var holding = false
         var shutdowns = 0
         /// Fetches entered and not yet returned.
         var running = 0
@@ -49,6 +48,7 @@ final class ScriptedProvider: TokenProvider, Sendable {
     }
 
     private let state = Mutex(State())
+    private let held = HeldWork()
     private let clock: ManualClock
     private let prefix: String
 
@@ -71,37 +71,20 @@ final class ScriptedProvider: TokenProvider, Sendable {
             state.runningAtShutdowns.append(state.running)
         }
     }
-    var heldCount: Int { state.withLock { $0.held.count } }
+    var heldCount: Int { held.count }
 
     func setMode(_ mode: Mode) { state.withLock { $0.mode = mode } }
-    func hold() { state.withLock { $0.holding = true } }
-
-    func release() {
-        let held = state.withLock { state in
-            state.holding = false
-            defer { state.held = [] }
-            return state.held
-        }
-        for continuation in held { continuation.resume() }
-    }
+    func hold() { held.hold() }
+    func release() { held.release() }
 
     func fetchToken(for key: TokenKey) async throws -> FetchedToken {
-        let (mode, count, holding) = state.withLock { state in
+        let (mode, count) = state.withLock { state in
             state.fetches += 1
             state.running += 1
-            return (state.mode, state.fetches, state.holding)
+            return (state.mode, state.fetches)
         }
         defer { state.withLock { $0.running -= 1 } }
-        if holding {
-            await withCheckedContinuation { continuation in
-                let resumeNow = state.withLock { state -> Bool in
-                    guard state.holding else { return true }
-                    state.held.append(continuation)
-                    return false
-                }
-                if resumeNow { continuation.resume() }
-            }
-        }
+        await held.pass()
         switch mode {
         case .succeed(let lifetime):
             return FetchedToken(
@@ -148,5 +131,16 @@ func configurationProblem(_ json: String, sourceLocation: SourceLocation = #_sou
     } catch {
         Issue.record("not a ConfigurationError: \(error)", sourceLocation: sourceLocation)
         return nil
+    }
+}
+
+extension TokenEngine {
+    /// REFRESH as a socket connection takes it: ``TokenEngine/lookupRefresh(kind:id:refusedToken:requester:)``,
+    /// then its wait awaited when the answer is not at hand.
+    func awaitRefresh(kind: String, id: String, refusedToken: String? = nil) async -> Outcome {
+        switch lookupRefresh(kind: kind, id: id, refusedToken: refusedToken) {
+        case .ready(let outcome): return outcome
+        case .pending(let wait): return await wait()
+        }
     }
 }

@@ -190,19 +190,19 @@ struct TokenEngineTests {
         let engine = engine()
         #expect(errorCode(await engine.get(kind: "task", id: "x")) == .badKind)
         #expect(engine.drop(kind: "task", id: "x")?.wireError.code == .badKind)
-        #expect(errorCode(await engine.refresh(kind: "task", id: "x")) == .badKind)
+        #expect(errorCode(await engine.awaitRefresh(kind: "task", id: "x")) == .badKind)
     }
 
     @Test func refreshFetchesUnlessFetchedInTheLastFiveSeconds() async {
         let engine = engine()
         _ = await engine.get(kind: "vehicle", id: "v-1")
-        #expect(token(await engine.refresh(kind: "vehicle", id: "v-1")) == "tok-v-1-1")
+        #expect(token(await engine.awaitRefresh(kind: "vehicle", id: "v-1")) == "tok-v-1-1")
         clock.advance(5)
-        #expect(token(await engine.refresh(kind: "vehicle", id: "v-1")) == "tok-v-1-2")
+        #expect(token(await engine.awaitRefresh(kind: "vehicle", id: "v-1")) == "tok-v-1-2")
         #expect(token(await engine.get(kind: "vehicle", id: "v-1")) == "tok-v-1-2")
         provider.setMode(.fail(.failed("down")))
         clock.advance(6)
-        #expect(errorCode(await engine.refresh(kind: "vehicle", id: "v-1")) == .unavailable)
+        #expect(errorCode(await engine.awaitRefresh(kind: "vehicle", id: "v-1")) == .unavailable)
         #expect(token(await engine.get(kind: "vehicle", id: "v-1")) == "tok-v-1-2", "GET still serves the cached one")
     }
 
@@ -216,7 +216,7 @@ struct TokenEngineTests {
         provider.hold()
         let tokens = try await withThrowingTaskGroup(of: String?.self) { group in
             for _ in 0..<20 {
-                group.addTask { [self] in token(await engine.refresh(kind: "vehicle", id: "v-1")) }
+                group.addTask { [self] in token(await engine.awaitRefresh(kind: "vehicle", id: "v-1")) }
             }
             #expect(await eventually { provider.heldCount == 1 }, "the fetch started")
             provider.release()
@@ -225,7 +225,7 @@ struct TokenEngineTests {
         #expect(tokens == ["tok-v-1-2"])
         #expect(provider.fetches == 2, "twenty REFRESHes, one fetch")
         clock.advance(6)
-        #expect(token(await engine.refresh(kind: "vehicle", id: "v-1")) == "tok-v-1-3", "past the guard again")
+        #expect(token(await engine.awaitRefresh(kind: "vehicle", id: "v-1")) == "tok-v-1-3", "past the guard again")
     }
 
     @Test func dropForgetsTheToken() async {

@@ -154,10 +154,10 @@ struct TokenStorageTests {
         let first = try await engine.get(kind: "vehicle", id: "v-1").get().token
         clock.advance(10)  // past the re-fetch guard
         // Naming another token: the cached one is newer, answered at once.
-        #expect(try await engine.refresh(kind: "vehicle", id: "v-1", refusedToken: "tok-other").get().token == first)
+        #expect(try await engine.awaitRefresh(kind: "vehicle", id: "v-1", refusedToken: "tok-other").get().token == first)
         #expect(provider.fetches == 1)
         // Naming the cached one: it leaves the storage and is replaced.
-        let second = try await engine.refresh(kind: "vehicle", id: "v-1", refusedToken: first).get().token
+        let second = try await engine.awaitRefresh(kind: "vehicle", id: "v-1", refusedToken: first).get().token
         #expect(second == "tok-v-1-2")
         #expect(storage.token("vehicle", "v-1") == second)
     }

@@ -152,14 +152,6 @@ public final class TokenEngine: Sendable {
         lookup(EntryKey(kind: kind, id: id), .refresh(refused: refusedToken), requester: requester)
     }
 
-    /// REFRESH: a freshly fetched token; concurrent refreshes share one fetch.
-    public func refresh(kind: String, id: String, refusedToken: String? = nil) async -> Outcome {
-        switch lookupRefresh(kind: kind, id: id, refusedToken: refusedToken) {
-        case .ready(let outcome): return outcome
-        case .pending(let wait): return await wait()
-        }
-    }
-
     /// DROP: forgets the cached token. Returns a failure when the kind is not configured.
     public func drop(kind: String, id: String) -> EngineFailure? {
         store.drop(EntryKey(kind: kind, id: id))

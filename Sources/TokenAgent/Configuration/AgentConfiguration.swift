@@ -231,8 +231,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         return resolved
     }
 
-    /// The largest `max_lifetime` a provider may set: 30 days, seconds.
-    public static let longestMaxLifetime: Double = 2_592_000
+    /// The largest `max_lifetime` a provider may set: 30 days, seconds, the longest any reader
+    /// takes (``WireToken/maxLifetimeSeconds``).
+    public static let longestMaxLifetime = Double(WireToken.maxLifetimeSeconds)
 
     /// The log levels accepted.
     public static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]

@@ -195,15 +195,11 @@ final class AccessTokenExchange: Sendable {
         endpoint: String,
         lifetimeAsText: Bool = false
     ) throws(CredentialsError) -> FetchedAccessToken {
-        let object: StrictJSON.Object?
-        do {
-            object = try StrictJSON.object(bytes: reply)
-        } catch {
-            throw CredentialsError(.transient, "\(endpoint): bad reply: \(error)")
-        }
-        guard let object else {
-            throw CredentialsError(.transient, "\(endpoint): bad reply: not a JSON object")
-        }
+        let object = try StrictJSON.object(
+            bytes: reply,
+            repeated: { CredentialsError(.transient, "\(endpoint): bad reply: \($0)") },
+            notAnObject: { CredentialsError(.transient, "\(endpoint): bad reply: not a JSON object") }
+        )
         guard case .string(let value)? = object["access_token"], !value.isEmpty,
             value.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F })
         else {

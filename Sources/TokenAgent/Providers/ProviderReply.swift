@@ -100,14 +100,12 @@ public struct ProviderReply: Sendable, Hashable {
         let mediaType = contentType?.split(separator: ";").first?.trimmingWhitespace().lowercased()
         let trimmed = String(decoding: body, as: UTF8.self).trimmingWhitespaceAndNewlines()
         if trimmed.hasPrefix("{") {
-            let object: StrictJSON.Object?
-            do {
-                object = try StrictJSON.object(bytes: body)
-            } catch {
+            let object = try StrictJSON.object(
+                bytes: body,
                 // Which of two values counts depends on the reader: refused, named.
-                throw ProviderError.failed("reply gives field \(error.printable) twice")
-            }
-            guard let object else { throw ProviderError.failed("reply is not valid JSON") }
+                repeated: { ProviderError.failed("reply gives field \($0.printable) twice") },
+                notAnObject: { ProviderError.failed("reply is not valid JSON") }
+            )
             return try read(object: object, now: now)
         }
         if mediaType == "text/plain" || JWTClaims(token: trimmed) != nil {

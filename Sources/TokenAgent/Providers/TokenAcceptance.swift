@@ -2,8 +2,8 @@ import TokenWire
 
 /// The checks every fetched token passes before it is cached, whatever provider made it.
 public struct TokenAcceptance: Sendable {
-    /// The longest token accepted, in bytes.
-    public static let maxTokenBytes = 16 * 1024
+    /// The longest token accepted, in bytes: the longest any reader takes (``WireToken/maxBytes``).
+    public static let maxTokenBytes = WireToken.maxBytes
     /// The longest a token is kept when its kind sets no `max_lifetime`: a day, seconds.
     public static let defaultMaxLifetime: Double = 86_400
 

@@ -3,9 +3,7 @@ import TokenWire
 extension StrictJSON {
     /// A member name given twice in one object: where (the dotted path of the names and array
     /// indices leading to it, the name last, as in `providers.vehicle.url` or
-    /// `error.details.0.reason`). Names are compared as Swift strings, so two spellings of one
-    /// name (`K` and the Kelvin sign, a precomposed `é` and `e` with its accent), which some
-    /// readers take for one member and others for two, count as the same name.
+    /// `error.details.0.reason`). Names are compared as ``firstRepeatedName(in:)`` compares them.
     public struct RepeatedKey: Error, Sendable, Hashable, CustomStringConvertible {
         /// The names and indices leading to the repeated name, and the name itself last.
         public var path: [String]
@@ -56,6 +54,23 @@ extension StrictJSON {
         return try Object(members: members)
     }
 
+    /// ``object(bytes:)`` for a reply that must be one JSON object, each refusal as the caller's
+    /// error: `repeated` for a name given twice, `notAnObject` for anything but a JSON object.
+    public static func object<Failure: Error>(
+        bytes: some Collection<UInt8>,
+        repeated: (RepeatedKey) -> Failure,
+        notAnObject: () -> Failure
+    ) throws(Failure) -> Object {
+        let object: Object?
+        do {
+            object = try Self.object(bytes: bytes)
+        } catch {
+            throw repeated(error)
+        }
+        guard let object else { throw notAnObject() }
+        return object
+    }
+
     /// This object's members by name; `nil` for any other value. Throws ``RepeatedKey`` when a
     /// name is given twice in this object (objects inside it are not looked at).
     public func object() throws(RepeatedKey) -> Object? {
@@ -68,9 +83,7 @@ extension StrictJSON {
     public func firstRepeatedKey() -> [String]? {
         switch self {
         case .object(let members):
-            var seen: Set<String> = []
-            seen.reserveCapacity(members.count)
-            for member in members where !seen.insert(member.name).inserted { return [member.name] }
+            if let name = Self.firstRepeatedName(in: members) { return [name] }
             for member in members {
                 if let inner = member.value.firstRepeatedKey() { return [member.name] + inner }
             }

@@ -32,40 +32,24 @@ extension CacheFile {
             unlink(temporary)
             throw problem
         }
-        return Sink(file: self, fd: fd)
+        return DescriptorSink(fd: fd, placement: TemporaryFile(file: self))
     }
 
-    /// A snapshot on its way into the temporary file.
-    final class Sink: SnapshotSink {
-        private let file: CacheFile
-        private var descriptor: SnapshotDescriptor
+    /// The temporary file a snapshot is written into: synced, then renamed over the file and the
+    /// directory synced; removed when the snapshot is given up.
+    struct TemporaryFile: DescriptorPlacement {
+        let file: CacheFile
 
-        init(file: CacheFile, fd: Int32) {
-            self.file = file
-            descriptor = SnapshotDescriptor(fd)
+        func writeFailed(_ error: any Error) -> any Error {
+            Problem(description: "cannot write \(file.temporaryPath): \(error)")
         }
 
-        deinit { abandon() }
-
-        func append(_ bytes: UnsafeRawBufferPointer) throws {
-            do {
-                try descriptor.append(bytes)
-            } catch {
-                abandon()
-                throw Problem(description: "cannot write \(file.temporaryPath): \(error)")
-            }
+        func seal(_ fd: Int32, _ framing: CacheSnapshot.Encoded) throws {
+            guard fsync(fd) == 0 else { throw Problem(description: "fsync: \(CacheFile.errorText())") }
         }
 
-        func commit(_ framing: CacheSnapshot.Encoded) throws {
+        func place() throws {
             let temporary = file.temporaryPath
-            do {
-                try descriptor.finish(framing)
-                guard fsync(descriptor.fd) == 0 else { throw Problem(description: "fsync: \(CacheFile.errorText())") }
-            } catch {
-                abandon()
-                throw Problem(description: "cannot write \(temporary): \(error)")
-            }
-            descriptor.close()
             // Never over a device, a FIFO or a socket (``CacheFile/checkWhatIsThere()``), put
             // there since the start.
             do {
@@ -88,8 +72,8 @@ extension CacheFile {
             }
         }
 
-        func abandon() {
-            if descriptor.close() { unlink(file.temporaryPath) }
+        func discard() {
+            unlink(file.temporaryPath)
         }
     }
 }

@@ -66,49 +66,22 @@ struct FDStoreDestination: SnapshotDestination {
 
     func begin() throws -> any SnapshotSink {
         // Without a service manager there is nowhere to store it: the snapshot goes nowhere.
-        Sink(
-            notifier: notifier,
-            fd: notifier.isEnabled ? try SealedMemoryFile.createUnsealed(name: "fleet-tokend-cache") : -1
+        DescriptorSink(
+            fd: notifier.isEnabled ? try SealedMemoryFile.createUnsealed(name: "fleet-tokend-cache") : nil,
+            placement: StoredMemoryFile(notifier: notifier)
         )
     }
 
-    /// A snapshot on its way into a memory file (none without a service manager).
-    final class Sink: SnapshotSink {
-        private let notifier: SystemdNotifier
-        private var descriptor: SnapshotDescriptor
+    /// A snapshot's memory file: sealed, then stored in the place of the stored one.
+    struct StoredMemoryFile: DescriptorPlacement {
+        let notifier: SystemdNotifier
 
-        init(notifier: SystemdNotifier, fd: Int32) {
-            self.notifier = notifier
-            descriptor = SnapshotDescriptor(fd)
-        }
-
-        deinit { abandon() }
-
-        func append(_ bytes: UnsafeRawBufferPointer) throws {
-            guard descriptor.isOpen else { return }
-            do {
-                try descriptor.append(bytes)
-            } catch {
-                abandon()
-                throw error
-            }
-        }
-
-        func commit(_ framing: CacheSnapshot.Encoded) throws {
-            guard descriptor.isOpen else { return }
-            defer { abandon() }
-            try descriptor.finish(framing)
+        func seal(_ fd: Int32, _ framing: CacheSnapshot.Encoded) throws {
             // Sealed before the old one is dropped: a failure here leaves the stored one.
-            try SealedMemoryFile.seal(descriptor.fd)
+            try SealedMemoryFile.seal(fd)
             notifier.removeStored(name: CacheHandover.name)
             guard framing.tokenCount > 0 else { return }
-            guard notifier.store(fileDescriptor: descriptor.fd, name: CacheHandover.name) else {
-                throw NotTaken()
-            }
-        }
-
-        func abandon() {
-            descriptor.close()
+            guard notifier.store(fileDescriptor: fd, name: CacheHandover.name) else { throw NotTaken() }
         }
     }
 }

@@ -10,14 +10,16 @@ let package = Package(
     name: "fleet-tokend-fuzz",
     dependencies: [.package(name: "fleet-tokend", path: "../../..")],
     targets: [
+        // The entry into libFuzzer's driver that both fuzzers start by.
+        .target(name: "LibFuzzerDriver", swiftSettings: [.treatAllWarnings(as: .error)]),
         .executableTarget(
             name: "fuzz-provider-replies",
-            dependencies: [.product(name: "TokenAgent", package: "fleet-tokend")],
+            dependencies: ["LibFuzzerDriver", .product(name: "TokenAgent", package: "fleet-tokend")],
             swiftSettings: [.treatAllWarnings(as: .error)]
         ),
         .executableTarget(
             name: "fuzz-cache-snapshots",
-            dependencies: [.product(name: "TokenAgent", package: "fleet-tokend")],
+            dependencies: ["LibFuzzerDriver", .product(name: "TokenAgent", package: "fleet-tokend")],
             swiftSettings: [.treatAllWarnings(as: .error)]
         ),
     ]

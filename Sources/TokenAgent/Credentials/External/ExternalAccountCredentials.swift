@@ -138,8 +138,8 @@ struct ExternalAccountCredentials: Sendable, CustomStringConvertible {
             return nil
         }
         let url = try FederationURL(text, field: "service_account_impersonation_url", file: path, rule: .impersonation)
-        let marker = "/serviceAccounts/"
-        let suffix = ":generateAccessToken"
+        let marker = IAMCredentialsRequest.accountMarker
+        let suffix = IAMCredentialsCall.Method.generateAccessToken.pathSuffix
         guard let start = url.path.ranges(of: marker).last, url.path.hasSuffix(suffix) else {
             throw ConfigurationError(
                 key: "credentials",

@@ -338,10 +338,7 @@ final class ExternalAccountExchange: Sendable {
             reply = try await http.send(
                 .POST,
                 impersonation.url.url(),
-                headers: [
-                    ("Authorization", "Bearer \(federated)"), ("Content-Type", "application/json"),
-                    ("Accept", "application/json"),
-                ],
+                headers: IAMCredentialsRequest.headers(bearer: federated),
                 body: body,
                 what: what
             )

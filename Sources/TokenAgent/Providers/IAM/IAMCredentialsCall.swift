@@ -9,8 +9,8 @@ import Synchronization
 ///
 /// `POST {endpoint}/v1/projects/-/serviceAccounts/{account}:{method}`, built from the endpoint's
 /// parts (``ServiceEndpoint``), with `Authorization: Bearer <the host's access token>` (and
-/// `x-goog-user-project` for a gcloud user with a quota project). The fetch's permit of its budget
-/// (``SignaturePermit``) is spent as the request leaves.
+/// `x-goog-user-project` for a gcloud user with a quota project), as ``IAMCredentialsRequest``
+/// makes it. The fetch's permit of its budget (``SignaturePermit``) is spent as the request leaves.
 ///
 /// Faults are the operator's, never an id's: a 401 refreshes the access token and tries once more
 /// (a second request, so a second permit); a second 401, a 400, 403 (its `details[].reason` read
@@ -22,7 +22,8 @@ import Synchronization
 /// A federated host identity's impersonation (``ExternalAccountExchange``) calls
 /// `generateAccessToken` too, but not through this: it is the host's credentials being made, so
 /// its Bearer is the federated token (a 401 drops that token, not a host token), its URL is the
-/// file's, it holds nothing off and fails as ``CredentialsError``. It shares the request's shape
+/// file's, it holds nothing off and fails as ``CredentialsError``. It shares the request's set-up
+/// (``IAMCredentialsRequest``: the path's shape, the headers), its body
 /// (``ImpersonatedAccessTokens/requestBody(scopes:lifetime:delegates:)``) and the reply's reader
 /// (``GenerateAccessTokenReply``).
 final class IAMCredentialsCall: Sendable {
@@ -84,10 +85,7 @@ final class IAMCredentialsCall: Sendable {
         self.account = account
         self.faultHold = faultHold
         self.credentials = credentials
-        // `@` stays as it is (a path may hold it, and Google's libraries send it so); anything
-        // that could end the path segment (`/`, `?`, `#`) is escaped.
-        let segment = PercentEncoding.encode(account, alsoKeeping: "@")
-        url = endpoint.url("/v1/projects/-/serviceAccounts/" + segment + ":" + method.rawValue)
+        url = endpoint.url(IAMCredentialsRequest.path(account: account, method: method))
         self.timeout = .milliseconds(Int64(timeout * 1000))
         self.clock = clock
         self.logger = logger
@@ -207,10 +205,9 @@ final class IAMCredentialsCall: Sendable {
     private func send(_ body: [UInt8], with access: AccessToken, permit: SignaturePermit?) async throws -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
-        request.headers.add(name: "Authorization", value: "Bearer " + access.value)
-        request.headers.add(name: "Content-Type", value: "application/json")
-        request.headers.add(name: "Accept", value: "application/json")
-        if let project = credentials.quotaProject { request.headers.add(name: "x-goog-user-project", value: project) }
+        for (name, value) in IAMCredentialsRequest.headers(bearer: access.value, quotaProject: credentials.quotaProject) {
+            request.headers.add(name: name, value: value)
+        }
         request.body = .bytes(ByteBuffer(bytes: body))
         let response: OutboundReply
         permit?.spend()

@@ -17,14 +17,11 @@ struct IAMCredentialsReply {
     /// Reads `body`, the reply of `method`.
     init(body: [UInt8], method: IAMCredentialsCall.Method) throws(ProviderError) {
         self.method = method
-        let object: StrictJSON.Object?
-        do {
-            object = try StrictJSON.object(bytes: body)
-        } catch {
-            throw method.fault("reply gives \(error.printable) twice")
-        }
-        guard let object else { throw method.fault("reply is not a JSON object") }
-        self.object = object
+        object = try StrictJSON.object(
+            bytes: body,
+            repeated: { method.fault("reply gives \($0.printable) twice") },
+            notAnObject: { method.fault("reply is not a JSON object") }
+        )
     }
 
     /// The string member `name`.

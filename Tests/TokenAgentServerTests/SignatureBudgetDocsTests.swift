@@ -1,33 +1,47 @@
 import Foundation
 import TestSupport
 import Testing
-import TokenAgentServer
+import TokenAgent
 
-@testable import TokenAgent
+@testable import TokenAgentServer
+
+/// ``InstantProvider``'s tokens, drawing on a signature budget.
+private struct BudgetedProvider: TokenProvider {
+    let budget = SignatureBudget(perMinute: 6, wakesItself: false)
+
+    var summary: String { "budgeted" }
+    var signatureBudget: SignatureBudget? { budget }
+
+    func fetchToken(for key: TokenKey) async throws -> FetchedToken {
+        try await InstantProvider().fetchToken(for: key)
+    }
+}
 
 /// The per-kind signature budget fields of STATS against PROTOCOL.md's table (the agent's
 /// integration tests cannot show them until a configuration gives a kind a budget), and their
 /// metrics in the exposition.
 @Suite("Signature budget in STATS and METRICS")
 struct SignatureBudgetDocsTests {
-    let clock = ManualClock()
-
     private func status() -> (AgentStatus, BudgetedProvider) {
-        let provider = BudgetedProvider(clock: clock, perMinute: 6)
+        let provider = BudgetedProvider()
         let metrics = AgentMetrics()
         let engine = TokenEngine(
-            providers: ["vehicle": provider, "trip": ScriptedProvider(clock: clock)],
-            clock: clock,
+            providers: ["vehicle": provider, "trip": InstantProvider()],
             metrics: metrics.engineMetrics
         )
-        return (AgentStatus(engine: engine, server: ServerStatistics(), metrics: metrics, clock: clock), provider)
+        return (AgentStatus(engine: engine, server: ServerStatistics(), metrics: metrics), provider)
+    }
+
+    /// The names of a `name=value …` reply text.
+    private func fieldNames(_ text: String) -> [String] {
+        text.split(separator: " ").compactMap { field in field.firstIndex(of: "=").map { String(field[..<$0]) } }
     }
 
     @Test func theBudgetFieldsAreTheDocumentedPerKindOnes() async throws {
         let (status, provider) = status()
         _ = await status.engine.get(kind: "vehicle", id: "v-1")
         let text = try status.statsReplyText()
-        let fields = WireReplyFields.names(text)
+        let fields = fieldNames(text)
         let perKind = fields.filter { $0.hasSuffix("_vehicle") }
         #expect(!fields.contains { $0.hasSuffix("_trip") }, "a kind without a budget has none")
         let section = try #require(DocText.section("STATS", in: try DocText.read("docs/PROTOCOL.md")))
@@ -58,9 +72,3 @@ struct SignatureBudgetDocsTests {
     }
 }
 
-/// The names of a `name=value …` reply text.
-enum WireReplyFields {
-    static func names(_ text: String) -> [String] {
-        text.split(separator: " ").compactMap { field in field.firstIndex(of: "=").map { String(field[..<$0]) } }
-    }
-}
