@@ -162,24 +162,8 @@ final class ScriptedConnection {
         tokenLifetime: Double = 3600
     ) {
         transport = ScriptedTransport(time: time)
-        let engine = TokenEngine(
-            providers: ["vehicle": InstantProvider(), "trip": InstantProvider()],
-            clock: time
-        )
-        let expiresAt = Int64(time.wallSeconds + tokenLifetime)
-        engine.importTokens(
-            [
-                CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
-                CachedToken(kind: "trip", id: "t-1", token: "tok-t-1", expiresAt: expiresAt),
-            ],
-            from: .memory
-        )
-        status = AgentStatus(
-            engine: engine,
-            server: ServerStatistics(),
-            access: AccessControl(rules: .open(agentUID: 4_000_000)),
-            health: AgentHealth()
-        )
+        let (engine, status) = handlerTestEngine(clock: time, tokenLifetime: tokenLifetime)
+        self.status = status
         handler = RequestHandler(
             context: ConnectionContext(engine: engine, status: status, costlyReplies: costlyReplies),
             logger: Logger(label: "test"),

@@ -54,25 +54,9 @@ final class ServedConnection: Sendable {
         sendBuffer: Int32? = nil,
         costlyReplies: CostlyReplyPacer = CostlyReplyPacer()
     ) throws {
-        let engine = TokenEngine(
-            providers: ["vehicle": InstantProvider(), "trip": InstantProvider()],
-            storage: storage
-        )
         // Cached tokens answer at once, on the loop's thread; only `hang-` ids fetch.
-        let expiresAt = Int64(SystemAgentClock().wallSeconds) + 3600
-        engine.importTokens(
-            [
-                CachedToken(kind: "vehicle", id: "v-1", token: "tok-v-1", expiresAt: expiresAt),
-                CachedToken(kind: "trip", id: "t-1", token: "tok-t-1", expiresAt: expiresAt),
-            ],
-            from: .memory
-        )
-        status = AgentStatus(
-            engine: engine,
-            server: ServerStatistics(),
-            access: AccessControl(rules: rules),
-            health: health
-        )
+        let (engine, status) = handlerTestEngine(rules: rules, health: health, storage: storage)
+        self.status = status
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, type | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw SocketError(operation: "socketpair", code: errno)

@@ -71,4 +71,3 @@ struct SignatureBudgetDocsTests {
         #expect(exposition.contains("fleet_tokend_signatures_total{kind=\"vehicle\"} 1"))
     }
 }
-

@@ -154,7 +154,9 @@ struct TokenStorageTests {
         let first = try await engine.get(kind: "vehicle", id: "v-1").get().token
         clock.advance(10)  // past the re-fetch guard
         // Naming another token: the cached one is newer, answered at once.
-        #expect(try await engine.awaitRefresh(kind: "vehicle", id: "v-1", refusedToken: "tok-other").get().token == first)
+        #expect(
+            try await engine.awaitRefresh(kind: "vehicle", id: "v-1", refusedToken: "tok-other").get().token == first
+        )
         #expect(provider.fetches == 1)
         // Naming the cached one: it leaves the storage and is replaced.
         let second = try await engine.awaitRefresh(kind: "vehicle", id: "v-1", refusedToken: first).get().token

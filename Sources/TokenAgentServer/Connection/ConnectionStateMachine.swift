@@ -242,30 +242,14 @@ struct ConnectionStateMachine {
     /// Reading pauses for back-pressure: a partial line's clock pauses with it (the client is not
     /// the one holding the line up).
     mutating func readingHeld() -> Actions {
-        switch state {
-        case .open(var serving):
-            serving.readHeld = true
-            state = .open(serving)
-        case .finishing(var serving):
-            serving.readHeld = true
-            state = .finishing(serving)
-        default:
-            return .none
-        }
+        guard updateServing({ $0.readHeld = true }) else { return .none }
         return cancel(.partialLine)
     }
 
     /// The client's end of input came.
     mutating func inputEnded() -> Actions {
+        if updateServing({ $0.inputEnded = true }) { return Actions(step: .writeReplies) }
         switch state {
-        case .open(var serving):
-            serving.inputEnded = true
-            state = .open(serving)
-            return Actions(step: .writeReplies)
-        case .finishing(var serving):
-            serving.inputEnded = true
-            state = .finishing(serving)
-            return Actions(step: .writeReplies)
         case .closing:
             // The close follows the replies still being written; nothing to drain after them.
             state = .closing(inputEnded: true)
@@ -273,7 +257,7 @@ struct ConnectionStateMachine {
         case .lingering:
             // The client read our last reply and closed its side.
             return closeNow(.close)
-        case .closed, .illegal:
+        default:
             return .none
         }
     }

@@ -205,7 +205,8 @@ final class IAMCredentialsCall: Sendable {
     private func send(_ body: [UInt8], with access: AccessToken, permit: SignaturePermit?) async throws -> Reply {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
-        for (name, value) in IAMCredentialsRequest.headers(bearer: access.value, quotaProject: credentials.quotaProject) {
+        for (name, value) in IAMCredentialsRequest.headers(bearer: access.value, quotaProject: credentials.quotaProject)
+        {
             request.headers.add(name: name, value: value)
         }
         request.body = .bytes(ByteBuffer(bytes: body))
