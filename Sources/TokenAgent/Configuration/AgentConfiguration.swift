@@ -1,3 +1,4 @@
+import MetadataEndpoint
 import TokenWire
 
 #if canImport(FoundationEssentials)
@@ -388,5 +389,320 @@ public struct AgentConfiguration: Sendable, Hashable {
         let host =
             authority.lastIndex(of: UInt8(ascii: "@")).map { authority[authority.index(after: $0)...] } ?? authority
         return host.allSatisfy { $0 < 0x80 }
+    }
+}
+
+extension AgentConfiguration {
+    /// The most signatures a minute an issuer may be given (a project's whole IAM quota).
+    public static let maxSignsPerMinute = 60_000
+
+    /// Checks `issuers` and `iam_endpoint`; throws the first problem, naming its key.
+    func validateIssuers() throws {
+        if !issuers.isEmpty || !accessTokens.isEmpty || iamEndpoint != Self.defaultIAMEndpoint {
+            try EndpointSecurity.check(url: iamEndpoint, key: "iam_endpoint")
+        }
+        for kind in issuers.keys.sorted() {
+            let settings = issuers[kind]!
+            let key = "issuers.\(kind)"
+            guard TokenIdentifier.isWellFormedKind(kind) else {
+                throw ConfigurationError(key: key, "kind names are 1 to 32 of a-z, 0-9 and -")
+            }
+            guard kind != AccessTokenKind.wireKind else { throw Self.reservedAccessKind(key: key) }
+            guard providers[kind] == nil else {
+                throw ConfigurationError(
+                    key: key,
+                    "kind \(kind) is also under providers; a kind has either a provider or an issuer"
+                )
+            }
+            switch (settings.keyFile, settings.serviceAccount) {
+            case (nil, nil), (.some, .some):
+                throw ConfigurationError(key: key, "needs exactly one of key_file and service_account")
+            case (let path?, nil):
+                guard !path.isEmpty else { throw ConfigurationError(key: key + ".key_file", "must be a path") }
+            case (nil, let email?):
+                guard Self.isServiceAccountEmail(email) else {
+                    throw ConfigurationError(
+                        key: key + ".service_account",
+                        "must be a service account's email, such as name@project.iam.gserviceaccount.com"
+                    )
+                }
+            }
+            if let lifetime = settings.lifetime, !(lifetime >= 60 && lifetime <= 3600) {
+                throw ConfigurationError(key: key + ".lifetime", "must be seconds from 60 to 3600")
+            }
+            if let budget = settings.signsPerMinute {
+                guard budget.rounded() == budget, budget >= 1, budget <= Double(Self.maxSignsPerMinute) else {
+                    throw ConfigurationError(
+                        key: key + ".signs_per_minute",
+                        "must be a whole number from 1 to \(Self.maxSignsPerMinute)"
+                    )
+                }
+            }
+            let wildcard = TokenIdentifier.wildcardKinds.contains(kind)
+            if let claim = settings.claim {
+                guard !wildcard else {
+                    throw ConfigurationError(key: key + ".claim", "kind \(kind) has a fixed authorization; no claim")
+                }
+                guard IssuerClaims.isClaimName(claim) else {
+                    throw ConfigurationError(key: key + ".claim", "must be 1 to 64 of a-z and 0-9")
+                }
+            } else if !wildcard, FleetEngineKinds.claimNames[kind] == nil {
+                throw ConfigurationError(
+                    key: key + ".claim",
+                    "kind \(kind) is not a Fleet Engine kind; name the authorization claim its tokens carry"
+                )
+            }
+        }
+    }
+
+    /// Whether `text` looks like a service account's email: `name@domain`, of letters, digits and
+    /// `-_.`, at most 254 bytes. Anything else could not be a path segment of `signJwt`'s URL.
+    static func isServiceAccountEmail(_ text: String) -> Bool {
+        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+        guard text.utf8.count <= 254, parts.count == 2, !parts[0].isEmpty, parts[1].contains(".") else { return false }
+        return text.utf8.allSatisfy { byte in
+            (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x30 && byte <= 0x39)
+                || byte == 0x2D || byte == 0x5F || byte == 0x2E || byte == 0x40
+        } && !parts[1].hasPrefix(".") && !parts[1].hasSuffix(".") && !text.contains("..")
+    }
+}
+
+extension AgentConfiguration {
+    /// The kind of each access-token entry (``AccessTokenKind``), sorted.
+    public var accessTokenKinds: [String] { accessTokens.keys.sorted().map { AccessTokenKind.kind(name: $0) } }
+
+    /// The access rules of every kind: `allow` and `admin` as configured, with each access-token
+    /// entry's own `allow` under the entry's kind.
+    public var accessRules: AccessConfiguration {
+        var rules = access
+        for (name, settings) in accessTokens {
+            if let allow = settings.allow { rules.allow[AccessTokenKind.kind(name: name)] = allow }
+        }
+        return rules
+    }
+
+    /// The service accounts the host's identity can act as: every key-less issuer's account and
+    /// every impersonated access token's account and delegates, sorted. A caller holding the
+    /// host's own access token (`"source": "host"`) can mint any of their tokens at IAM.
+    public var hostSigningAccounts: [String] {
+        var accounts = Set(issuers.values.compactMap(\.serviceAccount))
+        for settings in accessTokens.values where settings.source != .host {
+            if let account = settings.serviceAccount { accounts.insert(account) }
+            accounts.formUnion(settings.delegates ?? [])
+        }
+        return accounts.sorted()
+    }
+
+    /// The access-token entries that serve the host's own token, sorted.
+    public var hostIdentityEntries: [String] { accessTokens.filter { $0.value.source == .host }.keys.sorted() }
+
+    /// Checks `access_tokens` and `allow_host_identity`; throws the first problem, naming its key.
+    func validateAccessTokens() throws {
+        for name in accessTokens.keys.sorted() {
+            let settings = accessTokens[name]!
+            let key = "access_tokens.\(name)"
+            guard AccessTokenKind.isWellFormedName(name) else {
+                throw ConfigurationError(key: key, "names are 1 to \(AccessTokenKind.maxNameBytes) of a-z, 0-9 and -")
+            }
+            switch settings.source ?? .impersonation {
+            case .host:
+                guard allowHostIdentity else {
+                    throw ConfigurationError(
+                        key: key + ".source",
+                        "the host's own token lets its holder act at IAM as every account the host signs for, past "
+                            + "every kind's rules and budget; set allow_host_identity: true to serve it"
+                    )
+                }
+                let impersonationKeys: [(String, Bool)] = [
+                    ("service_account", settings.serviceAccount != nil), ("scopes", settings.scopes != nil),
+                    ("lifetime", settings.lifetime != nil), ("delegates", settings.delegates != nil),
+                    ("calls_per_minute", settings.callsPerMinute != nil),
+                ]
+                for (field, given) in impersonationKeys where given {
+                    throw ConfigurationError(
+                        key: "\(key).\(field)",
+                        "does not apply to the host's own token (\"source\": \"host\")"
+                    )
+                }
+            case .impersonation:
+                try validateImpersonation(settings, key: key)
+            }
+            guard settings.allow != nil else {
+                throw ConfigurationError(
+                    key: key + ".allow",
+                    "an access token needs an allow entry naming who may have it"
+                )
+            }
+        }
+    }
+
+    private func validateImpersonation(_ settings: AccessTokenSettings, key: String) throws {
+        guard let account = settings.serviceAccount else {
+            throw ConfigurationError(
+                key: key + ".service_account",
+                "is required (or \"source\": \"host\" for the host's own token)"
+            )
+        }
+        guard Self.isServiceAccountEmail(account) else {
+            throw ConfigurationError(
+                key: key + ".service_account",
+                "must be a service account's email, such as name@project.iam.gserviceaccount.com"
+            )
+        }
+        if let delegates = settings.delegates {
+            guard delegates.count <= AccessTokenSettings.maxDelegates else {
+                throw ConfigurationError(key: key + ".delegates", "at most \(AccessTokenSettings.maxDelegates)")
+            }
+            for delegate in delegates where !Self.isServiceAccountEmail(delegate) {
+                throw ConfigurationError(
+                    key: key + ".delegates",
+                    "each must be a service account's email, such as name@project.iam.gserviceaccount.com"
+                )
+            }
+            guard Set(delegates).count == delegates.count else {
+                throw ConfigurationError(key: key + ".delegates", "names an account twice")
+            }
+        }
+        if let scopes = settings.scopes {
+            guard (1...AccessTokenSettings.maxScopes).contains(scopes.count) else {
+                throw ConfigurationError(key: key + ".scopes", "must name 1 to \(AccessTokenSettings.maxScopes) scopes")
+            }
+            for scope in scopes where !AccessTokenSettings.isScope(scope) {
+                throw ConfigurationError(
+                    key: key + ".scopes",
+                    "each must be 1 to \(AccessTokenSettings.maxScopeBytes) bytes of printable ASCII without spaces"
+                )
+            }
+            guard Set(scopes).count == scopes.count else {
+                throw ConfigurationError(key: key + ".scopes", "names a scope twice")
+            }
+        }
+        if let lifetime = settings.lifetime,
+            !(lifetime >= AccessTokenSettings.minLifetime && lifetime <= AccessTokenSettings.maxLifetime)
+        {
+            throw ConfigurationError(
+                key: key + ".lifetime",
+                "must be seconds from \(Int(AccessTokenSettings.minLifetime)) to \(Int(AccessTokenSettings.maxLifetime))"
+            )
+        }
+        if let budget = settings.callsPerMinute {
+            guard budget.rounded() == budget, budget >= 1, budget <= Double(Self.maxSignsPerMinute) else {
+                throw ConfigurationError(
+                    key: key + ".calls_per_minute",
+                    "must be a whole number from 1 to \(Self.maxSignsPerMinute)"
+                )
+            }
+        }
+    }
+}
+
+extension AgentConfiguration {
+    /// `metadata_server.listen`, or `nil` without the endpoint: the part of `metadata_server` a
+    /// reload does not apply (``ReloadChanges/startupOnlyKeys``). Setting it without the endpoint
+    /// configured makes one with no default entry; setting `nil` removes the endpoint.
+    public var metadataListen: String? {
+        get { metadataServer?.listen }
+        set {
+            guard let newValue else {
+                metadataServer = nil
+                return
+            }
+            if metadataServer == nil {
+                metadataServer = MetadataServerSettings(listen: newValue, defaultEntry: "")
+            } else {
+                metadataServer?.listen = newValue
+            }
+        }
+    }
+
+    /// What of `metadata_server` is read at start-up only: its `listen` and `request_timeout`.
+    public struct MetadataStartup: Sendable, Hashable {
+        public var listen: String
+        public var requestTimeout: Double
+    }
+
+    /// `metadata_server`'s start-up part (``MetadataStartup``), or `nil` without the endpoint
+    /// (``ReloadChanges/startupOnlyKeys``); setting it sets ``metadataListen`` and the time-out.
+    public var metadataStartup: MetadataStartup? {
+        get { metadataServer.map { MetadataStartup(listen: $0.listen, requestTimeout: $0.requestTimeout) } }
+        set {
+            metadataListen = newValue?.listen
+            if let newValue { metadataServer?.requestTimeout = newValue.requestTimeout }
+        }
+    }
+
+    /// The endpoint's settings, checked: `listen` a loopback IP literal with a port from 1 to
+    /// 65535, `default` an entry of `access_tokens` that is not the host's own token, `project_id`
+    /// a project id, `request_timeout` 0.1 to 60 s; and no entry it serves may have `groups` in
+    /// its `allow` (``refuseGroupRulesOnServedEntries()``). `nil` without `metadata_server`.
+    /// - Throws: ``ConfigurationError`` naming the key under `metadata_server`, or the entry's
+    ///   `allow.groups`.
+    public func metadataServerConfiguration() throws -> MetadataServerConfiguration? {
+        guard let settings = metadataServer else { return nil }
+        guard settings.requestTimeout.isFinite, settings.requestTimeout >= 0.1, settings.requestTimeout <= 60 else {
+            throw ConfigurationError(key: "metadata_server.request_timeout", "must be seconds from 0.1 to 60")
+        }
+        try refuseGroupRulesOnServedEntries()
+        do {
+            let listen = try MetadataListenAddress(parsing: settings.listen)
+            let configuration = MetadataServerConfiguration(
+                listen: listen,
+                defaultEntry: settings.defaultEntry,
+                projectID: settings.projectID
+            )
+            try configuration.validate(entryNames: Set(accessTokens.keys))
+            if accessTokens[settings.defaultEntry]?.source == .host {
+                throw MetadataConfigurationError(
+                    key: "default",
+                    "\(settings.defaultEntry) serves the host's own token (\"source\": \"host\"), which the "
+                        + "metadata endpoint never serves: name an entry of a service account"
+                )
+            }
+            return configuration
+        } catch let error as MetadataConfigurationError {
+            throw ConfigurationError(key: "metadata_server.\(error.key)", error.problem)
+        }
+    }
+
+    /// Refuses `groups` in the `allow` of an entry the metadata endpoint serves.
+    ///
+    /// The socket takes a peer's groups from the asking process (`SO_PEERGROUPS`); the endpoint
+    /// cannot: the kernel names a TCP socket's owner uid, not its process, and a hardened unit
+    /// cannot look into other users' processes. Groups from the user database would mean
+    /// something else than on the socket (a process that dropped its groups served, one given a
+    /// group at run time refused), so an entry the endpoint serves is allowed to users only.
+    func refuseGroupRulesOnServedEntries() throws {
+        for name in accessTokens.keys.sorted() {
+            let settings = accessTokens[name]!
+            guard settings.source != .host, settings.serviceAccount != nil,
+                let groups = settings.allow?.groups, !groups.isEmpty
+            else { continue }
+            throw ConfigurationError(
+                key: "access_tokens.\(name).allow.groups",
+                "groups are not accepted on an entry the metadata endpoint (metadata_server) serves: it can "
+                    + "learn the uid owning a connection, never the asking process's groups; name the users "
+                    + "instead, or serve this token on the socket only"
+            )
+        }
+    }
+
+    /// The entries the metadata endpoint serves under `rules`: every access-token entry of a
+    /// service account (an entry of the host's own token, `"source": "host"`, is never served
+    /// there), with its scopes and exactly the users and groups of its own `allow`, as `rules`
+    /// resolved them. Neither uid 0 nor the agent's own uid is added: the endpoint cannot tell a
+    /// peer's PID namespace, so they get only what `allow` names.
+    public func metadataEntries(rules: AccessRules) -> [MetadataEntry] {
+        accessTokens.keys.sorted().compactMap { name -> MetadataEntry? in
+            let settings = accessTokens[name]!
+            guard settings.source != .host, let account = settings.serviceAccount else { return nil }
+            let principals = rules.allow[AccessTokenKind.kind(name: name)] ?? AccessRules.Principals()
+            return MetadataEntry(
+                name: name,
+                account: account,
+                scopes: settings.scopes ?? AccessTokenSettings.defaultScopes,
+                allowedUIDs: principals.uids,
+                allowedGIDs: principals.gids
+            )
+        }
     }
 }
