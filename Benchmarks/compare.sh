@@ -235,7 +235,7 @@ echo "$(nproc) cores, $(uname -sr), $(swift --version 2>/dev/null | head -1 | se
 echo "load-gen: closed loop, $THREADS thread(s), ${DURATION} s measured after ${WARMUP} s warm-up per run; keys walked in order from"
 echo "a different start per connection; agent \`GET vehicle bench-<n>\`, Redis inline \`GET bench-<n>\`; tokens/values $token_bytes bytes."
 if [ "$REPEATS" -gt 1 ]; then
-    echo "$REPEATS runs of each server per cell, alternated (agent, Redis, agent, ...); each side's median run (by req/s) is shown."
+    echo "$REPEATS runs of each server per cell, alternated (agent, Redis, agent, ...; agent, floor, Redis, ... where the floor runs); each side's median run (by req/s) is shown."
 fi
 if [ "$FLOOR_LOOPS" != 0 ]; then
     echo "The floor: epoll-floor, $FLOOR_LOOPS loop(s), a bare epoll server answering from a fixed table, run between the agent and Redis at $FLOOR_LOADS."
