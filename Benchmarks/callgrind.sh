@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per cached GET: the release agent under valgrind's callgrind, a fixed number of GETs
-# from load-gen, the instructions counted over exactly those GETs.
+# from load-gen, the instructions counted over exactly those GETs, and the calls of swift_retain and
+# swift_release among them; then the instructions of a worker's read of a cached token from the
+# agent's shared-memory segment, by FleetTokenClient's default path and by the C reader.
 #   bash Benchmarks/callgrind.sh
 #   AGENT_BINARY=/path/to/fleet-tokend bash Benchmarks/callgrind.sh     # measure another build
 # Environment (defaults in brackets):
@@ -12,12 +14,20 @@
 #   AGENT_BINARY      the agent to measure (default: this tree's release build)
 #   KEEP_RAW [0]      1: also keep each window's callgrind output in OUT (for callgrind_annotate
 #                     --tree=caller, or kcachegrind)
+#   CLIENT_READS ["20000 220000"]  the two read counts of the shared-memory rows ("": no such rows)
+#   CLIENT_KEYS [64]  keys the readers go round (bench-0 ...; a power of two, at most KEYS)
 # Builds the agent (release, .build-bench-release) and load-gen (release, Benchmarks/.build),
 # installs valgrind when missing (root), starts `fleet-tokend serve` on its demo issuer under
 # callgrind, warms the keys (`load-gen --warm`), then per window: zeroes the counters
 # (`callgrind_control -z`), sends REQUESTS GETs on one connection at the given depth
 # (`load-gen --requests`), dumps (`callgrind_control -d`), and divides the window's instructions
-# (Ir, all threads) by its GETs. Method: docs/BENCHMARKS-METHOD.md ("instructions per socket GET").
+# (Ir, all threads) and its calls of swift_retain and swift_release (callgrind's call counts, summed
+# over their callers) by its GETs. Then, per round, `token-bench shm-reads` (FleetTokenClient's
+# default path) and Benchmarks/shm-reads.c (libfleet-tokend-reader) each read the same cached
+# tokens from the agent's segment under callgrind, whole runs at the two CLIENT_READS counts:
+# (Ir(N2) - Ir(N1)) / (N2 - N1) is a read's cost, the start-up cancelled.
+# Method: docs/BENCHMARKS-METHOD.md ("instructions per socket GET", "instructions per
+# shared-memory read").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
@@ -29,6 +39,20 @@ ROUNDS=${ROUNDS:-2}
 OUT=${OUT:-Benchmarks/.callgrind}
 DETERMINISTIC_HASHING=${DETERMINISTIC_HASHING:-1}
 KEEP_RAW=${KEEP_RAW:-0}
+CLIENT_READS=${CLIENT_READS-"20000 220000"}
+CLIENT_KEYS=${CLIENT_KEYS:-64}
+reads_low="" reads_high=""
+if [ -n "$CLIENT_READS" ]; then
+    read -r reads_low reads_high <<<"$CLIENT_READS"
+    if ! [ "${reads_low:-x}" -ge 0 ] 2>/dev/null || ! [ "${reads_high:-x}" -gt "$reads_low" ] 2>/dev/null; then
+        echo "CLIENT_READS must be two counts, the second the larger: $CLIENT_READS" >&2
+        exit 64
+    fi
+    if [ "$CLIENT_KEYS" -gt "$KEYS" ] || [ $((CLIENT_KEYS & (CLIENT_KEYS - 1))) != 0 ]; then
+        echo "CLIENT_KEYS must be a power of two, at most KEYS ($KEYS): $CLIENT_KEYS" >&2
+        exit 64
+    fi
+fi
 
 if ! command -v valgrind >/dev/null 2>&1 || ! command -v callgrind_control >/dev/null 2>&1; then
     if [ "$(id -u)" -ne 0 ]; then
@@ -45,6 +69,7 @@ if [ -z "${AGENT_BINARY:-}" ]; then
     swift build -c release --product fleet-tokend --scratch-path .build-bench-release >&2
 fi
 swift build -c release --package-path Benchmarks --product load-gen >&2
+[ -z "$CLIENT_READS" ] || swift build -c release --package-path Benchmarks --product token-bench >&2
 AGENT=${AGENT_BINARY:-.build-bench-release/release/fleet-tokend}
 LOADGEN=Benchmarks/.build/release/load-gen
 
@@ -82,6 +107,50 @@ int sigsuspend(const sigset_t *mask) {
 }
 C
 cc -O2 -shared -fPIC -o "$work/sigsuspend.so" "$work/sigsuspend.c"
+if [ -n "$CLIENT_READS" ]; then
+    # The readers of the shared-memory rows: token-bench (stripped as the agent is, for the same
+    # reason) and the C reader's program, built by its one cc line.
+    cp Benchmarks/.build/release/token-bench "$work/token-bench"
+    strip --strip-debug "$work/token-bench"
+    cc -O2 -std=c11 -I Sources/CTokenSegment/include -I libfleet-tokend-reader -o "$work/shm-reads" \
+        Benchmarks/shm-reads.c libfleet-tokend-reader/fleet_tokend_reader.c
+fi
+
+# The calls of the Swift runtime's reference counting in a callgrind output file: every `calls=`
+# line (a caller's calls along one arc) summed by the function called, with callgrind's name
+# compression ("fn=(id) name", then "(id)") undone, its recursion suffixes ("'2") and symbol
+# versions ("@@...") dropped.
+# Prints "<swift_retain calls> <swift_release calls>" on its first line, then every runtime entry
+# point of retaining and releasing that was called, with its calls.
+arc_calls() { # callgrind output file
+    python3 - "$1" <<'PY'
+import re
+import sys
+from collections import Counter
+
+names, calls, callee = {}, Counter(), None
+pattern = re.compile(r"^(c?fn)=(?:\((\d+)\))? ?(.*)$")
+for line in open(sys.argv[1], errors="replace"):
+    if line.startswith(("fn=", "cfn=")):
+        kind, ident, name = pattern.match(line.rstrip("\n")).groups()
+        if ident is not None:
+            if name:
+                names[ident] = name
+            else:
+                name = names.get(ident, "?")
+        if kind == "cfn":
+            callee = re.sub(r"(@@?[\w.]+)?('\d+)?$", "", name)
+    elif line.startswith("calls=") and callee is not None:
+        calls[callee] += int(line[6:].split()[0])
+        callee = None
+print(calls["swift_retain"], calls["swift_release"])
+for name, count in sorted(calls.items(), key=lambda item: -item[1]):
+    if re.match(r"swift_\w*(Retain|Release|retain|release)", name):
+        print(f"{name} {count}")
+PY
+}
+# The total Ir of a callgrind output file (all threads).
+ir_total() { sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$1"; }
 
 # Swift seeds its hashing at random in each process, which places the keys differently in the
 # agent's tables at each start: the counts of one binary moved by up to 3% between two agents
@@ -123,8 +192,8 @@ fi
 
 mkdir -p "$OUT"
 dump=0
-echo "| depth | round | GETs | Ir (window, all threads) | Ir per GET |"
-echo "|---|---|---|---|---|"
+echo "| depth | round | GETs | Ir (window, all threads) | Ir per GET | swift_retain per GET | swift_release per GET |"
+echo "|---|---|---|---|---|---|---|"
 for depth in $DEPTHS; do
     for round in $(seq "$ROUNDS"); do
         callgrind_control -z "$agent_pid" >/dev/null
@@ -141,13 +210,19 @@ for depth in $DEPTHS; do
             echo "the window's GETs failed: $run" >&2
             exit 1
         fi
-        total=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$file")
+        total=$(ir_total "$file")
         per=$(awk -v t="$total" -v n="$REQUESTS" 'BEGIN {printf "%.0f", t / n}')
-        echo "| $depth | $round | $REQUESTS | $total | $per |"
+        arc=$(arc_calls "$file")
+        read -r retains releases <<<"$(head -1 <<<"$arc")"
+        retains_per=$(awk -v c="$retains" -v n="$REQUESTS" 'BEGIN {printf "%.2f", c / n}')
+        releases_per=$(awk -v c="$releases" -v n="$REQUESTS" 'BEGIN {printf "%.2f", c / n}')
+        echo "| $depth | $round | $REQUESTS | $total | $per | $retains_per | $releases_per |"
         profile="$OUT/depth-$depth-round-$round.txt"
         {
             echo "# fleet-tokend under callgrind: $REQUESTS cached GETs, depth $depth, $KEYS keys, round $round"
             echo "# agent: $AGENT; window total Ir $total, $per per GET"
+            echo "# calls of the runtime's retains and releases in the window (callgrind's call counts):"
+            tail -n +2 <<<"$arc" | sed 's/^/#   /'
             echo "# top functions by inclusive cost (callgrind_annotate --inclusive=yes), demangled"
             callgrind_annotate --inclusive=yes --threshold=100 "$file" 2>/dev/null | sed -n 1,120p \
                 | swift demangle --simplified
@@ -155,4 +230,58 @@ for depth in $DEPTHS; do
         [ "$KEEP_RAW" = 0 ] || cp "$file" "$OUT/depth-$depth-round-$round.callgrind.out"
     done
 done
-echo "profiles: $OUT/depth-*-round-*.txt" >&2
+
+# A worker's read of a cached token from the agent's segment: whole runs of each reader under
+# callgrind at the two counts, against the agent above (its keys are cached, its segment mapped by
+# the readers themselves). The rows agree from round to round as the windows do.
+counted_reads() { # reader (client or c), reads, callgrind output file
+    local command=("$work/shm-reads" "$work/agent.sock" vehicle bench- "$CLIENT_KEYS" "$2")
+    [ "$1" = c ] || command=("$work/token-bench" shm-reads --socket "$work/agent.sock" --reads "$2" --keys "$CLIENT_KEYS")
+    if ! env "${hashing[@]}" LD_PRELOAD="$work/sigsuspend.so" valgrind --tool=callgrind --callgrind-out-file="$3" \
+        "${command[@]}" >"$3.json" 2>"$3.log"; then
+        echo "the $1 reader failed at $2 reads:" >&2
+        cat "$3.json" "$3.log" >&2
+        exit 1
+    fi
+    local answered
+    answered=$(field "$([ "$1" = c ] && echo hits || echo shared_memory_reads)" "$(<"$3.json")")
+    if [ "$answered" != "$2" ]; then
+        echo "the $1 reader read $answered of $2 from shared memory: $(<"$3.json")" >&2
+        exit 1
+    fi
+}
+if [ -n "$CLIENT_READS" ]; then
+    echo
+    echo "| reader | round | reads | Ir (whole run) | Ir per read | swift_retain per read | swift_release per read |"
+    echo "|---|---|---|---|---|---|---|"
+    for round in $(seq "$ROUNDS"); do
+        for reader in client c; do
+            low="$work/reads-$reader-$round-$reads_low.out"
+            high="$work/reads-$reader-$round-$reads_high.out"
+            counted_reads "$reader" "$reads_low" "$low"
+            counted_reads "$reader" "$reads_high" "$high"
+            span=$((reads_high - reads_low))
+            ir_low=$(ir_total "$low")
+            ir_high=$(ir_total "$high")
+            read -r retains_low releases_low <<<"$(arc_calls "$low" | head -1)"
+            read -r retains_high releases_high <<<"$(arc_calls "$high" | head -1)"
+            per=$(awk -v h="$ir_high" -v l="$ir_low" -v n="$span" 'BEGIN {printf "%.1f", (h - l) / n}')
+            retains_per=$(awk -v h="$retains_high" -v l="$retains_low" -v n="$span" 'BEGIN {printf "%.2f", (h - l) / n}')
+            releases_per=$(awk -v h="$releases_high" -v l="$releases_low" -v n="$span" 'BEGIN {printf "%.2f", (h - l) / n}')
+            label="FleetTokenClient (token-bench shm-reads)"
+            [ "$reader" = client ] || label="C reader (libfleet-tokend-reader)"
+            echo "| $label | $round | $reads_low, $reads_high | $ir_low, $ir_high | $per | $retains_per | $releases_per |"
+            if [ "$round" = 1 ]; then
+                {
+                    echo "# $label under callgrind: $reads_high reads of $CLIENT_KEYS cached tokens, the whole run"
+                    echo "# $per Ir per read ((Ir($reads_high) - Ir($reads_low)) / $span)"
+                    echo "# top functions by inclusive cost (callgrind_annotate --inclusive=yes), demangled"
+                    callgrind_annotate --inclusive=yes --threshold=100 "$high" 2>/dev/null | sed -n 1,120p \
+                        | swift demangle --simplified
+                } >"$OUT/reads-$reader.txt"
+                [ "$KEEP_RAW" = 0 ] || cp "$high" "$OUT/reads-$reader.callgrind.out"
+            fi
+        done
+    done
+fi
+echo "profiles: $OUT/depth-*-round-*.txt${CLIENT_READS:+, $OUT/reads-*.txt}" >&2

@@ -8,14 +8,19 @@
 #   LOADS  connections x in flight as "1x1 64x1 1x32", instead of every CONNECTIONS x DEPTHS pair
 #   REPEATS [1]  runs of each server per cell, alternated (agent, Redis, agent, ...); each side's
 #                median run (by req/s) is the one printed
-#   JSON_OUT  also write each cell's two median runs (load-gen's JSON) to this file, one line a cell
+#   FLOOR_LOOPS [0]  also run epoll-floor (a bare epoll loop answering from a fixed table: the
+#                socket's floor) with this many loops, in the same alternation (agent, floor, Redis)
+#   FLOOR_LOADS  the loads (as in LOADS) at which the floor runs (default: every load)
+#   JSON_OUT  also write each cell's median runs (load-gen's JSON) to this file, one line a cell
 #   THREADS [1]  load-gen threads               CLIENT_ROWS [1]   also run token-bench (0: skip)
 #   AGENT_BINARY  the agent to measure (default: this tree's release build, built first)
 #   CLIENT_ITERATIONS [20000]  token-bench --iterations
 # Builds the agent (release, .build-bench-release) and the Benchmarks package (release), installs
 # redis-server when missing (root), starts the agent on its demo issuer and redis-server on Unix
-# sockets, preloads the same keys into both, runs load-gen over the matrix, prints one markdown
-# table plus memory, and stops everything it started. Results: docs/BENCHMARKS.md; method: docs/BENCHMARKS-METHOD.md.
+# sockets (and epoll-floor, with FLOOR_LOOPS), preloads the same keys into both, runs load-gen over
+# the matrix, prints one markdown table plus memory, and stops everything it started.
+# `bash Benchmarks/floor.sh` is this script with the floor's defaults.
+# Results: docs/BENCHMARKS.md; method: docs/BENCHMARKS-METHOD.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
@@ -35,6 +40,8 @@ if [ -z "$LOADS" ]; then
         for depth in $DEPTHS; do LOADS+="${connections}x$depth "; done
     done
 fi
+FLOOR_LOOPS=${FLOOR_LOOPS:-0}
+FLOOR_LOADS=${FLOOR_LOADS:-$LOADS}
 JSON_OUT=${JSON_OUT:-}
 [ -z "$JSON_OUT" ] || : >"$JSON_OUT"
 
@@ -48,6 +55,7 @@ if [ "$CLIENT_ROWS" != 0 ]; then
     swift build -c release --package-path Benchmarks >&2
 else
     swift build -c release --package-path Benchmarks --product load-gen >&2
+    [ "$FLOOR_LOOPS" = 0 ] || swift build -c release --package-path Benchmarks --product epoll-floor >&2
 fi
 # AGENT_BINARY measures another build of the agent (e.g. an earlier commit's) with the same load.
 AGENT=${AGENT_BINARY:-.build-bench-release/release/fleet-tokend}
@@ -57,11 +65,12 @@ TOKENBENCH=Benchmarks/.build/release/token-bench
 work=$(mktemp -d /tmp/ftd-compare.XXXXXX)
 agent_pid=""
 redis_pid=""
+floor_pid=""
 bench_pid=""
 loadgen_pid=""
 cleanup() {
     set +e
-    for pid in $loadgen_pid $agent_pid $redis_pid; do
+    for pid in $loadgen_pid $agent_pid $redis_pid $floor_pid; do
         kill "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
     done
@@ -89,6 +98,10 @@ agent_pid=$!
 redis-server --port 0 --unixsocket "$work/redis.sock" --unixsocketperm 700 --save '' --appendonly no \
     --logfile "$work/redis.log" &
 redis_pid=$!
+if [ "$FLOOR_LOOPS" != 0 ]; then
+    Benchmarks/.build/release/epoll-floor --unix "$work/floor.sock" --loops "$FLOOR_LOOPS" --keys "$max_keys" &
+    floor_pid=$!
+fi
 
 wait_for() { # socket, request, expected first reply
     for _ in $(seq 200); do
@@ -102,6 +115,7 @@ wait_for() { # socket, request, expected first reply
 }
 wait_for "$work/agent.sock" 'PING\n' PONG
 wait_for "$work/redis.sock" 'PING\r\n' +PONG
+[ "$FLOOR_LOOPS" = 0 ] || wait_for "$work/floor.sock" 'GET vehicle bench-0\n' OK
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 hwm_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
@@ -141,6 +155,7 @@ median_run() { # the run files of one side: the one whose req/s is the median (t
 rates() { for file in "$@"; do field req_per_s "$(<"$file")"; done | paste -sd, -; }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=()
+runs_note=""
 errors_note=""
 for keys in $KEYSETS; do
     for load in $LOADS; do
@@ -148,17 +163,38 @@ for keys in $KEYSETS; do
         depth=${load#*x}
         agent_runs=()
         redis_runs=()
+        floor_runs=()
+        with_floor=0
+        if [ "$FLOOR_LOOPS" != 0 ]; then
+            case " $FLOOR_LOADS " in *" $load "*) with_floor=1 ;; esac
+        fi
         for repeat in $(seq "$REPEATS"); do
             echo "  $connections conn x $depth in flight x $keys keys (run $repeat of $REPEATS)..." >&2
             run agent "$work/agent.sock" "$keys" "$connections" "$depth" "$work/agent-$repeat.json"
             agent_runs+=("$work/agent-$repeat.json")
+            if [ "$with_floor" = 1 ]; then
+                # epoll-floor speaks the agent's protocol.
+                run agent "$work/floor.sock" "$keys" "$connections" "$depth" "$work/floor-$repeat.json"
+                floor_runs+=("$work/floor-$repeat.json")
+            fi
             run redis "$work/redis.sock" "$keys" "$connections" "$depth" "$work/redis-$repeat.json"
             redis_runs+=("$work/redis-$repeat.json")
         done
         agent=$(<"$(median_run "${agent_runs[@]}")")
         redis=$(<"$(median_run "${redis_runs[@]}")")
+        floor_cells="| – | – |"
+        floor_json=""
+        if [ "$with_floor" = 1 ]; then
+            floor=$(<"$(median_run "${floor_runs[@]}")")
+            f_rate=$(field req_per_s "$floor")
+            floor_cells="| $f_rate | $(awk -v a="$(field req_per_s "$agent")" -v f="$f_rate" 'BEGIN {printf (f > 0 ? "%.2fx" : "–"), a / f}') |"
+            floor_json=", \"floor\": $floor, \"floor_runs\": [$(rates "${floor_runs[@]}")], \"floor_loops\": $FLOOR_LOOPS"
+        fi
+        runs_note+="- $connections x $depth x $keys: agent $(rates "${agent_runs[@]}")"
+        [ "$with_floor" = 0 ] || runs_note+="; floor $(rates "${floor_runs[@]}")"
+        runs_note+="; Redis $(rates "${redis_runs[@]}")"$'\n'
         if [ -n "$JSON_OUT" ]; then
-            echo "{\"keys\": $keys, \"connections\": $connections, \"depth\": $depth, \"agent\": $agent, \"redis\": $redis, \"agent_runs\": [$(rates "${agent_runs[@]}")], \"redis_runs\": [$(rates "${redis_runs[@]}")]}" >>"$JSON_OUT"
+            echo "{\"keys\": $keys, \"connections\": $connections, \"depth\": $depth, \"agent\": $agent, \"redis\": $redis, \"agent_runs\": [$(rates "${agent_runs[@]}")], \"redis_runs\": [$(rates "${redis_runs[@]}")]$floor_json}" >>"$JSON_OUT"
         fi
         a_rate=$(field req_per_s "$agent")
         r_rate=$(field req_per_s "$redis")
@@ -173,15 +209,17 @@ for keys in $KEYSETS; do
             redis_64_single=$r_rate
         fi
         ratio=$(awk -v a="$a_rate" -v r="$r_rate" 'BEGIN {printf (r > 0 ? "%.2fx" : "–"), a / r}')
-        for file in "${agent_runs[@]}" "${redis_runs[@]}"; do
+        for file in "${agent_runs[@]}" "${floor_runs[@]}" "${redis_runs[@]}"; do
             result=$(<"$file")
             errors=$(field errors "$result")
             broken=$(field broken_connections "$result")
             if [ "$errors" != 0 ] || [ "$broken" != 0 ]; then
-                errors_note+="- $(field protocol "$result"), $connections conn x $depth x $keys keys: $errors error replies, $broken broken connections"$'\n'
+                errors_note+="- $(basename "$file" .json), $connections conn x $depth x $keys keys: $errors error replies, $broken broken connections"$'\n'
             fi
         done
-        rows+=("| $connections x $depth x $keys | $a_rate | $(field p50_us "$agent") | $(field p99_us "$agent") | $(field p999_us "$agent") | $r_rate | $(field p50_us "$redis") | $(field p99_us "$redis") | $(field p999_us "$redis") | $ratio |")
+        row="| $connections x $depth x $keys | $a_rate | $(field p50_us "$agent") | $(field p99_us "$agent") | $(field p999_us "$agent") | $r_rate | $(field p50_us "$redis") | $(field p99_us "$redis") | $(field p999_us "$redis") | $ratio |"
+        [ "$FLOOR_LOOPS" = 0 ] || row+=" ${floor_cells#| }"
+        rows+=("$row")
     done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -197,15 +235,29 @@ echo "$(nproc) cores, $(uname -sr), $(swift --version 2>/dev/null | head -1 | se
 echo "load-gen: closed loop, $THREADS thread(s), ${DURATION} s measured after ${WARMUP} s warm-up per run; keys walked in order from"
 echo "a different start per connection; agent \`GET vehicle bench-<n>\`, Redis inline \`GET bench-<n>\`; tokens/values $token_bytes bytes."
 if [ "$REPEATS" -gt 1 ]; then
-    echo "$REPEATS runs of each server per cell, alternated (agent, Redis, agent, ...); each side's median run (by req/s) is shown."
+    echo "$REPEATS runs of each server per cell, alternated (agent, Redis, agent, ...; agent, floor, Redis, ... where the floor runs); each side's median run (by req/s) is shown."
+fi
+if [ "$FLOOR_LOOPS" != 0 ]; then
+    echo "The floor: epoll-floor, $FLOOR_LOOPS loop(s), a bare epoll server answering from a fixed table, run between the agent and Redis at $FLOOR_LOADS."
 fi
 echo "Preload: agent $(field requests "$agent_warm") tokens minted in $(field seconds "$agent_warm") s ($(field req_per_s "$agent_warm")/s), Redis $(field requests "$redis_warm") SETs in $(field seconds "$redis_warm") s."
 echo "Load average before/after the matrix: $load_before / $load_after."
 echo
-echo "| load (conns x in flight x keys) | agent req/s | agent p50 µs | agent p99 µs | agent p99.9 µs | redis req/s | redis p50 µs | redis p99 µs | redis p99.9 µs | agent/redis req/s |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+if [ "$FLOOR_LOOPS" = 0 ]; then
+    echo "| load (conns x in flight x keys) | agent req/s | agent p50 µs | agent p99 µs | agent p99.9 µs | redis req/s | redis p50 µs | redis p99 µs | redis p99.9 µs | agent/redis req/s |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+else
+    echo "| load (conns x in flight x keys) | agent req/s | agent p50 µs | agent p99 µs | agent p99.9 µs | redis req/s | redis p50 µs | redis p99 µs | redis p99.9 µs | agent/redis req/s | floor req/s | agent/floor req/s |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+fi
 printf '%s\n' "${rows[@]}"
 echo
+if [ "$REPEATS" -gt 1 ]; then
+    echo "Every run's req/s, in the order run:"
+    echo
+    printf '%s' "$runs_note"
+    echo
+fi
 if [ -n "$errors_note" ]; then
     echo "Errors:"
     printf '%s' "$errors_note"
@@ -220,10 +272,11 @@ echo "| RSS after the $max_keys-key runs (MiB) | $(mib "$(rss_kib "$agent_pid")"
 echo "| peak RSS (VmHWM, MiB) | $(mib "$(hwm_kib "$agent_pid")") | $(mib "$(hwm_kib "$redis_pid")") |"
 echo "| tokens held x token bytes (MiB) | $held x $token_bytes = $(mib $((held * token_bytes / 1024))) | $(redis-cli -s "$work/redis.sock" dbsize | tr -d '\r') x $token_bytes, used_memory $(mib $((redis_used / 1024))) |"
 
-kill "$agent_pid" "$redis_pid" 2>/dev/null || true
-wait "$agent_pid" "$redis_pid" 2>/dev/null || true
+kill "$agent_pid" "$redis_pid" $floor_pid 2>/dev/null || true
+wait "$agent_pid" "$redis_pid" $floor_pid 2>/dev/null || true
 agent_pid=""
 redis_pid=""
+floor_pid=""
 
 if [ "$CLIENT_ROWS" != 0 ]; then
     echo

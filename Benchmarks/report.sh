@@ -7,15 +7,18 @@
 # Groups (in the table's order): shm, socket, instructions, allocations, client, memory, stall,
 # startup, cachefile, keyless, federation, access.
 # Environment (defaults in brackets), to trade time for noise while iterating:
-#   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated)
+#   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated;
+#                                                   epoll-floor, one loop, with them at 64x1, 1x32)
 #   SHM_ITERATIONS [400000]  CLIENT_ITERATIONS [20000]            token-bench --iterations
 #   CALLGRIND_REQUESTS [20000]  CALLGRIND_ROUNDS [2]              callgrind.sh's windows
+#   CALLGRIND_CLIENT_READS ["20000 220000"]                       callgrind.sh's shared-memory reads
 #   MEMORY_KEYS [100000]  READERS [50]                            agent-memory.sh, shm-memory.sh
 #   STARTUP_RUNS [20]  HANDOVER_TOKENS [100000]                   startup.sh
 #   KEYLESS_IDS [2000]  IAM_LATENCY_MS [50]  KEYLESS_BUDGET [1200]  keyless.py (and access.py's IAM)
 #   METADATA_LATENCY_MS [2-5]  ACCESS_PROCESSES [8]  ACCESS_SECONDS [3]  access.py
 # Builds the release agent (.build-bench-release) and the Benchmarks package (release) once, then
-# runs the existing programs and scripts (token-bench, compare.sh with load-gen, callgrind.sh,
+# runs the existing programs and scripts (token-bench, compare.sh with load-gen and epoll-floor,
+# callgrind.sh (with token-bench shm-reads and Benchmarks/shm-reads.c),
 # per-get.sh, the AgentHotPath benchmark, agent-memory.sh, shm-memory.sh, startup.sh, cachefile.py,
 # keyless.py, federation.py, access.py) against that one agent.
 # Their own outputs are kept in Benchmarks/.report/. Rows: docs/BENCHMARKS.md; method: docs/BENCHMARKS-METHOD.md.
@@ -38,7 +41,7 @@ while [ $# -gt 0 ]; do
             shift 2
             ;;
         -h | --help)
-            sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 64 ;;
@@ -52,7 +55,10 @@ knobs=""
 knob() { # name, default
     local value=${!1:-$2}
     printf -v "$1" '%s' "$value"
-    [ "$value" = "$2" ] || knobs+="$1=$value "
+    [ "$value" = "$2" ] || case "$value" in
+        *" "*) knobs+="$1=\"$value\" " ;;
+        *) knobs+="$1=$value " ;;
+    esac
 }
 knob SOCKET_DURATION 10
 knob SOCKET_WARMUP 2
@@ -61,6 +67,7 @@ knob SHM_ITERATIONS 400000
 knob CLIENT_ITERATIONS 20000
 knob CALLGRIND_REQUESTS 20000
 knob CALLGRIND_ROUNDS 2
+knob CALLGRIND_CLIENT_READS "20000 220000"
 knob MEMORY_KEYS 100000
 knob READERS 50
 knob STARTUP_RUNS 20
@@ -104,16 +111,18 @@ if wants shm; then
         --json "$out/shm.json" >"$out/shm.txt" 2>&1
 fi
 if wants socket; then
-    step "socket GET against Redis (compare.sh: 3 loads, $SOCKET_REPEATS runs a side, alternated)"
+    step "socket GET against Redis and epoll-floor (compare.sh: 3 loads, $SOCKET_REPEATS runs a side, alternated)"
+    # The floor (a bare epoll loop on one thread, answering from a fixed table) runs between the
+    # agent and Redis at the two loads where CPU per GET shows: each ratio with its ceiling.
     KEYSETS=64 LOADS="1x1 64x1 1x32" REPEATS="$SOCKET_REPEATS" DURATION="$SOCKET_DURATION" \
-        WARMUP="$SOCKET_WARMUP" CLIENT_ROWS=0 JSON_OUT="$out/socket.jsonl" \
-        bash Benchmarks/compare.sh >"$out/socket.txt"
+        WARMUP="$SOCKET_WARMUP" FLOOR_LOOPS=1 FLOOR_LOADS="64x1 1x32" CLIENT_ROWS=0 \
+        JSON_OUT="$out/socket.jsonl" bash Benchmarks/compare.sh >"$out/socket.txt"
     redis-server --version >"$out/redis-version.txt"
 fi
 if wants instructions; then
-    step "instructions per GET (callgrind.sh)"
+    step "instructions and retains per GET, instructions per shared-memory read (callgrind.sh)"
     REQUESTS="$CALLGRIND_REQUESTS" ROUNDS="$CALLGRIND_ROUNDS" DEPTHS="1 32" KEYS=64 OUT="$out/callgrind" \
-        bash Benchmarks/callgrind.sh >"$out/instructions.txt"
+        CLIENT_READS="$CALLGRIND_CLIENT_READS" CLIENT_KEYS=64 bash Benchmarks/callgrind.sh >"$out/instructions.txt"
     step "CPU time and system calls per GET (per-get.sh)"
     LOADS="64x1 1x32" bash Benchmarks/per-get.sh >"$out/per-get.txt"
 fi
@@ -263,21 +272,58 @@ if "socket" in groups:
             f"p99 {lat(agent['p99_us'])} µs | Redis {n(redis_run['req_per_s'])} GET/s, p50 {lat(redis_run['p50_us'])} "
             f"µs, p99 {lat(redis_run['p99_us'])} µs: **{agent['req_per_s'] / redis_run['req_per_s']:.2f}x** |"
         )
+    # The floor measured in the same runs: each run's rate beside it, for the noise.
+    for connections, depth in [(64, 1), (1, 32)]:
+        cell = socket[(connections, depth)]
+        floor_run, agent, redis_run = cell["floor"], cell["agent"], cell["redis"]
+        runs = ", ".join(n(rate / 1000) + "k" for rate in cell["floor_runs"])
+        print(
+            f"| socket floor (epoll-floor, one loop), {connections} x {depth} | {n(floor_run['req_per_s'])} GET/s, "
+            f"p50 {lat(floor_run['p50_us'])} µs, p99 {lat(floor_run['p99_us'])} µs (runs {runs}) "
+            f"| agent **{agent['req_per_s'] / floor_run['req_per_s']:.2f}x** of it, "
+            f"Redis {redis_run['req_per_s'] / floor_run['req_per_s']:.2f}x |"
+        )
 
 if "instructions" in groups:
-    per = {}
+    # callgrind.sh's tables: the GET windows (depth, round, GETs, Ir, Ir per GET, swift_retain and
+    # swift_release per GET), then the shared-memory reads (reader, round, reads, Ir, Ir per read,
+    # swift_retain and swift_release per read).
+    per, retains, releases, reads = {}, {}, {}, {}
     for line in open(f"{out}/instructions.txt"):
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and cells[0].isdigit():
-            per.setdefault(int(cells[0]), []).append(int(cells[4]))
+        if len(cells) == 7 and cells[0].isdigit():
+            depth = int(cells[0])
+            per.setdefault(depth, []).append(int(cells[4]))
+            retains.setdefault(depth, []).append(float(cells[5]))
+            releases.setdefault(depth, []).append(float(cells[6]))
+        elif len(cells) == 7 and cells[1].isdigit():
+            reads.setdefault(cells[0].split(" (")[0], []).append([float(cell) for cell in cells[4:]])
     def spread(values):
-        return (max(values) - min(values)) / min(values) * 100
+        return (max(values) - min(values)) / min(values) * 100 if min(values) > 0 else 0.0
+    def mean(values):
+        return sum(values) / len(values)
     windows = len(per[1])
     agreement = f"{windows} windows a depth, within {max(spread(per[1]), spread(per[32])):.2f}%" if windows > 1 else "–"
     print(
-        f"| instructions per socket GET | {n(sum(per[1]) / windows)} at depth 1, "
-        f"{n(sum(per[32]) / len(per[32]))} at depth 32 | {agreement} |"
+        f"| instructions per socket GET | {n(mean(per[1]))} at depth 1, "
+        f"{n(mean(per[32]))} at depth 32 | {agreement} |"
     )
+    print(
+        f"| swift_retain and swift_release calls per socket GET | depth 1: {mean(retains[1]):.2f} and "
+        f"{mean(releases[1]):.2f}; depth 32: {mean(retains[32]):.2f} and {mean(releases[32]):.2f} "
+        f"| callgrind's call counts in the same windows |"
+    )
+    if reads:
+        client, c_reader = reads["FleetTokenClient"], reads["C reader"]
+        client_ir, c_ir = [row[0] for row in client], [row[0] for row in c_reader]
+        rounds = len(client_ir)
+        agreement = f"; {rounds} rounds, within {max(spread(client_ir), spread(c_ir)):.2f}%" if rounds > 1 else ""
+        print(
+            f"| instructions per shared-memory read | FleetTokenClient: {n(mean(client_ir))} "
+            f"(swift_retain {mean([row[1] for row in client]):.2f}, swift_release {mean([row[2] for row in client]):.2f}) "
+            f"| the C reader (libfleet-tokend-reader): {n(mean(c_ir))}, "
+            f"**{mean(client_ir) / mean(c_ir):.2f}x**{agreement} |"
+        )
     costs = {}
     for line in open(f"{out}/per-get.txt"):
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]

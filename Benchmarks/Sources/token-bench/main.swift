@@ -44,6 +44,13 @@ if arguments.first == "access" {
     exit(0)
 }
 
+// `token-bench shm-reads ...`: a fixed number of shared-memory reads from a running agent, untimed,
+// for callgrind (ShmReads.swift; Benchmarks/callgrind.sh runs it).
+if arguments.first == "shm-reads" {
+    try await ShmReads(option: option).run()
+    exit(0)
+}
+
 let directory = URL(fileURLWithPath: "/tmp/ftd-bench-\(getpid())")
 try? FileManager.default.removeItem(at: directory)
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
