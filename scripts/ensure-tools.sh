@@ -58,7 +58,7 @@ fi
 # SwiftPM leaves empty TemporaryDirectory.* folders in $TMPDIR at every build and keeps its lock on
 # a build folder there: the builds these scripts run keep both in the checkout's .build-tmp
 # (ignored by git), so nothing is left in /tmp, and every script of this checkout finds the same
-# lock. `swift build` and `swift package` (build-deb lists the dependencies with it) are moved;
+# lock. Every `swift` command but `swift test` is moved (`swift --version` leaves one too);
 # scripts/test gives `swift test` a directory of its run's.
 fleet_tokend_build_tmp="$(pwd)/.build-tmp"
 mkdir -p "$fleet_tokend_build_tmp"
@@ -66,7 +66,7 @@ find "$fleet_tokend_build_tmp" -mindepth 1 -maxdepth 1 -name 'TemporaryDirectory
     -exec rm -rf {} + 2>/dev/null || true
 swift() {
     case "${1:-}" in
-        build | package) TMPDIR="$fleet_tokend_build_tmp" command swift "$@" ;;
-        *) command swift "$@" ;;
+        test) command swift "$@" ;;
+        *) TMPDIR="$fleet_tokend_build_tmp" command swift "$@" ;;
     esac
 }
