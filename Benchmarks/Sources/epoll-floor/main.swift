@@ -8,13 +8,23 @@ import CEpoll
 import Glibc
 
 let arguments = Array(CommandLine.arguments.dropFirst())
-func option(_ name: String, _ fallback: String) -> String {
-    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return fallback }
-    return arguments[index + 1]
+/// Every argument is an option and its value, of the three known; anything else (`--help`
+/// included) prints the usage and exits, so no run serves on a path it was not given.
+func usage() -> Never {
+    let text = Array("usage: epoll-floor --unix PATH [--loops N] [--keys K]\n".utf8)
+    _ = text.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
+    exit(64)
 }
-let path = option("--unix", "/tmp/epoll-floor.sock")
-let loops = Int(option("--loops", "2"))!
-let keys = Int(option("--keys", "64"))!
+var options: [String: String] = [:]
+var index = 0
+while index < arguments.count {
+    guard ["--unix", "--loops", "--keys"].contains(arguments[index]), index + 1 < arguments.count else { usage() }
+    options[arguments[index]] = arguments[index + 1]
+    index += 2
+}
+guard let path = options["--unix"], let loops = Int(options["--loops"] ?? "2"), loops > 0,
+    let keys = Int(options["--keys"] ?? "64"), keys > 0
+else { usage() }
 
 /// `OK <token> <expires-at>\n` for each key: what the agent sends for a hit.
 let replies: [[UInt8]] = (0..<keys).map { key in
