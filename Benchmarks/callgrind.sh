@@ -149,6 +149,10 @@ for name, count in sorted(calls.items(), key=lambda item: -item[1]):
         print(f"{name} {count}")
 PY
 }
+# The first 120 lines of a callgrind output file's functions by inclusive cost, demangled.
+top_functions() {
+    callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | sed -n 1,120p | swift demangle --simplified
+}
 # The total Ir of a callgrind output file (all threads).
 ir_total() { sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$1"; }
 
@@ -224,8 +228,7 @@ for depth in $DEPTHS; do
             echo "# calls of the runtime's retains and releases in the window (callgrind's call counts):"
             tail -n +2 <<<"$arc" | sed 's/^/#   /'
             echo "# top functions by inclusive cost (callgrind_annotate --inclusive=yes), demangled"
-            callgrind_annotate --inclusive=yes --threshold=100 "$file" 2>/dev/null | sed -n 1,120p \
-                | swift demangle --simplified
+            top_functions "$file"
         } >"$profile"
         [ "$KEEP_RAW" = 0 ] || cp "$file" "$OUT/depth-$depth-round-$round.callgrind.out"
     done
@@ -276,8 +279,7 @@ if [ -n "$CLIENT_READS" ]; then
                     echo "# $label under callgrind: $reads_high reads of $CLIENT_KEYS cached tokens, the whole run"
                     echo "# $per Ir per read ((Ir($reads_high) - Ir($reads_low)) / $span)"
                     echo "# top functions by inclusive cost (callgrind_annotate --inclusive=yes), demangled"
-                    callgrind_annotate --inclusive=yes --threshold=100 "$high" 2>/dev/null | sed -n 1,120p \
-                        | swift demangle --simplified
+                    top_functions "$high"
                 } >"$OUT/reads-$reader.txt"
                 [ "$KEEP_RAW" = 0 ] || cp "$high" "$OUT/reads-$reader.callgrind.out"
             fi

@@ -360,10 +360,7 @@ struct ConnectionStateMachine {
         var actions = cancel(.partialLine)
         // The last replies get the stall time to be written, however little of them is unsent: a
         // peer that stops reading after QUIT holds its connection no longer than that.
-        if !running.contains(.stall) {
-            running.insert(.stall)
-            actions.arm = .stall
-        }
+        actions.arm = arm(.stall).arm
         actions.step = .closeAfterWritten
         return actions
     }
@@ -377,10 +374,7 @@ struct ConnectionStateMachine {
         case .closing(inputEnded: false):
             state = .lingering
             var actions = cancel(.stall)
-            if !running.contains(.linger) {
-                running.insert(.linger)
-                actions.arm = .linger
-            }
+            actions.arm = arm(.linger).arm
             actions.step = .shutOutputAndLinger
             return actions
         case .closed, .illegal:
