@@ -22,7 +22,8 @@ struct ConnectionStateMachine {
         let rawValue: UInt8
         /// A partial line's wait for its end (the request time-out), while reading is not held.
         static let partialLine = Timers(rawValue: 1 << 0)
-        /// The peer's replies left unread (the stall time-out), while the output is over its mark.
+        /// The peer's replies left unread (the stall time-out): while the output is over its mark,
+        /// and while closing, however few bytes of the last replies are left.
         static let stall = Timers(rawValue: 1 << 1)
         /// The costly reply at the head waits for its uid's turn (``CostlyReplyPacer``).
         static let pace = Timers(rawValue: 1 << 2)
@@ -349,7 +350,8 @@ struct ConnectionStateMachine {
 
     // MARK: Events: closing
 
-    /// The last reply is written into the output: hand it over and close once it is written.
+    /// The last reply is in the output: hand it over, and close once it is written (within the
+    /// stall time).
     mutating func close() -> Actions {
         let inputEnded: Bool
         switch state {
