@@ -28,20 +28,20 @@ struct ConnectionStateMachineTests {
         var machine = machine()
         _ = machine.partialLineRead()
         #expect(machine.readingHeld() == Actions(cancel: .partialLine))
-        #expect(machine.readHeld)
+        #expect(machine.state == .open(.init(readHeld: true, partialLine: true)))
         #expect(machine.repliesWritten(nothingLeft: false, mayRead: false) == .none, "still held")
         #expect(
             machine.repliesWritten(nothingLeft: false, mayRead: true)
                 == Actions(arm: .partialLine, step: .resumeReading)
         )
-        #expect(!machine.readHeld)
+        #expect(machine.state == .open(.init(partialLine: true)))
     }
 
     @Test func aPartialLineThatRunsOutStopsTheConnectionWithAReply() {
         var machine = machine()
         _ = machine.partialLineRead()
         #expect(machine.timerFired(.partialLine, writable: true) == Actions(step: .partialLineTimedOut))
-        #expect(machine.isFinishing)
+        #expect(machine.state.name.description == "finishing")
         #expect(!machine.takesRequests)
         #expect(machine.timerFired(.partialLine, writable: true) == .none, "a timer no longer running does nothing")
     }
@@ -49,7 +49,7 @@ struct ConnectionStateMachineTests {
     @Test func finishingClosesOnceNothingIsOwedThenLingersForAClientStillSending() {
         var machine = machine()
         #expect(machine.stop() == .none)
-        #expect(machine.isFinishing)
+        #expect(machine.state.name.description == "finishing")
         #expect(machine.repliesWritten(nothingLeft: false, mayRead: true) == .none)
         #expect(
             machine.repliesWritten(nothingLeft: true, mayRead: true) == Actions(arm: .stall, step: .closeAfterWritten),

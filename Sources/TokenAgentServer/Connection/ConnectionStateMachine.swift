@@ -189,29 +189,6 @@ struct ConnectionStateMachine {
         }
     }
 
-    /// Whether the connection takes no more requests but still writes replies.
-    var isFinishing: Bool {
-        if case .finishing = state { return true }
-        return false
-    }
-
-    /// Whether the client's end of input came.
-    var sawEndOfInput: Bool {
-        switch state {
-        case .open(let serving), .finishing(let serving): serving.inputEnded
-        case .closing(let inputEnded): inputEnded
-        case .lingering, .closed, .illegal: true
-        }
-    }
-
-    /// Whether reading is held for back-pressure.
-    var readHeld: Bool {
-        switch state {
-        case .open(let serving), .finishing(let serving): serving.readHeld
-        default: false
-        }
-    }
-
     /// The costly reply at the head, as far as its uid's budget goes.
     var costlyHead: CostlyHead {
         switch state {
@@ -276,13 +253,14 @@ struct ConnectionStateMachine {
 
     /// The replies ready were written as far as they could be. `nothingLeft`: no reply is owed
     /// and no line waits; `mayRead`: the replies owed, the lines kept and the output allow
-    /// reading. Closes a connection that is done, or lets a held read go on.
+    /// reading, asked only when reading is held (it costs the driver a look at its output). Closes
+    /// a connection that is done, or lets a held read go on.
     @inline(__always)
-    mutating func repliesWritten(nothingLeft: Bool, mayRead: Bool) -> Actions {
+    mutating func repliesWritten(nothingLeft: Bool, mayRead: @autoclosure () -> Bool) -> Actions {
         switch state {
         case .open(var serving):
             if serving.inputEnded && nothingLeft { return close() }
-            guard serving.readHeld, mayRead else { return .none }
+            guard serving.readHeld, mayRead() else { return .none }
             serving.readHeld = false
             state = .open(serving)
             var actions = Actions(step: .resumeReading)
@@ -293,7 +271,7 @@ struct ConnectionStateMachine {
             return actions
         case .finishing(var serving):
             if nothingLeft { return close() }
-            guard serving.readHeld, mayRead else { return .none }
+            guard serving.readHeld, mayRead() else { return .none }
             serving.readHeld = false
             state = .finishing(serving)
             return Actions(step: .resumeReading)

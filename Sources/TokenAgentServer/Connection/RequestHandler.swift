@@ -241,7 +241,7 @@ final class RequestHandler {
         case .tooManyConnections: refusal = "too many connections"
         case .tooManyForUID(let uid): refusal = "too many connections for uid \(uid)"
         }
-        perform(machine.stop())
+        stopTakingRequests()
         pendingReplies.append(.closingError(WireError(.busy, refusal)))
         writeReadyReplies()
     }
@@ -303,7 +303,7 @@ final class RequestHandler {
             perform(machine.partialLineRead())
         case .tooLong:
             perform(machine.lineEnded())
-            perform(machine.stop())
+            stopTakingRequests()
             // Counted under `other`, like a line that timed out.
             pendingReplies.append(.closingError(WireError(.badRequest, "line too long")))
         case .line(let line):
@@ -356,7 +356,7 @@ final class RequestHandler {
     /// Graceful shutdown: finish the replies owed, then close.
     func quiesce() {
         reading = false
-        perform(machine.stop())
+        stopTakingRequests()
         writeReadyReplies()
     }
 
@@ -448,8 +448,6 @@ final class RequestHandler {
         guard !machine.isClosed else { return }
         let nothingLeft = pendingReplies.isEmpty && deferred.isEmpty
         if !nothingLeft { continueIfSpent() }
-        // Reading held or a close due: the one case the machine acts on.
-        guard machine.readHeld || (nothingLeft && (machine.isFinishing || machine.sawEndOfInput)) else { return }
         perform(machine.repliesWritten(nothingLeft: nothingLeft, mayRead: mayRead))
     }
 
