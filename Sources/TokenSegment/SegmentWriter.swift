@@ -48,14 +48,18 @@ public final class SegmentWriter {
     private let seed: (UInt64, UInt64)
     /// Slots freed by removals, reused first (last freed first: its pages are warm).
     var freeSlots: [Int32] = []
+    // The three counts a read checks (`withToken`) are `@exclusivity(unchecked)`: the writer is
+    // used by one thread at a time (its owner's lock), so Swift's dynamic exclusivity checks of a
+    // class's stored properties would prove nothing, at three runtime calls (about 76
+    // instructions) per socket GET (docs/BENCHMARKS-METHOD.md, "instructions per socket GET").
     /// Slots below this have been used; the next new slot is this one when none is free.
-    var usedSlots = 0
-    private var live = 0
+    @exclusivity(unchecked) var usedSlots = 0
+    @exclusivity(unchecked) private var live = 0
     /// Index entries marked removed.
     private var removedEntries = 0
     private var maxProbe = 0
     /// Whether the segment was retired (flagged, then wiped); it takes no more writes.
-    public private(set) var isRetired = false
+    @exclusivity(unchecked) public private(set) var isRetired = false
     /// Slots below this are zeroed since the segment was retired.
     private var wiped = 0
 

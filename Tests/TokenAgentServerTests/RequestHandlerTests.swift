@@ -348,7 +348,14 @@ struct RequestHandlerFastPathTests {
 @Suite("Token reply encoding")
 struct TokenReplyEncodingTests {
     @Test func theEncodedReplyIsTheWireReplyLine() {
-        for expiresAt: Int64 in [0, 7, 9, 10, 99, 1_800_000_000, 9_999_999_999, -1, -10, Int64.max, Int64.min + 1] {
+        // Every digit count, odd and even, with a zero pair inside, signed and not, and the extremes.
+        var values: [Int64] = [Int64.max, Int64.min, Int64.min + 1, 1_800_000_000, 1_000_000_007, 100, 101, 10_000]
+        var power: Int64 = 1
+        for _ in 0..<18 {
+            values += [power - 1, power, -power, -(power - 1), power + 9]
+            power *= 10
+        }
+        for expiresAt in values {
             var buffer = ByteBuffer()
             RequestHandler.encodeToken(ServedToken(token: "tok-é.x", expiresAt: expiresAt), into: &buffer)
             RequestHandler.encodeToken(ServedToken(token: "t", expiresAt: expiresAt), into: &buffer)

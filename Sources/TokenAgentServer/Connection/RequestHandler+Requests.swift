@@ -264,27 +264,39 @@ extension RequestHandler {
         token.withUTF8 { encodeToken(UnsafeRawBufferPointer($0), expiresAt: served.expiresAt, into: &output) }
     }
 
-    /// `OK <token> <expires-at>` and LF for a token given as its bytes.
+    /// `OK <token> <expires-at>` and LF for a token given as its bytes, written through the
+    /// reservation's pointer: one copy of the token, the expiry's digits from the last one back.
     static func encodeToken(_ tokenBytes: UnsafeRawBufferPointer, expiresAt: Int64, into output: inout ByteBuffer) {
         let digits = decimalLength(expiresAt)
         let length = 3 + tokenBytes.count + 1 + digits + 1
         output.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { raw in
-            raw[0] = UInt8(ascii: "O")
-            raw[1] = UInt8(ascii: "K")
-            raw[2] = UInt8(ascii: " ")
-            UnsafeMutableRawBufferPointer(rebasing: raw[3..<(3 + tokenBytes.count)]).copyMemory(from: tokenBytes)
-            var index = 3 + tokenBytes.count
-            raw[index] = UInt8(ascii: " ")
-            index += 1
+            let out = raw.baseAddress!
+            out.storeBytes(of: UInt8(ascii: "O"), as: UInt8.self)
+            out.storeBytes(of: UInt8(ascii: "K"), toByteOffset: 1, as: UInt8.self)
+            out.storeBytes(of: UInt8(ascii: " "), toByteOffset: 2, as: UInt8.self)
+            if let token = tokenBytes.baseAddress { (out + 3).copyMemory(from: token, byteCount: tokenBytes.count) }
+            let space = 3 + tokenBytes.count
+            out.storeBytes(of: UInt8(ascii: " "), toByteOffset: space, as: UInt8.self)
+            if expiresAt < 0 { out.storeBytes(of: UInt8(ascii: "-"), toByteOffset: space + 1, as: UInt8.self) }
+            // The digits two at a time (one division by 100 a pair), from the last one back.
             var magnitude = expiresAt.magnitude
-            if expiresAt < 0 { raw[index] = UInt8(ascii: "-") }
-            var digit = index + digits - 1
-            repeat {
-                raw[digit] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
-                magnitude /= 10
-                digit -= 1
-            } while magnitude > 0
-            raw[index + digits] = UInt8(ascii: "\n")
+            var last = space + digits
+            func store(_ digit: UInt64, at offset: Int) {
+                let character = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: digit)
+                out.storeBytes(of: character, toByteOffset: offset, as: UInt8.self)
+            }
+            while magnitude >= 100 {
+                let (quotient, pair) = magnitude.quotientAndRemainder(dividingBy: 100)
+                let (tens, ones) = pair.quotientAndRemainder(dividingBy: 10)
+                store(ones, at: last)
+                store(tens, at: last - 1)
+                magnitude = quotient
+                last -= 2
+            }
+            let (tens, ones) = magnitude.quotientAndRemainder(dividingBy: 10)
+            store(ones, at: last)
+            if tens > 0 { store(tens, at: last - 1) }
+            out.storeBytes(of: UInt8(ascii: "\n"), toByteOffset: length - 1, as: UInt8.self)
             return length
         }
     }
@@ -293,6 +305,10 @@ extension RequestHandler {
     static func decimalLength(_ value: Int64) -> Int {
         var magnitude = value.magnitude
         var count = value < 0 ? 2 : 1
+        while magnitude >= 10_000 {
+            magnitude /= 10_000
+            count += 4
+        }
         while magnitude >= 10 {
             magnitude /= 10
             count += 1
