@@ -36,8 +36,10 @@ public enum TokenIdentifier {
     /// Why a reserved id is refused (``isReserved(_:)``), or `nil`.
     @inlinable
     public static func reservedProblem(_ id: some Collection<UInt8>) -> String? {
-        guard let first = id.first else { return nil }
+        // The length first: every reserved id and look-alike has at most 6 bytes, and most ids
+        // have more (`count` of a string's UTF-8 costs less than its `first`).
         let count = id.count
+        guard count <= 6, let first = id.first else { return nil }
         if count <= 2 {
             switch (first, count) {
             case (0x2A, 1): return "id * is a wildcard"
@@ -47,7 +49,7 @@ public enum TokenIdentifier {
             }
         }
         // Every look-alike is 3-byte UTF-8 starting E2 or EF, or mixes those with `.`/`*`.
-        guard count <= 6, first == 0x2E || first == 0x2A || first == 0xE2 || first == 0xEF else { return nil }
+        guard first == 0x2E || first == 0x2A || first == 0xE2 || first == 0xEF else { return nil }
         return lookAlikeProblem(Array(id))
     }
 
@@ -92,6 +94,19 @@ public enum TokenIdentifier {
         }
     }
 
+    /// Whether `kind` names a wildcard kind (``wildcardKinds``), by its length and bytes: no hash
+    /// of the name, which cost a shared-memory read a third of its instructions
+    /// (docs/BENCHMARKS-METHOD.md, "instructions per shared-memory read").
+    @inlinable
+    public static func isWildcardKind(_ kind: String) -> Bool {
+        switch kind.utf8.count {
+        case 6, 12, 15, 21:
+            var kind = kind
+            return kind.withUTF8 { isWildcardKind(UnsafeRawBufferPointer($0)) }
+        default: return false
+        }
+    }
+
     /// The one id of a wildcard kind.
     public static let wildcardID = "*"
 
@@ -112,7 +127,7 @@ public enum TokenIdentifier {
     @inlinable
     public static func keyProblem(kind: String, id: some Collection<UInt8>) -> String? {
         if AccessTokenKind.isAccessKind(kind) { return AccessTokenKind.keyProblem(kind: kind, id: id) }
-        if wildcardKinds.contains(kind) {
+        if isWildcardKind(kind) {
             return id.count == 1 && id.first == 0x2A ? nil : "kind \(kind) acts for the whole fleet: its only id is *"
         }
         return reservedProblem(id)

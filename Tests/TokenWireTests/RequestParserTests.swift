@@ -241,9 +241,14 @@ struct WildcardKindFastPathTests {
                 #expect(line.withUnsafeBytes { SimpleGet.recognise($0) } == nil, "\(kind) \(id)")
             }
             #expect(Array(kind.utf8).withUnsafeBytes { TokenIdentifier.isWildcardKind($0) })
+            #expect(TokenIdentifier.isWildcardKind(kind))
         }
-        for kind in ["vehicle", "servers", "serve", "fleet-readers", "trip"] {
+        // Names of a wildcard kind's length, and one letter off.
+        for kind in [
+            "vehicle", "servers", "serve", "fleet-readers", "trip", "sarver", "fleet-reades", "delivery-serve2",
+        ] {
             #expect(!Array(kind.utf8).withUnsafeBytes { TokenIdentifier.isWildcardKind($0) }, "\(kind)")
+            #expect(!TokenIdentifier.isWildcardKind(kind), "\(kind)")
         }
         #expect(Array("GET vehicle v-1".utf8).withUnsafeBytes { SimpleGet.recognise($0) } != nil)
     }
