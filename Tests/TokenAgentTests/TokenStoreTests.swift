@@ -22,6 +22,38 @@ struct TokenStoreTests {
         #expect(EntryKey(kind: "vehicle", id: "v-1") != EntryKey(kind: "vehicle", id: "v-10"))
     }
 
+    /// Every pairing of the two forms compares the ids' bytes: equal bytes are one key, bytes of
+    /// the same length that differ are not, and neither are canonically equivalent texts.
+    @Test func keysCompareByBytesInEveryForm() {
+        let precomposed = "v\u{E9}", decomposed = "ve\u{301}"
+        #expect(precomposed == decomposed)  // String's `==`; the keys must differ
+        let pairs: [(String, String, Bool)] = [
+            ("v-1", "v-1", true), ("v-1", "v-2", false), ("v-1", "v-10", false), ("", "", true),
+            (precomposed, decomposed, false), (precomposed, precomposed, true),
+            (String(repeating: "x", count: 64), String(repeating: "x", count: 64), true),
+        ]
+        for (left, right, same) in pairs {
+            var leftBytes = Array(left.utf8), rightBytes = Array(right.utf8)
+            leftBytes.withUnsafeMutableBytes { leftRaw in
+                rightBytes.withUnsafeMutableBytes { rightRaw in
+                    let lefts = [
+                        EntryKey(kind: "vehicle", id: left), EntryKey(kind: "vehicle", borrowing: .init(leftRaw)),
+                    ]
+                    let rights = [
+                        EntryKey(kind: "vehicle", id: right), EntryKey(kind: "vehicle", borrowing: .init(rightRaw)),
+                    ]
+                    for leftKey in lefts {
+                        for rightKey in rights {
+                            #expect((leftKey == rightKey) == same, "\(left) \(right)")
+                            #expect((rightKey == leftKey) == same, "\(right) \(left)")
+                        }
+                        #expect(leftKey != EntryKey(kind: "trip", id: left))
+                    }
+                }
+            }
+        }
+    }
+
     @Test func theDueQueuePopsOnlyWhatIsDueInOrder() {
         var generator = SeededGenerator(seed: 7)
         var queue = DueQueue()

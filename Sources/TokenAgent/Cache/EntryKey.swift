@@ -1,4 +1,5 @@
 import TokenSegment
+import TokenWire
 
 #if canImport(Glibc)
     import Glibc
@@ -78,13 +79,34 @@ struct EntryKey: LRUTableKey, @unchecked Sendable {
         hasher.combine(idHash)
     }
 
+    // Read-only, said so, and kept a call: the store's table then compares its stored key in
+    // place, neither key copied (their strings retained, then released). So its body takes no
+    // closure: the ids' cases are matched where they are.
+    @_effects(readonly) @inline(never)
     static func == (lhs: EntryKey, rhs: EntryKey) -> Bool {
         guard lhs.kind == rhs.kind else { return false }
-        return lhs.withIDBytes { left in
-            rhs.withIDBytes { right in
-                left.count == right.count
-                    && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
+        switch lhs.id {
+        case .borrowed(let left):
+            switch rhs.id {
+            case .borrowed(let right): return sameBytes(left, right)
+            case .owned(let right): return sameBytes(right, left)
+            }
+        case .owned(let left):
+            switch rhs.id {
+            case .borrowed(let right): return sameBytes(left, right)
+            case .owned(let right): return ByteKey.sameBytes(left, right)
             }
         }
+    }
+
+    private static func sameBytes(_ left: UnsafeRawBufferPointer, _ right: UnsafeRawBufferPointer) -> Bool {
+        left.count == right.count && (left.isEmpty || memcmp(left.baseAddress!, right.baseAddress!, left.count) == 0)
+    }
+
+    private static func sameBytes(_ text: String, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        let utf8 = text.utf8
+        guard utf8.count == bytes.count else { return false }
+        return utf8.withContiguousStorageIfAvailable { sameBytes(UnsafeRawBufferPointer($0), bytes) }
+            ?? utf8.elementsEqual(bytes)
     }
 }

@@ -246,7 +246,7 @@ public struct LRUTable<Key: LRUTableKey, Value> {
                 // Most likely the key: its value and links start loading while the key is compared.
                 Self.startLoading(values, slot)
                 Self.startLoading(links, slot)
-                if keys[slot] == key { return bucket }
+                if Self.holds(keys, slot, key) { return bucket }
             }
             bucket = (bucket + 1) & mask
         }
@@ -257,6 +257,14 @@ public struct LRUTable<Key: LRUTableKey, Value> {
         var bucket = Int(hash) & mask
         while buckets[bucket] != 0 { bucket = (bucket + 1) & mask }
         buckets[bucket] = Self.bucketWord(slot: slot, hash: hash)
+    }
+
+    /// Whether `keys[slot]`, a slot the index names (so in use), is `key`. Read through the
+    /// buffer, the stored key is compared where it is kept when its `==` is read-only
+    /// (`@_effects(readonly)`, as `EntryKey`'s is); read through the array's subscript, it would
+    /// be copied out first, its strings retained and then released.
+    private static func holds(_ keys: [Key?], _ slot: Int, _ key: Key) -> Bool {
+        keys.withUnsafeBufferPointer { keys in keys[slot]! == key }
     }
 
     /// Starts loading the cache lines of `array[index]` (an index in bounds).
