@@ -152,10 +152,11 @@ public final class FleetTokenClient: Sendable {
     /// changed).
     @usableFromInline
     func tokenFromMemory(_ subject: TokenSubject, minimumValidity: TimeInterval?) -> Token? {
-        // `*`, `.` and `..` are refused before anything is read (a segment written by an older
-        // agent might hold them); tokenAfterMemory says why.
-        guard configuration.sharedMemory, TokenIdentifier.keyProblem(kind: subject.kind, id: subject.id.utf8) == nil
-        else { return nil }
+        // Only subjects that passed `TokenIdentifier.keyProblem` are ever cached (the one way in is
+        // `segments.lookup`, which tokenAfterMemory asks after that check), so a hit needs no
+        // check of its own: `*`, `.` and `..` (a segment written by an older agent might hold
+        // them) miss here and are refused there, before anything is read.
+        guard configuration.sharedMemory else { return nil }
         return segments.cachedToken(subject, minimumValidity: minimumValidity)
     }
 

@@ -1,7 +1,9 @@
+import CSharedMemory
 import FleetTokenClient
 import Foundation
 import Synchronization
 import Testing
+import TokenSegment
 
 #if canImport(Glibc)
     import Glibc
@@ -52,6 +54,38 @@ struct HostileSegmentTests {
         let agent = try HostileAgent { line in line.hasPrefix("SHM ") ? shm : plausibleTokenReply("socket-token") }
         defer { agent.stop() }
         #expect(try await client(agent).token(.vehicle("v-1")).jwt == "socket-token")
+    }
+
+    /// A segment that holds `*`, `.` and `..` (as one written by an older agent might): the client
+    /// reads its other tokens from it, and still refuses those ids, from memory or not, without
+    /// asking the agent, however often they are asked for.
+    @Test func theClientRefusesReservedIdsASegmentHolds() async throws {
+        let writer = try segmentHolding(token: "segment-token")
+        defer { withExtendedLifetime(writer) {} }
+        let now = fsm_boottime_ns()
+        let hour: UInt64 = 3_600_000_000_000
+        let expiry = Int64(Date().timeIntervalSince1970) + 3600
+        for id in ["*", ".", ".."] {
+            #expect(
+                writer.put(id: id, token: "reserved-token", expiry: now + hour, lifetime: hour, unixExpiry: expiry)
+                    == .stored
+            )
+        }
+        let shm = shmReply(writer, [writer.descriptor])
+        let agent = try HostileAgent { line in line.hasPrefix("SHM ") ? shm : plausibleTokenReply("socket-token") }
+        defer { agent.stop() }
+        let client = client(agent)
+        #expect(try await client.token(.vehicle("v-1")).jwt == "segment-token")
+        #expect(try await client.token(.vehicle("v-1")).jwt == "segment-token")
+        #expect(client.sharedMemoryReads == 2)
+        let asked = agent.requests
+        for _ in 0..<3 {
+            for id in ["*", ".", ".."] {
+                await #expect(throws: FleetTokenError.self, "\(id)") { try await client.token(.vehicle(id)) }
+            }
+        }
+        #expect(agent.requests == asked, "the agent was asked for none of them")
+        #expect(client.sharedMemoryReads == 2)
     }
 
     @Test func anAgentThatRefusesTheLayoutIsNotAskedAgain() async throws {
