@@ -36,14 +36,9 @@ public enum ByteKey {
     /// Whether `a` and `b` have the same UTF-8 bytes.
     @inlinable @inline(__always)
     public static func sameBytes(_ a: String, _ b: String) -> Bool {
-        // Two values with the same bits hold the same bytes (a short string's are in those bits;
-        // a longer one's are in the one buffer both share): equal, with nothing read or called.
-        // Ids and kinds under 16 bytes, most of them, are answered here.
-        if MemoryLayout<String>.size == 16,
-            unsafeBitCast(a, to: (UInt64, UInt64).self) == unsafeBitCast(b, to: (UInt64, UInt64).self)
-        {
-            return true
-        }
+        // The same value holds the same bytes: ids and kinds under 16 bytes, most of them, are
+        // answered here with nothing read or called.
+        if a.isSameValue(as: b) { return true }
         let compared = a.utf8.withContiguousStorageIfAvailable { left in
             b.utf8.withContiguousStorageIfAvailable { right in
                 left.count == right.count
@@ -52,5 +47,20 @@ public enum ByteKey {
         }
         if let compared, let compared { return compared }
         return a.utf8.elementsEqual(b.utf8)
+    }
+}
+
+extension String {
+    /// Whether `self` and `other` are the same string value: their 16 bytes alike, which for a
+    /// string of up to 15 UTF-8 bytes is its content and for a longer one its storage (which
+    /// two live values that share it cannot change). A few instructions; `false` says nothing
+    /// (compare the bytes, or use `==`).
+    @inlinable
+    public func isSameValue(as other: String) -> Bool {
+        withUnsafeBytes(of: self) { left in
+            withUnsafeBytes(of: other) { right in
+                left.load(as: (UInt64, UInt64).self) == right.load(as: (UInt64, UInt64).self)
+            }
+        }
     }
 }

@@ -1,17 +1,6 @@
-extension String {
-    /// Whether `self` and `other` are the same string value: their 16 bytes alike, which for a
-    /// string of up to 15 UTF-8 bytes is its content and for a longer one its storage. A few
-    /// instructions; `false` says nothing (use `==`). The hit path compares a kind name taken
-    /// from the engine's own list with that list, where this is almost always `true`.
-    @inlinable
-    public func isSameValue(as other: String) -> Bool {
-        withUnsafeBytes(of: self) { left in
-            withUnsafeBytes(of: other) { right in
-                left.load(as: (UInt64, UInt64).self) == right.load(as: (UInt64, UInt64).self)
-            }
-        }
-    }
+import TokenWire
 
+extension String {
     /// `==`, trying ``isSameValue(as:)`` and the UTF-8 lengths first.
     @inlinable
     public func equalsQuickly(_ other: String) -> Bool {
