@@ -125,8 +125,12 @@ fi
 arc_calls() { # callgrind output file
     python3 - "$1" <<'PY'
 import re
+import signal
 import sys
 from collections import Counter
+
+# Its callers may read only the first line (`| head -1`): stop quietly when they close the pipe.
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 names, calls, callee = {}, Counter(), None
 pattern = re.compile(r"^(c?fn)=(?:\((\d+)\))? ?(.*)$")

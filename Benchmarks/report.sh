@@ -510,7 +510,9 @@ if "access" in groups:
     single, multi, fake = access["single"], access["multi"], access["fake"]
     base, shm, kept, fresh = single["baseline"], single["shm"], single["endpoint"], single["endpoint-new"]
     reads = lambda row: f"p50 {us(row['p50_us'])} µs, p99 {us(row['p99_us'])} µs, {n(row['reads_per_s'])} reads/s"
-    times = lambda row, against: f"**{n(row['reads_per_s'] / against['reads_per_s'])}x**"
+    # Two decimals under 10 (a paced endpoint can be a fraction of the fetch), whole above.
+    ratio = lambda value: f"{value:.2f}" if value < 10 else n(value)
+    times = lambda row, against: f"**{ratio(row['reads_per_s'] / against['reads_per_s'])}x**"
     print(
         f"| access token fetched from a metadata server ({access['metadata_latency_ms']} ms), one process "
         f"| {reads(base)} | each worker fetching its own: the baseline of the access-token rows |"
