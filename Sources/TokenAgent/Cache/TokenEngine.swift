@@ -40,6 +40,8 @@ public final class TokenEngine: Sendable {
     public let fetchLimits: FetchLimits
     // What the engine works with: its clock, its store and its fetches.
     let clock: any AgentClock
+    /// Whether `clock` is the machine's own (``readClocks()``).
+    private let clockIsSystem: Bool
     let store: TokenStore
     let fetches: FetchCoordinator
     /// Raised by every reload: lets callers that keep the kind names notice a change cheaply.
@@ -68,6 +70,7 @@ public final class TokenEngine: Sendable {
         self.maxEntries = max(1, maxEntries)
         self.fetchLimits = fetchLimits
         self.clock = clock
+        self.clockIsSystem = clock is SystemAgentClock
         self.logger = logger
         self.store = TokenStore(runtime: runtime, maxEntries: self.maxEntries, storage: storage, random: random)
         self.fetches = FetchCoordinator(
@@ -206,6 +209,18 @@ public final class TokenEngine: Sendable {
         case wait(FetchCoordinator.Flight, TokenKey)
     }
 
+    /// Both clocks now, for a request's decision. The machine's own clocks (the agent's, always
+    /// outside tests) are read directly: through `any AgentClock`, each reading was an
+    /// existential call, about a twentieth of a cached GET's instructions.
+    @inline(__always)
+    private func readClocks() -> (MonotonicInstant, UnixTime) {
+        if clockIsSystem {
+            let system = SystemAgentClock()
+            return (system.now, system.unixNow)
+        }
+        return (clock.now, clock.unixNow)
+    }
+
     /// Decides `request`, a cached token as a ``ServedToken`` of its own.
     private func decide(_ key: EntryKey, _ request: EngineRequest, requester: UInt32?) -> Decision {
         var served: ServedToken?
@@ -228,7 +243,8 @@ public final class TokenEngine: Sendable {
         while true {
             attempt += 1
             var fetched = MonotonicInstant.origin
-            switch store.decide(key, request, now: clock.now, wall: clock.unixNow, fetched: &fetched, serve: serve) {
+            let (now, wall) = readClocks()
+            switch store.decide(key, request, now: now, wall: wall, fetched: &fetched, serve: serve) {
             case .served: return .served
             case .fail(let failure): return .ready(.failure(failure))
             case .fetch:
