@@ -29,7 +29,7 @@ struct CachingTests {
         try await withFake { fake in
             // A ten-minute token is refreshed max(60 s, 10 %) = 60 s before it ends.
             fake.setAccessTokenLifetime(seconds: 600)
-            let clock = OffsetClock()
+            let clock = HeldClock()
             try await withSource(.metadataServer(host: fake.metadataHost), clock: clock) { source in
                 let first = try await source.accessToken()
                 clock.advance(530)
@@ -51,7 +51,7 @@ struct CachingTests {
             fake.setAccessTokenLifetime(seconds: 300)
             var tuning = fastTuning
             tuning.minimumRefreshMargin = 100
-            let clock = OffsetClock()
+            let clock = HeldClock()
             try await withSource(.metadataServer(host: fake.metadataHost), tuning: tuning, clock: clock) { source in
                 let first = try await source.accessToken()
                 clock.advance(150)
@@ -84,7 +84,7 @@ struct CachingTests {
     @Test func transientFailureInTheRefreshWindowServesTheCachedToken() async throws {
         try await withFake { fake in
             fake.setAccessTokenLifetime(seconds: 600)
-            let clock = OffsetClock()
+            let clock = HeldClock()
             try await withSource(.metadataServer(host: fake.metadataHost), clock: clock) { source in
                 let first = try await source.accessToken()
                 clock.advance(560)

@@ -80,7 +80,7 @@ struct FederationExchangeTests {
     }
 
     @Test func stsBacksOffAfterA503AndAsksAgainOnlyAfterIt() async throws {
-        let clock = OffsetClock()
+        let clock = HeldClock()
         try await withTokenFileSource(clock: clock) { fake, source in
             fake.inject(.serverError(status: 503), into: .sts, times: 1)
             await #expect(throws: CredentialsError.self) { try await source.accessToken() }
@@ -105,7 +105,7 @@ struct FederationExchangeTests {
     }
 
     @Test func aRetryAfterSetsTheBackOff() async throws {
-        let clock = OffsetClock()
+        let clock = HeldClock()
         try await withTokenFileSource(clock: clock) { fake, source in
             fake.inject(.tooManyRequests(retryAfterSeconds: 30), into: .sts, times: 1)
             await #expect(throws: CredentialsError.self) { try await source.accessToken() }

@@ -31,15 +31,26 @@ struct TemporaryDirectory {
     func remove() { try? FileManager.default.removeItem(atPath: path) }
 }
 
-/// The real clocks, moved ahead by an offset the test sets.
-final class OffsetClock: AgentClock, Sendable {
-    private let offset = Mutex(0.0)
-    private let system = SystemAgentClock()
+/// The system's clocks as they read when it was made, moved only by ``advance(_:)``: a window a
+/// test is inside stays open however long a loaded machine takes between two calls, and ends only
+/// when the test moves the clock past it.
+final class HeldClock: AgentClock, Sendable {
+    private let readings: Mutex<(mono: Double, wall: Double)>
 
-    var monotonicSeconds: Double { system.monotonicSeconds + offset.withLock { $0 } }
-    var wallSeconds: Double { system.wallSeconds + offset.withLock { $0 } }
+    init() {
+        let system = SystemAgentClock()
+        readings = Mutex((system.monotonicSeconds, system.wallSeconds))
+    }
 
-    func advance(_ seconds: Double) { offset.withLock { $0 += seconds } }
+    var monotonicSeconds: Double { readings.withLock { $0.mono } }
+    var wallSeconds: Double { readings.withLock { $0.wall } }
+
+    func advance(_ seconds: Double) {
+        readings.withLock {
+            $0.mono += seconds
+            $0.wall += seconds
+        }
+    }
 }
 
 /// Test keys, made once per process.
