@@ -40,7 +40,7 @@ public final class TokenEngine: Sendable {
     public let fetchLimits: FetchLimits
     // What the engine works with: its clock, its store and its fetches.
     let clock: any AgentClock
-    /// Whether `clock` is the machine's own (``readClocks()``).
+    /// Whether `clock` is the machine's own (``now``, ``unixNow``).
     private let clockIsSystem: Bool
     let store: TokenStore
     let fetches: FetchCoordinator
@@ -163,7 +163,7 @@ public final class TokenEngine: Sendable {
     /// What `INFO` tells about `kind`/`id`: never the token. `nil` when nothing is cached for it;
     /// a failure when the kind is not configured. The entry is not touched (not counted as read).
     public func info(kind: String, id: String) -> Result<KeyInfo?, EngineFailure> {
-        store.info(EntryKey(kind: kind, id: id), now: clock.now, unixNow: clock.unixNow)
+        store.info(EntryKey(kind: kind, id: id), now: now, unixNow: unixNow)
     }
 
     /// The provider health of every configured kind, sorted by kind.
@@ -172,15 +172,19 @@ public final class TokenEngine: Sendable {
     /// The entries of every configured kind, surveyed now: one walk of the whole cache, for
     /// metrics and health (every few seconds), never for a request.
     public func survey() -> [KindSurvey] {
-        let surveys = store.survey(now: clock.now)
+        let surveys = store.survey(now: now)
         return kinds.map { surveys[$0] ?? KindSurvey(kind: $0) }
     }
 
+    // Every reading of the engine's clocks goes through these two. The machine's own clocks (the
+    // agent's, always outside tests) are read directly: through `any AgentClock` each reading was
+    // an existential call, about a fiftieth of a cached GET's instructions.
+
     /// The monotonic clock reading the engine uses.
-    public var now: MonotonicInstant { clock.now }
+    public var now: MonotonicInstant { clockIsSystem ? SystemAgentClock().now : clock.now }
 
     /// The engine's wall clock now (what a token's `exp` is judged by).
-    public var unixNow: UnixTime { clock.unixNow }
+    public var unixNow: UnixTime { clockIsSystem ? SystemAgentClock().unixNow : clock.unixNow }
 
     /// The current counters.
     public func statistics() -> EngineStatistics {
@@ -209,18 +213,6 @@ public final class TokenEngine: Sendable {
         case wait(FetchCoordinator.Flight, TokenKey)
     }
 
-    /// Both clocks now, for a request's decision. The machine's own clocks (the agent's, always
-    /// outside tests) are read directly: through `any AgentClock`, each reading was an
-    /// existential call, about a twentieth of a cached GET's instructions.
-    @inline(__always)
-    private func readClocks() -> (MonotonicInstant, UnixTime) {
-        if clockIsSystem {
-            let system = SystemAgentClock()
-            return (system.now, system.unixNow)
-        }
-        return (clock.now, clock.unixNow)
-    }
-
     /// Decides `request`, a cached token as a ``ServedToken`` of its own.
     private func decide(_ key: EntryKey, _ request: EngineRequest, requester: UInt32?) -> Decision {
         var served: ServedToken?
@@ -243,8 +235,7 @@ public final class TokenEngine: Sendable {
         while true {
             attempt += 1
             var fetched = MonotonicInstant.origin
-            let (now, wall) = readClocks()
-            switch store.decide(key, request, now: now, wall: wall, fetched: &fetched, serve: serve) {
+            switch store.decide(key, request, now: now, wall: unixNow, fetched: &fetched, serve: serve) {
             case .served: return .served
             case .fail(let failure): return .ready(.failure(failure))
             case .fetch:
@@ -321,8 +312,8 @@ public final class TokenEngine: Sendable {
             if request.isGet,
                 let cached = store.servableAfterFailure(
                     EntryKey(kind: key.kind, id: key.id),
-                    now: clock.now,
-                    wall: clock.unixNow
+                    now: now,
+                    wall: unixNow
                 )
             {
                 return .success(cached)
@@ -341,8 +332,8 @@ public final class TokenEngine: Sendable {
     /// refreshes started.
     @discardableResult
     public func maintain() -> Int {
-        let now = clock.now
-        let wall = clock.unixNow
+        let now = self.now
+        let wall = self.unixNow
         if let step = wallClock.withLock({ $0.step(now: now, wall: wall) }) {
             // Every deadline is monotonic, fixed at fetch time: a token's `exp` by the stepped
             // wall clock may now come sooner. Those deadlines move to it (shared memory too), so
@@ -366,7 +357,7 @@ public final class TokenEngine: Sendable {
         policy: RefreshPolicy,
         changedKinds: Set<String>
     ) {
-        fetches.reconfigure(providers: providers, policy: policy, changedKinds: changedKinds, now: clock.now)
+        fetches.reconfigure(providers: providers, policy: policy, changedKinds: changedKinds, now: now)
         runtimeVersion.add(1, ordering: .releasing)
     }
 
@@ -376,7 +367,7 @@ public final class TokenEngine: Sendable {
     @discardableResult
     public func touch(kind: String, ids: [String]) -> Int? {
         guard fetches.runtime.providers[kind] != nil else { return nil }
-        return store.touch(kind: kind, ids: ids, now: clock.now)
+        return store.touch(kind: kind, ids: ids, now: now)
     }
 
     /// WARM: asks for the tokens of `ids` of `kind` ahead of need, without waiting for any fetch.
@@ -399,8 +390,8 @@ public final class TokenEngine: Sendable {
         var outcome = WarmOutcome()
         var seen: Set<[UInt8]> = []
         var toFetch: [TokenKey] = []
-        let now = clock.now
-        let wall = clock.unixNow
+        let now = self.now
+        let wall = self.unixNow
         for id in ids where seen.insert(Array(id.utf8)).inserted && !TokenIdentifier.isReserved(id.utf8) {
             let key = EntryKey(kind: kind, id: id)
             var fetched = MonotonicInstant.origin
@@ -459,7 +450,7 @@ extension TokenEngine {
         chunkSize: Int = TokenEngine.exportChunk,
         _ body: ([CachedToken]) -> Void
     ) {
-        store.forEachServableChunk(now: clock.now, chunkSize: max(1, chunkSize), medium: medium, body)
+        store.forEachServableChunk(now: now, chunkSize: max(1, chunkSize), medium: medium, body)
     }
 
     /// Appends the tokens that can still be served, for `medium` as ``exportTokens(to:)`` chooses
@@ -479,7 +470,7 @@ extension TokenEngine {
     ) -> Bool {
         let chunkSize = max(1, chunkSize)
         var goOn = true
-        return store.forEachServable(now: clock.now, chunkSize: chunkSize, medium: medium, goOn: { goOn }) { step in
+        return store.forEachServable(now: now, chunkSize: chunkSize, medium: medium, goOn: { goOn }) { step in
             switch step {
             case .chunkStarts:
                 builder.makeRoom(forTokens: chunkSize)
@@ -502,7 +493,7 @@ extension TokenEngine {
             let runtime = fetches.runtime
             tokens.removeAll { !runtime.keeps($0.kind, on: .disk) }
         }
-        return store.take(tokens, now: clock.now, unixNow: clock.unixNow)
+        return store.take(tokens, now: now, unixNow: unixNow)
     }
 
     /// Whether `kind`'s tokens stay in memory, never written to disk
