@@ -10,6 +10,7 @@
 #   SOCKET_DURATION [10]  SOCKET_WARMUP [2]  SOCKET_REPEATS [3]   compare.sh's runs (alternated;
 #                                                   epoll-floor, one loop, with them at 64x1, 1x32)
 #   SHM_ITERATIONS [400000]  CLIENT_ITERATIONS [20000]            token-bench --iterations
+#   SHM_REPEATS [3]   token-bench runs of the shared-memory rows (the client, then the C reader)
 #   CALLGRIND_REQUESTS [20000]  CALLGRIND_ROUNDS [2]              callgrind.sh's windows
 #   CALLGRIND_CLIENT_READS ["20000 220000"]                       callgrind.sh's shared-memory reads
 #   MEMORY_KEYS [100000]  READERS [50]                            agent-memory.sh, shm-memory.sh
@@ -64,6 +65,7 @@ knob SOCKET_DURATION 10
 knob SOCKET_WARMUP 2
 knob SOCKET_REPEATS 3
 knob SHM_ITERATIONS 400000
+knob SHM_REPEATS 3
 knob CLIENT_ITERATIONS 20000
 knob CALLGRIND_REQUESTS 20000
 knob CALLGRIND_ROUNDS 2
@@ -105,10 +107,16 @@ TOKENBENCH=Benchmarks/.build/release/token-bench
 built=$(date +%s)
 
 if wants shm; then
-    step "shared-memory reads (token-bench, $SHM_ITERATIONS iterations)"
-    "$TOKENBENCH" --agent "$AGENT_BINARY" --iterations "$SHM_ITERATIONS" \
-        --only "client.token, shared memory, 64 ready keys" --only "timer floor" \
-        --json "$out/shm.json" >"$out/shm.txt" 2>&1
+    step "shared-memory reads (token-bench, $SHM_ITERATIONS iterations, $SHM_REPEATS runs)"
+    # Each run times the client's read, then the C reader's (Benchmarks/shm-reads.c over
+    # libfleet-tokend-reader) of the same keys from the same agent, each with its timer floor.
+    cc -O2 -std=c11 -I Sources/CTokenSegment/include -I libfleet-tokend-reader -o "$out/shm-reads" \
+        Benchmarks/shm-reads.c libfleet-tokend-reader/fleet_tokend_reader.c
+    for run in $(seq "$SHM_REPEATS"); do
+        "$TOKENBENCH" --agent "$AGENT_BINARY" --iterations "$SHM_ITERATIONS" \
+            --only "client.token, shared memory, 64 ready keys" --only "timer floor" --only "C reader" \
+            --c-reader "$out/shm-reads" --json "$out/shm-$run.json" >"$out/shm-$run.txt" 2>&1
+    done
 fi
 if wants socket; then
     step "socket GET against Redis and epoll-floor (compare.sh: 3 loads, $SOCKET_REPEATS runs a side, alternated)"
@@ -187,7 +195,7 @@ step "done"
 # The table, from the programs' outputs in $out.
 export OUT=$out GROUPS_RUN=$groups ALL_GROUPS=$all_groups BEGAN=$began BUILT=$built ENDED=$ended COMMIT=$commit DIRTY=$dirty KNOBS=$knobs STARTED_AT=$started_at \
     CORES=$(nproc) MEMORY_GIB=$memory_gib OS=$os KERNEL=$(uname -r) SWIFT_VERSION=$swift_version \
-    LOAD_AT_START=$load_at_start MEMORY_KEYS READERS HANDOVER_TOKENS MAX_CONCURRENT_FETCHES=16
+    LOAD_AT_START=$load_at_start MEMORY_KEYS READERS HANDOVER_TOKENS SHM_REPEATS MAX_CONCURRENT_FETCHES=16
 python3 - <<'PY'
 import json, os, re
 from statistics import median
@@ -197,6 +205,7 @@ out = env["OUT"]
 groups = env["GROUPS_RUN"].split()
 began, built, ended = int(env["BEGAN"]), int(env["BUILT"]), int(env["ENDED"])
 memory_keys, readers, handover_tokens = int(env["MEMORY_KEYS"]), int(env["READERS"]), int(env["HANDOVER_TOKENS"])
+shm_repeats = int(env["SHM_REPEATS"])
 minutes = lambda seconds: f"{seconds / 60:.0f} min"
 run_note = minutes(ended - built) + (f" (and {minutes(built - began)} of builds)" if built - began >= 60 else "")
 subset = "" if set(groups) == set(env["ALL_GROUPS"].split()) else f" --only {','.join(groups)}"
@@ -249,14 +258,31 @@ if os.path.exists(f"{out}/socket.jsonl"):
         socket[(cell["connections"], cell["depth"])] = cell
 
 if "shm" in groups:
-    rows = rows_of("shm")
-    one = find(rows, "client.token, shared memory, 64 ready keys", 1)
-    many = find(rows, "client.token, shared memory, 64 ready keys", 32)
-    floor = find(rows, "timer floor (empty indexed call)", 1)
-    print(
-        f"| shared-memory read, one task | p50 {us(one['p50_us'])} µs, p99 {us(one['p99_us'])} µs "
-        f"| timer floor {us(floor['p50_us'])} µs (included) |"
+    runs = [rows_of(f"shm-{run}") for run in range(1, shm_repeats + 1)]
+
+    def median_of(name, key, concurrency=1):
+        values = sorted(find(rows, name, concurrency)[key] for rows in runs)
+        return values[len(values) // 2], ", ".join(us(value) for value in values)
+
+    def read_row(label, name, floor_name):
+        p50, p50s = median_of(name, "p50_us")
+        p99, p99s = median_of(name, "p99_us")
+        floor, floors = median_of(floor_name, "p50_us")
+        print(
+            f"| {label} | p50 {us(p50)} µs, p99 {us(p99)} µs (runs: p50 {p50s}; p99 {p99s}) "
+            f"| timer floor {us(floor)} µs (included; runs {floors}); net p50 {(p50 - floor) * 1000:.0f} ns, "
+            f"p99 {(p99 - floor) * 1000:.0f} ns |"
+        )
+
+    read_row(
+        "shared-memory read, one task", "client.token, shared memory, 64 ready keys", "timer floor (empty indexed call)"
     )
+    read_row(
+        "the C reader's read (libfleet-tokend-reader), the same keys",
+        "C reader, shared memory, 64 ready keys",
+        "timer floor (empty C call)",
+    )
+    many = find(runs[len(runs) // 2], "client.token, shared memory, 64 ready keys", 32)
     against = "–"
     if (64, 1) in socket:
         redis_rate = socket[(64, 1)]["redis"]["req_per_s"]

@@ -144,3 +144,22 @@ func measureOnMainActor(
         latencies: latencies.sorted().map { Double($0) / 1e9 }
     )
 }
+
+/// Runs `program` with `arguments` to its end and returns what it wrote to standard output;
+/// throws when it fails. (It blocks the calling thread: for the benchmark's own programs, run
+/// between rows, never while one is measured.)
+func runToEnd(_ program: String, _ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: program)
+    process.arguments = arguments
+    let output = Pipe()
+    process.standardOutput = output
+    try process.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    let text = String(decoding: data, as: UTF8.self)
+    guard process.terminationStatus == 0 else {
+        throw BenchError("\(program) exited with \(process.terminationStatus): \(text)")
+    }
+    return text
+}

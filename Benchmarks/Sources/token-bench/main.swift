@@ -309,6 +309,32 @@ if wanted("client.token, shared memory, main actor") {
     }
     record(measured)
 }
+// The C reader (libfleet-tokend-reader) beside the client: `--c-reader PATH` names
+// Benchmarks/shm-reads.c built, which reads the same 64 keys from the same agent's segment, each
+// read timed as this program times the client's, with its own timer floor (an empty C call).
+var externalRows: [[String: Any]] = []
+let cReader = option("--c-reader", "")
+if !cReader.isEmpty, wanted("C reader, shared memory, 64 ready keys") {
+    // The keys must be cached: the client's rows above read them; read each once more here.
+    for subject in readySubjects { _ = try await shared.token(subject) }
+    let reads = operations / 4
+    let output = try runToEnd(cReader, [socketPath, "vehicle", "bench-spread-", "64", String(reads), "--timed"])
+    guard let object = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any],
+        let p50 = object["p50_ns"] as? Double, let p99 = object["p99_ns"] as? Double,
+        let rate = object["reads_per_s"] as? Double, let floor50 = object["floor_p50_ns"] as? Double,
+        let floor99 = object["floor_p99_ns"] as? Double, object["hits"] as? Int == reads
+    else { throw BenchError("the C reader: \(output)") }
+    for (name, p50, p99, rate) in [
+        ("C reader, shared memory, 64 ready keys", p50, p99, rate),
+        ("timer floor (empty C call)", floor50, floor99, 0),
+    ] {
+        print(String(format: "| %@ | 1 | %d | %.3f | %.3f | %.0f |", name, reads, p50 / 1000, p99 / 1000, rate))
+        externalRows.append([
+            "name": name, "concurrency": 1, "operations": reads, "p50_us": p50 / 1000, "p99_us": p99 / 1000,
+            "ops_per_s": rate,
+        ])
+    }
+}
 let sharedReads = shared.sharedMemoryReads
 try await http.shutdown().get()
 await provider.stop()
@@ -376,12 +402,13 @@ if let sharedRow = table["client.token, shared memory, 64 ready keys"]?[concurre
     )
 }
 if !jsonPath.isEmpty {
-    let rows: [[String: Any]] = results.map {
-        [
-            "name": $0.name, "concurrency": $0.concurrency, "operations": $0.operations,
-            "p50_us": $0.median * 1e6, "p99_us": $0.percentile(0.99) * 1e6, "ops_per_s": $0.opsPerSecond,
-        ]
-    }
+    let rows: [[String: Any]] =
+        results.map {
+            [
+                "name": $0.name, "concurrency": $0.concurrency, "operations": $0.operations,
+                "p50_us": $0.median * 1e6, "p99_us": $0.percentile(0.99) * 1e6, "ops_per_s": $0.opsPerSecond,
+            ]
+        } + externalRows
     try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
         .write(to: URL(fileURLWithPath: jsonPath))
 }
