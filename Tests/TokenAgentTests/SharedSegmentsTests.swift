@@ -316,6 +316,55 @@ struct SharedSegmentsTests {
         #expect(outcome.vehicleRead, "the vehicle read once the lock is free")
     }
 
+    /// Kinds are found without a lock among the first sixteen configured (``KindDirectory``) and
+    /// in the locked table past them: a kind past the sixteenth, added at start or by a reload,
+    /// stores and reads its tokens as the first does; a kind never configured is not found.
+    @Test func everyKindIsFoundPastTheSixteenFoundWithoutALock() throws {
+        var limits = SharedSegments.Limits()
+        limits.initialSlots = 64
+        let first = (0..<10).map { "kind\($0)" }
+        let later = (10..<24).map { "kind\($0)" }
+        let segments = SharedSegments(
+            kinds: first,
+            policy: RefreshPolicy(),
+            limits: limits,
+            logger: Logger(label: "test")
+        )
+        defer { segments.retireAll() }
+        segments.reconfigure(kinds: Set(first + later), policy: RefreshPolicy(), rulesChanged: Set(later))
+        for kind in first + later + ["never"] {
+            let stored = segments.tokenStored(
+                kind: kind,
+                id: "id-1",
+                token: "tok-\(kind)",
+                expiry: expiry,
+                lifetime: 3600,
+                unixExpiry: unixExpiry
+            )
+            var read: String?
+            let found = Array("id-1".utf8).withUnsafeBytes {
+                segments.withToken(kind: kind, id: $0) { read = String(decoding: $0, as: UTF8.self) }
+            }
+            if kind == "never" {
+                #expect(!stored && !found && read == nil, "a kind never configured has no segment")
+            } else {
+                #expect(stored, "\(kind) takes its token")
+                #expect(found && read == "tok-\(kind)", "\(kind) gives its token back")
+            }
+        }
+        // A kind a reload removed keeps its entry, and takes no token any more.
+        segments.reconfigure(kinds: Set(first), policy: RefreshPolicy(), rulesChanged: [])
+        let storedAfter = segments.tokenStored(
+            kind: "kind20",
+            id: "id-2",
+            token: "tok-2",
+            expiry: expiry,
+            lifetime: 3600,
+            unixExpiry: unixExpiry
+        )
+        #expect(!storedAfter, "a removed kind past the sixteenth takes nothing")
+    }
+
     @Test func everyTokenTakenComesBackThroughGrowth() throws {
         let segments = makeSegments { $0.initialSlots = 64 }
         defer { segments.retireAll() }

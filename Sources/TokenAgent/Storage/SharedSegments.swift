@@ -88,6 +88,8 @@ public final class SharedSegments: TokenStorage, Sendable {
     /// Every kind ever configured, by name: looked up, then that kind's lock taken (the table's
     /// lock is never held while another is taken).
     private let table: Mutex<[String: KindSegments]>
+    /// The first kinds' entries again, found with no lock (each added under the table's lock).
+    private let directory = KindDirectory()
     let shared: Mutex<Shared>
     let limits: Limits
     /// The boot clock, in nanoseconds, the generation limits count with: how many generations a
@@ -132,6 +134,7 @@ public final class SharedSegments: TokenStorage, Sendable {
             let policy = Self.segmentPolicy(policy, floor: servingFloors[kind])
             entries[kind] = KindSegments(kind: kind, state: KindState(policy: policy))
         }
+        for kind in configured.sorted() { directory.add(entries[kind]!) }
         table = Mutex(entries)
         for entry in entries.values { entry.state.withLock { open(entry.kind, &$0) } }
     }
@@ -149,10 +152,9 @@ public final class SharedSegments: TokenStorage, Sendable {
 
     /// The kind's entry, if it was ever configured.
     func entry(_ kind: String) -> KindSegments? {
-        table.withLock { table in
-            // A scan of the few kinds: on the hit path it costs less than hashing the name.
-            table.values.first(named: kind, by: { $0.kind })
-        }
+        if let found = directory.withEntry(named: kind, { $0 }) { return found }
+        guard directory.isFull else { return nil }
+        return table.withLock { $0[kind] }
     }
 
     /// Every kind's entry.
@@ -237,17 +239,25 @@ public final class SharedSegments: TokenStorage, Sendable {
         hint: inout UInt64,
         _ body: (UnsafeRawBufferPointer) -> Void
     ) -> Bool {
-        guard let entry = entry(kind) else { return false }
-        return entry.state.withLock { state -> Bool in
-            if let writer = state.writer.map(LockedWriter.init) {
-                var slotHint = SlotHint(word: hint)
-                defer { hint = slotHint.word }
-                if writer.writer.withToken(id: id, hint: &slotHint, body) { return true }
+        // The kind's entry and its writer are borrowed, not retained: both live while the
+        // directory and the lock hold them.
+        func read(_ entry: KindSegments) -> Bool {
+            entry.state.withLock { state -> Bool in
+                if let writer = state.writer.map(LockedWriter.init) {
+                    var slotHint = SlotHint(word: hint)
+                    defer { hint = slotHint.word }
+                    if writer.writer._withUnsafeGuaranteedRef({ $0.withToken(id: id, hint: &slotHint, body) }) {
+                        return true
+                    }
+                }
+                guard !state.orphans.isEmpty, let orphan = state.orphans[Array(id)] else { return false }
+                orphan.token.withUnsafeBytes(body)
+                return true
             }
-            guard !state.orphans.isEmpty, let orphan = state.orphans[Array(id)] else { return false }
-            orphan.token.withUnsafeBytes(body)
-            return true
         }
+        if let read = directory.withEntry(named: kind, read) { return read }
+        guard directory.isFull, let entry = entry(kind) else { return false }
+        return read(entry)
     }
 
     public func prefetch(hint: UInt64) { SlotHint(word: hint).prefetch() }
@@ -256,7 +266,8 @@ public final class SharedSegments: TokenStorage, Sendable {
     /// the closure would tie the whole state to the caller's task as far as the region checker
     /// can tell; the writer is used only for that call, under the lock.
     private struct LockedWriter: @unchecked Sendable {
-        let writer: SegmentWriter
+        let writer: Unmanaged<SegmentWriter>
+        init(_ writer: SegmentWriter) { self.writer = .passUnretained(writer) }
     }
 
     // MARK: Upkeep
@@ -325,9 +336,11 @@ public final class SharedSegments: TokenStorage, Sendable {
         let basePolicy = Self.segmentPolicy(policy)
         shared.withLock { $0.kindCount = kinds.count }
         let all = table.withLock { table -> [KindSegments] in
-            for kind in kinds where table[kind] == nil {
+            for kind in kinds.sorted() where table[kind] == nil {
                 let policy = Self.segmentPolicy(policy, floor: servingFloors[kind])
-                table[kind] = KindSegments(kind: kind, state: KindState(policy: policy))
+                let entry = KindSegments(kind: kind, state: KindState(policy: policy))
+                table[kind] = entry
+                directory.add(entry)
             }
             return Array(table.values)
         }
