@@ -14,6 +14,17 @@ struct StoreShard {
     let budget: EntryBudget
     /// Told of every change to the servable tokens (the shared-memory segments), if any.
     let storage: (any TokenStorage)?
+    /// `storage` again, boxed, for a request's decision to borrow rather than retain (an
+    /// existential cannot be held unretained); `storageBox` holds it as long as the shard lives.
+    private let storageBox: StorageBox?
+    private let borrowedStorage: Unmanaged<StorageBox>?
+
+    /// A reference to the storage that can be borrowed through `Unmanaged` (an existential
+    /// cannot be).
+    final class StorageBox: Sendable {
+        let storage: any TokenStorage
+        init(_ storage: any TokenStorage) { self.storage = storage }
+    }
     var hits = 0
     var misses = 0
     var servedAfterFailure = 0
@@ -28,6 +39,8 @@ struct StoreShard {
         self.runtime = runtime
         self.budget = budget
         self.storage = storage
+        storageBox = storage.map(StorageBox.init)
+        borrowedStorage = storageBox.map { Unmanaged.passUnretained($0) }
         self.table = LRUTable(expectedCount: expectedCount)
     }
 
@@ -60,11 +73,13 @@ struct StoreShard {
             fetched = .origin
             return .fetch
         }
-        let storage = self.storage
+        let storage = borrowedStorage
         var reactivated = false
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
             // The token's lines start loading now, and arrive while the request is decided.
-            if entry.storageHint != 0 { storage?.prefetch(hint: entry.storageHint) }
+            if entry.storageHint != 0 {
+                storage?._withUnsafeGuaranteedRef { $0.storage.prefetch(hint: entry.storageHint) }
+            }
             fetched = entry.fetchedAt
             reactivated = !policy.isActive(lastRead: entry.lastRead, now: now)
             entry.lastRead = now
@@ -166,7 +181,7 @@ struct StoreShard {
         _ entry: inout CacheEntry,
         _ token: String,
         key: EntryKey,
-        storage: (any TokenStorage)?
+        storage: Unmanaged<StorageBox>?
     ) -> Bool {
         var equal = false
         return hand(&entry, key: key, storage: storage) { equal = $0.bytes.elementsEqual(token.utf8) } && equal
@@ -178,7 +193,7 @@ struct StoreShard {
     private static func hand(
         _ entry: inout CacheEntry,
         key: EntryKey,
-        storage: (any TokenStorage)?,
+        storage: Unmanaged<StorageBox>?,
         to serve: (TokenView) -> Void
     ) -> Bool {
         let expiresAt = entry.unixExpiry.wholeSeconds
@@ -189,9 +204,12 @@ struct StoreShard {
             return true
         case .inStorage:
             guard let storage else { return false }
+            // The storage is borrowed in the closure, not retained for it.
             return key.withIDBytes { id in
-                storage.withToken(kind: key.kind, id: id, hint: &entry.storageHint) {
-                    serve(TokenView(bytes: $0, expiresAt: expiresAt, owned: nil))
+                storage._withUnsafeGuaranteedRef {
+                    $0.storage.withToken(kind: key.kind, id: id, hint: &entry.storageHint) {
+                        serve(TokenView(bytes: $0, expiresAt: expiresAt, owned: nil))
+                    }
                 }
             }
         case .none, .unservable: return false
@@ -202,7 +220,7 @@ struct StoreShard {
     /// `false`, with `body` not called, when it has none to give.
     func withToken(_ entry: CacheEntry, key: EntryKey, _ body: (TokenView) -> Void) -> Bool {
         var entry = entry
-        return Self.hand(&entry, key: key, storage: storage, to: body)
+        return Self.hand(&entry, key: key, storage: borrowedStorage, to: body)
     }
 
     /// `entry`'s token as a `String` of its own (a copy when the storage holds it); `nil` when it
@@ -210,7 +228,7 @@ struct StoreShard {
     func tokenText(_ entry: CacheEntry, key: EntryKey) -> String? {
         var text: String?
         var entry = entry
-        _ = Self.hand(&entry, key: key, storage: storage) { text = $0.served.token }
+        _ = Self.hand(&entry, key: key, storage: borrowedStorage) { text = $0.served.token }
         return text
     }
 
@@ -226,7 +244,7 @@ struct StoreShard {
     /// See ``TokenStore/withdrawReport(_:refused:)``.
     mutating func withdrawReport(_ key: EntryKey, refused: String) {
         guard let slot = table.slot(of: key) else { return }
-        let storage = self.storage
+        let storage = borrowedStorage
         table.update(slot: slot) { entry in
             if Self.holds(&entry, refused, key: key, storage: storage) { entry.reportedAt = .origin }
         }
@@ -240,7 +258,7 @@ struct StoreShard {
             return nil
         }
         var served: ServedToken?
-        _ = Self.hand(&entry, key: key, storage: storage) { served = $0.served }
+        _ = Self.hand(&entry, key: key, storage: borrowedStorage) { served = $0.served }
         if served != nil { servedAfterFailure += 1 }
         return served
     }
@@ -274,7 +292,7 @@ struct StoreShard {
         if case .unservable(let fingerprint) = entry.token { return fingerprint }
         var fingerprint: String?
         var entry = entry
-        _ = Self.hand(&entry, key: key, storage: storage) { fingerprint = TokenFingerprint.of(bytes: $0.bytes) }
+        _ = Self.hand(&entry, key: key, storage: borrowedStorage) { fingerprint = TokenFingerprint.of(bytes: $0.bytes) }
         return fingerprint
     }
 

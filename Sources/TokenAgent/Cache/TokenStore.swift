@@ -15,6 +15,9 @@ final class TokenStore: Sendable {
     }
 
     private let shards: [Shard]
+    /// The same shards, borrowed by a request's decision rather than retained: `shards` holds
+    /// them as long as the store lives.
+    private let borrowedShards: [Unmanaged<Shard>]
     private let random: @Sendable () -> Double
     /// Where the shards keep their tokens (told ahead of a batch, ``take(_:now:unixNow:)``).
     private let storage: (any TokenStorage)?
@@ -35,6 +38,7 @@ final class TokenStore: Sendable {
         self.shards = (0..<count).map { _ in
             Shard(StoreShard(runtime: runtime, budget: budget, expectedCount: expected, storage: storage))
         }
+        self.borrowedShards = shards.map { Unmanaged.passUnretained($0) }
         self.random = random
         self.storage = storage
     }
@@ -59,8 +63,10 @@ final class TokenStore: Sendable {
         serve: (TokenView) -> Void
     ) -> StoreDecision {
         let hash = key.tableHash
-        return shard(hashValue: hash).state.withLock {
-            $0.decide(key, hash: hash, request, now: now, wall: wall, fetched: &fetched, serve: serve)
+        return borrowedShards[shardIndex(hashValue: hash)]._withUnsafeGuaranteedRef { shard in
+            shard.state.withLock {
+                $0.decide(key, hash: hash, request, now: now, wall: wall, fetched: &fetched, serve: serve)
+            }
         }
     }
 
