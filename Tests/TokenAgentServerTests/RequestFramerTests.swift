@@ -9,8 +9,9 @@ import TokenWire
 @testable import TokenAgentServer
 
 /// ``RequestFramer``: NIO's decoder verifier (through a decoder that wraps it), the 4096-byte
-/// limit, CRLF, partial-line news, and the fuzz corpus replayed in random chunks against
-/// ``RequestLinesOracle`` (`Tests/TestOracles/RequestLinesOracle.swift`).
+/// limit, CRLF, partial-line news, lines taken in place (``RequestFramer/takeLine(_:)``), and the
+/// fuzz corpus replayed in random chunks against ``RequestLinesOracle``
+/// (`Tests/TestOracles/RequestLinesOracle.swift`), framed and taken in place.
 @Suite("Request framer")
 struct RequestFramerTests {
     private static let limit = WireLimits.maxRequestLineBytes
@@ -103,6 +104,64 @@ struct RequestFramerTests {
         #expect(try frames([String](), endOfInput: true) == [])
     }
 
+    // MARK: Lines taken in place
+
+    @Test func aLineTakenInPlaceIsConsumedAndOneLeftIsFramedAsBefore() throws {
+        var framer = RequestFramer()
+        framer.append(ByteBufferAllocator().buffer(string: "GET vehicle a\nPING\nGET trip b\r\nGET v"))
+        var seen: [String] = []
+        // Each step: what `takeLine` said, or the frame `next()` gave ("-" for none).
+        var steps: [String] = []
+        func take() {
+            let taken = framer.takeLine { line in
+                seen.append(String(decoding: line, as: UTF8.self))
+                return line.starts(with: "GET ".utf8)
+            }
+            steps.append(taken ? "taken" : "left")
+        }
+        func next() {
+            switch framer.next() {
+            case .line(let line): steps.append("line " + String(buffer: line))
+            case .partialLine: steps.append("partial")
+            case .tooLong: steps.append("too long")
+            case nil: steps.append("-")
+            }
+        }
+        take()
+        take()  // PING is left...
+        next()  // ...and framed as before
+        take()  // its CR stays in the line, as in a frame
+        take()  // no whole line: the body is not called
+        next()
+        framer.append(ByteBufferAllocator().buffer(string: "ehicle c\n"))
+        take()
+        next()
+        #expect(steps == ["taken", "left", "line PING", "taken", "left", "partial", "taken", "-"])
+        #expect(seen == ["GET vehicle a", "PING", "GET trip b\r", "GET vehicle c"])
+        let last = framer.finish()
+        #expect(last == nil, "nothing is left")
+    }
+
+    @Test func aLineOverTheLimitIsNeverTakenInPlace() throws {
+        var framer = RequestFramer()
+        let long = "GET vehicle " + String(repeating: "x", count: Self.limit) + "\nPING\n"
+        framer.append(ByteBufferAllocator().buffer(string: long))
+        var handedOut = 0
+        let first = framer.takeLine { _ in
+            handedOut += 1
+            return true
+        }
+        let frame = framer.next()
+        let afterIt = framer.takeLine { _ in
+            handedOut += 1
+            return true
+        }
+        let then = framer.next()
+        #expect(!first && !afterIt && handedOut == 0, "no line over the limit, nor after it, is handed out")
+        #expect(frame == .tooLong)
+        #expect(then == nil)
+    }
+
     // MARK: The corpus
 
     @Test func fuzzCorpusInRandomChunksMatchesTheOracle() throws {
@@ -134,6 +193,10 @@ struct RequestFramerTests {
                 let expected = RequestLinesOracle.expectedEvents(stream: input.stream, cuts: cuts)
                 let actual = try frames(chunks, endOfInput: true)
                 #expect(actual == expected, "\(name) cut at \(cuts)")
+                // Lines taken in place (the fast path's way) frame the same: every other line
+                // taken by length, the rest left to `next()`.
+                let mixed = try frames(chunks, endOfInput: true, taking: { $0.count % 2 == 0 })
+                #expect(mixed == expected, "\(name) cut at \(cuts), even lines taken in place")
                 for event in actual {
                     if case .line(let line) = event, line.count > Self.limit + 1 {
                         Issue.record("\(name): a framed line of \(line.count) bytes")
@@ -148,7 +211,11 @@ struct RequestFramerTests {
     /// Gives `chunks` to a framer, one read each, taking every frame after each, then (with
     /// `endOfInput`) its last line, and returns the frames; a line given at end of input is a
     /// ``RequestLinesOracle/Event/lastLine(_:)``.
-    private func frames(_ chunks: [[UInt8]], endOfInput: Bool = false) throws -> [RequestLinesOracle.Event] {
+    private func frames(
+        _ chunks: [[UInt8]],
+        endOfInput: Bool = false,
+        taking: ((UnsafeRawBufferPointer) -> Bool)? = nil
+    ) throws -> [RequestLinesOracle.Event] {
         var framer = RequestFramer()
         var events: [RequestLinesOracle.Event] = []
         func record(_ frame: RequestFrame, atEnd: Bool) {
@@ -164,7 +231,20 @@ struct RequestFramerTests {
         let allocator = ByteBufferAllocator()
         for chunk in chunks {
             framer.append(allocator.buffer(bytes: chunk))
-            while let frame = framer.next() { record(frame, atEnd: false) }
+            while true {
+                // With `taking`, each line is offered in place first (as the fast path does).
+                if let taking,
+                    framer.takeLine({ line in
+                        guard taking(line) else { return false }
+                        events.append(.line(Array(line)))
+                        return true
+                    })
+                {
+                    continue
+                }
+                guard let frame = framer.next() else { break }
+                record(frame, atEnd: false)
+            }
         }
         if endOfInput, let last = framer.finish() { record(last, atEnd: true) }
         return events

@@ -62,6 +62,26 @@ struct RequestFramer {
         }
     }
 
+    /// Hands the next whole line (without its LF) to `body`, borrowed for the call, when one is
+    /// buffered; the line is consumed when `body` took it (returned `true`). `false` when no
+    /// whole line is buffered or `body` left it: then ``next()`` frames it (and says what else
+    /// there is). No slice of the buffer is made, so a line taken here costs no reference count.
+    mutating func takeLine(_ body: (UnsafeRawBufferPointer) -> Bool) -> Bool {
+        guard !discarding, buffered != nil else { return false }
+        let taken = buffered!.withUnsafeReadableBytes { bytes -> Int? in
+            guard case .line(let length) = framer.next(in: bytes) else { return nil }
+            return body(UnsafeRawBufferPointer(rebasing: bytes[..<length])) ? length : nil
+        }
+        guard let taken else { return false }
+        partialReported = false
+        if buffered!.readableBytes == taken + 1 {
+            buffered = nil
+        } else {
+            buffered!.moveReaderIndex(forwardBy: taken + 1)
+        }
+        return true
+    }
+
     /// At end of input, once ``next()`` has given every frame: the last line, without its LF, if
     /// bytes of one are left.
     mutating func finish() -> RequestFrame? {

@@ -160,59 +160,81 @@ extension RequestHandler {
             else {
                 return false
             }
-            // Read before the check: a reload after it makes the reply be checked again.
-            let rulesVersion = context.access.version
-            if !allowedKinds.allows(kind, version: rulesVersion) {
-                if let denied = context.access.check(peer, kind: kind) {
-                    append(.reply(.error(denied), verb: .get))
-                    return true
-                }
-                allowedKinds.remember(kind, version: rulesVersion)
+            serveSimpleGet(get, kind: kind, line: bytes)
+            return true
+        }
+    }
+
+    /// Takes `line`, a whole line still in the read's buffer, if it is a plain `GET` of a
+    /// configured kind, as ``take(_:)`` takes a line frame (the connection may take a request);
+    /// `false`, with nothing done, for any other line.
+    func takeSimpleGet(_ line: UnsafeRawBufferPointer) -> Bool {
+        guard let get = SimpleGet.recognise(line),
+            let kind = configuredKind(UnsafeRawBufferPointer(rebasing: line[get.kind]))
+        else {
+            return false
+        }
+        reading = true
+        perform(machine.lineEnded())
+        spend(1)
+        serveSimpleGet(get, kind: kind, line: line)
+        if !pendingReplies.isEmpty { writeReadyReplies() }
+        return true
+    }
+
+    /// Answers the plain `GET` `get` of `kind` in `bytes`, its line.
+    private func serveSimpleGet(_ get: SimpleGet, kind: String, line bytes: UnsafeRawBufferPointer) {
+        // Read before the check: a reload after it makes the reply be checked again.
+        let rulesVersion = context.access.version
+        if !allowedKinds.allows(kind, version: rulesVersion) {
+            if let denied = context.access.check(peer, kind: kind) {
+                append(.reply(.error(denied), verb: .get))
+                return
             }
-            let id = UnsafeRawBufferPointer(rebasing: bytes[get.id])
-            // First in line, a cached token is written straight into the output from where the
-            // agent keeps it (shared memory, mostly): its one copy. Behind another reply, it is
-            // copied into its pending reply.
-            let first = pendingReplies.isEmpty
-            var queued: ServedToken?
-            let inPlace = context.engine.lookup(
+            allowedKinds.remember(kind, version: rulesVersion)
+        }
+        let id = UnsafeRawBufferPointer(rebasing: bytes[get.id])
+        // First in line, a cached token is written straight into the output from where the
+        // agent keeps it (shared memory, mostly): its one copy. Behind another reply, it is
+        // copied into its pending reply.
+        let first = pendingReplies.isEmpty
+        var queued: ServedToken?
+        let inPlace = context.engine.lookup(
+            kind: kind,
+            idBytes: id,
+            minValidity: get.minValidity,
+            requester: peer?.uid
+        ) {
+            token in
+            if first {
+                prepareOutput()
+                Self.encodeToken(token.bytes, expiresAt: token.expiresAt, into: &output)
+            } else {
+                queued = token.served
+            }
+        }
+        if case .answer(let lookup) = inPlace {
+            answer(
+                lookup,
+                verb: .get,
                 kind: kind,
-                idBytes: id,
-                minValidity: get.minValidity,
-                requester: peer?.uid
-            ) {
-                token in
-                if first {
-                    prepareOutput()
-                    Self.encodeToken(token.bytes, expiresAt: token.expiresAt, into: &output)
-                } else {
-                    queued = token.served
-                }
-            }
-            if case .answer(let lookup) = inPlace {
-                answer(
-                    lookup,
-                    verb: .get,
-                    kind: kind,
-                    rulesVersion: rulesVersion,
-                    key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) }
-                )
-            } else if let queued {
-                append(
-                    .token(
-                        TokenAnswer(
-                            reply: .token(queued),
-                            verb: .get,
-                            key: (kind, String(decoding: id, as: UTF8.self), get.minValidity),
-                            kind: kind,
-                            rulesVersion: rulesVersion
-                        )
+                rulesVersion: rulesVersion,
+                key: { (kind, String(decoding: id, as: UTF8.self), get.minValidity) }
+            )
+        } else if let queued {
+            append(
+                .token(
+                    TokenAnswer(
+                        reply: .token(queued),
+                        verb: .get,
+                        key: (kind, String(decoding: id, as: UTF8.self), get.minValidity),
+                        kind: kind,
+                        rulesVersion: rulesVersion
                     )
                 )
-            } else {
-                context.requests.count(.get, .ok)
-            }
-            return true
+            )
+        } else {
+            context.requests.count(.get, .ok)
         }
     }
 

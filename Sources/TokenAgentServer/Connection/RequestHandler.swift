@@ -256,7 +256,11 @@ final class RequestHandler {
     /// Takes every frame the bytes read so far hold, in order, while the connection takes
     /// requests; those it cannot take yet wait in `deferred`.
     func takeFrames() {
-        while machine.takesRequests, let frame = framer.next() {
+        while machine.takesRequests {
+            // A plain GET is taken straight from the read's bytes while nothing waits before it
+            // and another request may be taken; every other line is framed and taken below.
+            if deferred.isEmpty, canTakeRequest(), framer.takeLine({ takeSimpleGet($0) }) { continue }
+            guard let frame = framer.next() else { break }
             take(frame)
         }
         writeReadyReplies()
