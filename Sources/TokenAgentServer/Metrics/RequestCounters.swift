@@ -109,6 +109,9 @@ extension RequestVerb {
 /// built, no allocation: the cached GET's path counts through this).
 final class RequestCounters: Sendable {
     private let counters: [Counter?]
+    /// The same counters, borrowed by ``count(_:_:)`` rather than retained (`counters` holds
+    /// them as long as this lives).
+    private let borrowed: [Unmanaged<Counter>?]
 
     init(factory: any MetricsFactory) {
         var counters: [Counter?] = []
@@ -126,14 +129,15 @@ final class RequestCounters: Sendable {
             }
         }
         self.counters = counters
+        self.borrowed = counters.map { $0.map { Unmanaged.passUnretained($0) } }
     }
 
     /// Counts one reply (a code the verb's replies cannot have is counted under `other`).
     @inline(__always)
     func count(_ verb: RequestVerb, _ code: ReplyCode) {
         let counter =
-            counters[verb.rawValue &* ReplyCode.count &+ code.rawValue]
-            ?? counters[RequestVerb.other.rawValue &* ReplyCode.count &+ code.rawValue]
-        counter?.increment(by: 1)
+            borrowed[verb.rawValue &* ReplyCode.count &+ code.rawValue]
+            ?? borrowed[RequestVerb.other.rawValue &* ReplyCode.count &+ code.rawValue]
+        counter?._withUnsafeGuaranteedRef { $0.increment(by: 1) }
     }
 }
