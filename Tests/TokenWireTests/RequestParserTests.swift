@@ -119,6 +119,32 @@ struct RequestParserTests {
         }
     }
 
+    /// Every byte value in the middle of an id: the fast path takes exactly the printable ASCII
+    /// bytes but `/ : \ ? #` (its two-word bit test against the rule written out), and where it
+    /// takes a line the parser reads the same GET from it.
+    @Test func theFastPathTakesAnIDByteExactlyWhenTheRuleSaysSo() {
+        for byte in UInt8.min...UInt8.max {
+            let rule =
+                byte > 0x20 && byte < 0x7F
+                && ![
+                    UInt8(ascii: "/"), UInt8(ascii: ":"), UInt8(ascii: "\\"),
+                    UInt8(ascii: "?"), UInt8(ascii: "#"),
+                ].contains(byte)
+            #expect(SimpleGet.isIDByte(byte) == rule, "byte \(byte)")
+            let line = Array("GET vehicle a".utf8) + [byte] + Array("b".utf8)
+            let fast = line.withUnsafeBytes { SimpleGet.recognise($0) }
+            #expect((fast != nil) == rule, "byte \(byte) in an id")
+            if let fast {
+                #expect(fast.id == 12..<15)
+                let id = String(decoding: line[12..<15], as: UTF8.self)
+                #expect(
+                    parse(String(decoding: line, as: UTF8.self))
+                        == .success(.get(kind: "vehicle", id: id, minValiditySeconds: nil))
+                )
+            }
+        }
+    }
+
     @Test func idsWithAMeaningOfTheirOwnAreRefusedOnEveryVerb() {
         let reasons = ["*": "id * is a wildcard", ".": "id . is a dot segment", "..": "id .. is a dot segment"]
         for (id, reason) in reasons {

@@ -300,31 +300,38 @@ extension RequestHandler {
             let space = 3 + tokenBytes.count
             out.storeBytes(of: UInt8(ascii: " "), toByteOffset: space, as: UInt8.self)
             if expiresAt < 0 { out.storeBytes(of: UInt8(ascii: "-"), toByteOffset: space + 1, as: UInt8.self) }
-            // The digits two at a time (one division by 100 a pair), from the last one back.
+            // The digits two at a time (one division by 100 a pair, its two digits copied from
+            // a table of pairs), from the last one back.
+            let pairs = UnsafeRawPointer(Self.digitPairs.utf8Start)
             var magnitude = expiresAt.magnitude
             var last = space + digits
-            func store(_ digit: UInt64, at offset: Int) {
-                let character = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: digit)
-                out.storeBytes(of: character, toByteOffset: offset, as: UInt8.self)
-            }
             while magnitude >= 100 {
                 let (quotient, pair) = magnitude.quotientAndRemainder(dividingBy: 100)
-                let (tens, ones) = pair.quotientAndRemainder(dividingBy: 10)
-                store(ones, at: last)
-                store(tens, at: last - 1)
+                (out + last - 1).copyMemory(from: pairs + Int(pair) &* 2, byteCount: 2)
                 magnitude = quotient
                 last -= 2
             }
-            let (tens, ones) = magnitude.quotientAndRemainder(dividingBy: 10)
-            store(ones, at: last)
-            if tens > 0 { store(tens, at: last - 1) }
+            if magnitude >= 10 {
+                (out + last - 1).copyMemory(from: pairs + Int(magnitude) &* 2, byteCount: 2)
+            } else {
+                out.storeBytes(of: UInt8(ascii: "0") &+ UInt8(magnitude), toByteOffset: last, as: UInt8.self)
+            }
             out.storeBytes(of: UInt8(ascii: "\n"), toByteOffset: length - 1, as: UInt8.self)
             return length
         }
     }
 
+    /// "00", "01" ... "99": the two digits of each number under 100, in constant memory (a
+    /// literal, read through its pointer: no array, no retain, no lazy initialisation).
+    static var digitPairs: StaticString {
+        // swift-format-ignore
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+    }
+
     /// The number of characters `value` takes in decimal, its sign included.
     static func decimalLength(_ value: Int64) -> Int {
+        // Every Unix time from 2001 to 2286 has ten digits: the expiries written, nearly always.
+        if value >= 1_000_000_000, value < 10_000_000_000 { return 10 }
         var magnitude = value.magnitude
         var count = value < 0 ? 2 : 1
         while magnitude >= 10_000 {
