@@ -102,3 +102,38 @@ struct WallClockStepTests {
 private func waitUntil(_ condition: @Sendable () -> Bool) async throws {
     #expect(await eventually(condition))
 }
+
+/// The machine's own clocks, as the engine reads them.
+@Suite("The system clock")
+struct SystemAgentClockTests {
+    /// The coarse wall clock the engine judges `exp` by is the fine one at the kernel's last tick:
+    /// it moves in ticks (a thousand readings in a row see a handful of values, where the fine
+    /// clock's are all different), it is never ahead of a fine reading taken after it, and it
+    /// trails one taken before it by at most a tick (10 ms at the lowest rate, 100 Hz; more only
+    /// if the thread is preempted between the readings, allowed for by asking it of most rounds).
+    @Test func theCoarseWallClockTrailsTheFineOneByAtMostATick() {
+        let clock = SystemAgentClock()
+        var within = 0
+        for _ in 0..<1_000 {
+            let before = clock.wallSeconds
+            let coarse = clock.coarseWallSeconds
+            let after = clock.wallSeconds
+            #expect(coarse <= after, "the coarse clock is never ahead of a later fine reading")
+            if coarse >= before - 0.010 { within += 1 }
+        }
+        #expect(within >= 900, "\(within) of 1,000 coarse readings within 10 ms of the fine clock")
+        #expect(Set((0..<1_000).map { _ in clock.coarseWallSeconds }).count < 100, "it moves in ticks")
+        #expect(Set((0..<1_000).map { _ in clock.wallSeconds }).count > 100, "the fine clock does not")
+    }
+
+    /// The engine over the machine's clocks judges `exp` by that coarse reading: its `unixNow`
+    /// moves in ticks, and is never ahead of the fine wall clock read after it.
+    @Test func theEngineReadsTheCoarseWallClock() {
+        let engine = TokenEngine(providers: [:])
+        #expect(Set((0..<1_000).map { _ in engine.unixNow.seconds }).count < 100, "it moves in ticks")
+        let unixNow = engine.unixNow.seconds
+        let fine = SystemAgentClock().wallSeconds
+        #expect(unixNow <= fine)
+        #expect(fine - unixNow < 1, "a tick behind, not a step")
+    }
+}

@@ -183,8 +183,13 @@ public final class TokenEngine: Sendable {
     /// The monotonic clock reading the engine uses.
     public var now: MonotonicInstant { clockIsSystem ? SystemAgentClock().now : clock.now }
 
-    /// The engine's wall clock now (what a token's `exp` is judged by).
-    public var unixNow: UnixTime { clockIsSystem ? SystemAgentClock().unixNow : clock.unixNow }
+    /// The engine's wall clock now (what a token's `exp` is judged by). The machine's is read at
+    /// the kernel's last tick (``SystemAgentClock/coarseWallSeconds``), at most 10 ms behind: a
+    /// token is served only with its monotonic deadline and the serving floor (10 s or more)
+    /// left, so the lag can only matter after a wall-clock step, and then by those milliseconds.
+    public var unixNow: UnixTime {
+        clockIsSystem ? UnixTime(seconds: SystemAgentClock().coarseWallSeconds) : clock.unixNow
+    }
 
     /// The current counters.
     public func statistics() -> EngineStatistics {
