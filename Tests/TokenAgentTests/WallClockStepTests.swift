@@ -137,3 +137,19 @@ struct SystemAgentClockTests {
         #expect(fine - unixNow < 1, "a tick behind, not a step")
     }
 }
+
+@Suite("Unix time")
+struct UnixTimeTests {
+    /// Whole seconds are the time rounded down, clamped to Int64's range: truncation where they
+    /// agree (every time since the epoch), rounding where they do not.
+    @Test func wholeSecondsRoundDownEverywhere() {
+        let cases: [(Double, Int64)] = [
+            (0, 0), (0.999, 0), (1, 1), (1_900_000_000.75, 1_900_000_000), (9.1e18, 9_100_000_000_000_000_000),
+            (-0.25, -1), (-1, -1), (-1.5, -2), (-1_000.000_1, -1_001),
+            (9.3e18, .max), (.infinity, .max), (-.infinity, .min), (.nan, 0),
+        ]
+        for (seconds, whole) in cases {
+            #expect(UnixTime(seconds: seconds).wholeSeconds == whole, "\(seconds)")
+        }
+    }
+}

@@ -41,7 +41,12 @@ public struct UnixTime: Comparable, Hashable, Sendable, CustomStringConvertible 
     public init(seconds: Double) { self.seconds = seconds }
 
     /// Whole seconds, rounded down: the wire's `<expires-at>` (clamped to `Int64`'s range).
-    public var wholeSeconds: Int64 { Int64(saturating: seconds.rounded(.down)) }
+    @inline(__always)
+    public var wholeSeconds: Int64 {
+        // Every time since the epoch: truncating is rounding down, with no call to round.
+        if seconds >= 0, seconds < 9.2e18 { return Int64(seconds) }
+        return Int64(saturating: seconds.rounded(.down))
+    }
 
     public static func < (lhs: UnixTime, rhs: UnixTime) -> Bool { lhs.seconds < rhs.seconds }
 
