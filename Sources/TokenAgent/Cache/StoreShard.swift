@@ -13,9 +13,10 @@ struct StoreShard {
     /// The entries held across all shards, against the store's bound.
     let budget: EntryBudget
     /// Told of every change to the servable tokens (the shared-memory segments), if any.
-    let storage: (any TokenStorage)?
-    /// `storage` again, boxed, for a request's decision to borrow rather than retain (an
-    /// existential cannot be held unretained); `storageBox` holds it as long as the shard lives.
+    var storage: (any TokenStorage)? { storageBox?.storage }
+    /// The storage, boxed so that a request's decision can borrow it rather than retain it (an
+    /// existential cannot be held unretained): `storageBox` holds it as long as the shard lives,
+    /// `borrowedStorage` lends it.
     private let storageBox: StorageBox?
     private let borrowedStorage: Unmanaged<StorageBox>?
 
@@ -38,7 +39,6 @@ struct StoreShard {
     init(runtime: EngineRuntime, budget: EntryBudget, expectedCount: Int, storage: (any TokenStorage)? = nil) {
         self.runtime = runtime
         self.budget = budget
-        self.storage = storage
         storageBox = storage.map(StorageBox.init)
         borrowedStorage = storageBox.map { Unmanaged.passUnretained($0) }
         self.table = LRUTable(expectedCount: expectedCount)

@@ -37,18 +37,13 @@ final class KindDirectory: @unchecked Sendable {
         return true
     }
 
-    /// `body` with the entry of `kind`, borrowed for the call; `nil` when none is here. The names
-    /// are scanned for the same value first (a kind taken from the engine's own list), then with
-    /// `==`.
+    /// `body` with the entry of `kind`, borrowed for the call; `nil` when none is here. Found as
+    /// the table finds kinds (``Swift/Collection/first(named:by:)``: the same value first, then
+    /// `==`).
     @inline(__always)
     func withEntry<Result>(named kind: String, _ body: (SharedSegments.KindSegments) -> Result) -> Result? {
-        let stored = count.load(ordering: .acquiring)
-        for index in 0..<stored where slots[index]._withUnsafeGuaranteedRef({ $0.kind.isSameValue(as: kind) }) {
-            return slots[index]._withUnsafeGuaranteedRef(body)
-        }
-        for index in 0..<stored where slots[index]._withUnsafeGuaranteedRef({ $0.kind.equalsQuickly(kind) }) {
-            return slots[index]._withUnsafeGuaranteedRef(body)
-        }
-        return nil
+        let entries = UnsafeBufferPointer(start: slots, count: count.load(ordering: .acquiring))
+        let found = entries.first(named: kind, by: { $0._withUnsafeGuaranteedRef { $0.kind } })
+        return found?._withUnsafeGuaranteedRef(body)
     }
 }

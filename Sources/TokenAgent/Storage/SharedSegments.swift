@@ -152,9 +152,13 @@ public final class SharedSegments: TokenStorage, Sendable {
 
     /// The kind's entry, if it was ever configured.
     func entry(_ kind: String) -> KindSegments? {
-        if let found = directory.withEntry(named: kind, { $0 }) { return found }
-        guard directory.isFull else { return nil }
-        return table.withLock { $0[kind] }
+        directory.withEntry(named: kind, { $0 }) ?? entryPastTheDirectory(kind)
+    }
+
+    /// The entry of a kind the directory does not hold: in the table, once the directory is full
+    /// (until then every kind is in both).
+    private func entryPastTheDirectory(_ kind: String) -> KindSegments? {
+        directory.isFull ? table.withLock { $0[kind] } : nil
     }
 
     /// Every kind's entry.
@@ -256,8 +260,7 @@ public final class SharedSegments: TokenStorage, Sendable {
             }
         }
         if let read = directory.withEntry(named: kind, read) { return read }
-        guard directory.isFull, let entry = entry(kind) else { return false }
-        return read(entry)
+        return entryPastTheDirectory(kind).map(read) ?? false
     }
 
     public func prefetch(hint: UInt64) { SlotHint(word: hint).prefetch() }

@@ -155,11 +155,7 @@ extension RequestHandler {
     /// the line's bytes; a cache hit allocates nothing. Returns `false` for any other line.
     func handleSimpleGet(_ line: ByteBuffer) -> Bool {
         line.withUnsafeReadableBytes { bytes -> Bool in
-            guard let get = SimpleGet.recognise(bytes),
-                let kind = configuredKind(UnsafeRawBufferPointer(rebasing: bytes[get.kind]))
-            else {
-                return false
-            }
+            guard let (get, kind) = simpleGet(in: bytes) else { return false }
             serveSimpleGet(get, kind: kind, line: bytes)
             return true
         }
@@ -169,17 +165,24 @@ extension RequestHandler {
     /// configured kind, as ``take(_:)`` takes a line frame (the connection may take a request);
     /// `false`, with nothing done, for any other line.
     func takeSimpleGet(_ line: UnsafeRawBufferPointer) -> Bool {
-        guard let get = SimpleGet.recognise(line),
-            let kind = configuredKind(UnsafeRawBufferPointer(rebasing: line[get.kind]))
-        else {
-            return false
-        }
+        guard let (get, kind) = simpleGet(in: line) else { return false }
         reading = true
         perform(machine.lineEnded())
         spend(1)
         serveSimpleGet(get, kind: kind, line: line)
         if !pendingReplies.isEmpty { writeReadyReplies() }
         return true
+    }
+
+    /// `line` as a plain `GET` of a configured kind, with the engine's own name of the kind;
+    /// `nil` for any other line.
+    private func simpleGet(in line: UnsafeRawBufferPointer) -> (SimpleGet, String)? {
+        guard let get = SimpleGet.recognise(line),
+            let kind = configuredKind(UnsafeRawBufferPointer(rebasing: line[get.kind]))
+        else {
+            return nil
+        }
+        return (get, kind)
     }
 
     /// Answers the plain `GET` `get` of `kind` in `bytes`, its line.
