@@ -7,7 +7,8 @@
 #   AGENT_BINARY=/path/to/fleet-tokend bash Benchmarks/callgrind.sh     # measure another build
 # Environment (defaults in brackets):
 #   REQUESTS [20000]  GETs per measured window   KEYS [64]  keys bench-0 ... bench-<KEYS-1>
-#   DEPTHS ["1 32"]   requests in flight on the one connection, one window set per depth
+#   DEPTHS ["1 32"]   requests in flight on the one connection, one window set per depth; an entry
+#                     CxD (e.g. 64x1) sends from C connections with D in flight on each
 #   ROUNDS [2]        windows per depth (each its own count: they should agree)
 #   OUT [Benchmarks/.callgrind]  where the per-window profiles (callgrind_annotate, inclusive) go
 #   DETERMINISTIC_HASHING [1]  run the agent with SWIFT_DETERMINISTIC_HASHING=1 (0: a random seed)
@@ -205,7 +206,10 @@ echo "|---|---|---|---|---|---|---|"
 for depth in $DEPTHS; do
     for round in $(seq "$ROUNDS"); do
         callgrind_control -z "$agent_pid" >/dev/null
-        run=$("$LOADGEN" --unix "$work/agent.sock" --requests "$REQUESTS" --keys "$KEYS" --depth "$depth" --json)
+        connections=1 inflight=$depth
+        if [[ $depth == *x* ]]; then connections=${depth%x*} inflight=${depth#*x}; fi
+        run=$("$LOADGEN" --unix "$work/agent.sock" --requests "$REQUESTS" --keys "$KEYS" \
+            --connections "$connections" --depth "$inflight" --json)
         callgrind_control -d "$agent_pid" >/dev/null
         dump=$((dump + 1))
         file="$work/callgrind.out.$dump"

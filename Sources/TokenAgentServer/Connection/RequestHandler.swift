@@ -282,6 +282,8 @@ final class RequestHandler {
     /// Takes the lines kept while no more requests could be, as far as the connection now can.
     /// Whether it took any.
     func processDeferred() -> Bool {
+        // The common case, asked after every read: nothing kept.
+        if deferred.isEmpty { return false }
         guard machine.takesRequests else {
             deferred.removeAll()
             return false

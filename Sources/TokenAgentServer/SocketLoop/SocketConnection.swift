@@ -26,11 +26,18 @@ final class SocketConnection: ConnectionTransport {
     /// Set by the loop when it starts serving the connection: told apart from a later connection
     /// on the same descriptor number by it.
     var generation: UInt32 = 0
-    /// The loop, which holds every connection it serves for as long as it runs.
-    private unowned(unsafe) let loop: SocketLoop
+    /// The loop, which holds every connection it serves for as long as it runs: borrowed, never
+    /// retained (a read burst would otherwise retain it for each use of its read buffer).
+    private let loopReference: Unmanaged<SocketLoop>
+    private var loop: SocketLoop { loopReference.takeUnretainedValue() }
     /// The handler served; dropped once the connection is closed and the handler told (it keeps
     /// this transport for the closures it handed out, so the two must not hold each other).
-    private(set) var handler: RequestHandler?
+    private(set) var handler: RequestHandler? {
+        didSet { handlerReference = handler.map { Unmanaged.passUnretained($0) } }
+    }
+    /// `handler`, unretained, for a read burst to borrow: it is dropped only by the work
+    /// ``close()`` leaves for later, never inside a burst.
+    private var handlerReference: Unmanaged<RequestHandler>?
     /// Runs once, after the handler was told the connection closed.
     private let onClose: () -> Void
 
@@ -51,8 +58,9 @@ final class SocketConnection: ConnectionTransport {
 
     init(socket: Int32, loop: SocketLoop, handler: RequestHandler, onClose: @escaping () -> Void) {
         self.socket = socket
-        self.loop = loop
+        self.loopReference = Unmanaged.passUnretained(loop)
         self.handler = handler
+        self.handlerReference = Unmanaged.passUnretained(handler)
         self.onClose = onClose
         handler.transport = self
     }
@@ -89,7 +97,14 @@ final class SocketConnection: ConnectionTransport {
     }
 
     private func readBurst() {
-        guard let handler else { return }
+        // The loop and the handler are borrowed for the burst: no reference count changes.
+        guard let handlerReference else { return }
+        loopReference._withUnsafeGuaranteedRef { loop in
+            handlerReference._withUnsafeGuaranteedRef { handler in readBurst(loop: loop, handler: handler) }
+        }
+    }
+
+    private func readBurst(loop: SocketLoop, handler: RequestHandler) {
         handler.startTurn()
         var reads = 0
         while reads < Self.readsPerBurst, readingWanted, !closed {

@@ -42,7 +42,9 @@ final class SocketLoop: @unchecked Sendable {
     private let logger: Logger
 
     // The loop thread's own state.
-    private var connections: [SocketConnection?] = []
+    /// The connections served, by socket, each retained once by the loop (``add(_:)``) and
+    /// released after ``remove(_:)``: an event borrows its connection, with no count changed.
+    private var connections: [Unmanaged<SocketConnection>?] = []
     private(set) var connectionCount = 0
     private var timers = LoopTimers()
     /// Work to run once the current event is handled (before the loop waits again).
@@ -93,6 +95,7 @@ final class SocketLoop: @unchecked Sendable {
     }
 
     deinit {
+        for connection in connections { connection?.release() }
         Glibc.close(epoll)
         Glibc.close(wake)
     }
@@ -223,7 +226,7 @@ final class SocketLoop: @unchecked Sendable {
         if socket >= connections.count {
             connections.append(contentsOf: repeatElement(nil, count: socket + 1 - connections.count))
         }
-        connections[socket] = connection
+        connections[socket] = Unmanaged.passRetained(connection)
         connectionCount += 1
         if !control(
             EPOLL_CTL_ADD,
@@ -242,14 +245,18 @@ final class SocketLoop: @unchecked Sendable {
     /// Stops serving `connection` (before its socket is closed).
     func remove(_ connection: SocketConnection) {
         let socket = Int(connection.socket)
-        guard socket < connections.count, connections[socket] === connection else { return }
+        guard socket < connections.count, let held = connections[socket],
+            held.toOpaque() == Unmanaged.passUnretained(connection).toOpaque()
+        else { return }
         connections[socket] = nil
         connectionCount -= 1
         epoll_ctl(epoll, EPOLL_CTL_DEL, connection.socket, nil)
+        // Released once the current event is handled: the event that closed it borrows it.
+        runSoon { held.release() }
     }
 
     /// Every connection served.
-    var openConnections: [SocketConnection] { connections.compactMap { $0 } }
+    var openConnections: [SocketConnection] { connections.compactMap { $0?.takeUnretainedValue() } }
 
     /// Changes the events watched on a connection's socket.
     func watch(_ connection: SocketConnection, events: UInt32) {
@@ -318,9 +325,10 @@ final class SocketLoop: @unchecked Sendable {
                 switch Tag(rawValue: (data >> 32) & 0xFF) {
                 case .connection:
                     if Int(socket) < connections.count, let connection = connections[Int(socket)],
-                        connection.generation == UInt32(truncatingIfNeeded: data >> 40)
+                        connection._withUnsafeGuaranteedRef({ $0.generation }) == UInt32(truncatingIfNeeded: data >> 40)
                     {
-                        connection.handle(events: events[index].events)
+                        let ready = events[index].events
+                        connection._withUnsafeGuaranteedRef { $0.handle(events: ready) }
                     } else {
                         // Closed earlier in this batch, its descriptor number perhaps reused.
                         logger.debug(
