@@ -62,14 +62,15 @@ struct EntryKey: LRUTableKey, @unchecked Sendable {
     /// The per-process random key of ``idHash``.
     private static let idHashKey = (UInt64.random(in: .min ... .max), UInt64.random(in: .min ... .max))
 
-    /// SipHash-2-4 of the id's bytes under a per-process random key, the kind's length mixed
+    /// SipHash-1-3 of the id's bytes under a per-process random key, the kind's length mixed
     /// in: what the key hashes as. It leaves the kind's bytes out, so an id cached under two
-    /// kinds hashes alike (`==` tells them apart), and costs a fifth of hashing both through
-    /// `Hasher` (docs/BENCHMARKS-METHOD.md, "instructions per socket GET").
+    /// kinds hashes alike (`==` tells them apart), and costs a fraction of hashing both through
+    /// `Hasher` (docs/BENCHMARKS-METHOD.md, "instructions per socket GET"). SipHash-1-3 is what
+    /// `Hasher` itself computes: enough for a table whose key no peer sees.
     var idHash: UInt64 {
         let key = Self.idHashKey
         let length = UInt64(truncatingIfNeeded: kind.utf8.count)
-        return withIDBytes { SipHash24.hash($0, k0: key.0, k1: key.1 ^ length) }
+        return withIDBytes { SipHash13.hash($0, k0: key.0, k1: key.1 ^ length) }
     }
 
     /// What the store's shards and tables index the key by: ``idHash``, with no `Hasher` pass.
