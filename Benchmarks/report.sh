@@ -129,7 +129,7 @@ if wants socket; then
 fi
 if wants instructions; then
     step "instructions and retains per GET, instructions per shared-memory read (callgrind.sh)"
-    REQUESTS="$CALLGRIND_REQUESTS" ROUNDS="$CALLGRIND_ROUNDS" DEPTHS="1 32" KEYS=64 OUT="$out/callgrind" \
+    REQUESTS="$CALLGRIND_REQUESTS" ROUNDS="$CALLGRIND_ROUNDS" DEPTHS="1 32 64x1" KEYS=64 OUT="$out/callgrind" \
         CLIENT_READS="$CALLGRIND_CLIENT_READS" CLIENT_KEYS=64 bash Benchmarks/callgrind.sh >"$out/instructions.txt"
     step "CPU time and system calls per GET (per-get.sh)"
     LOADS="64x1 1x32" bash Benchmarks/per-get.sh >"$out/per-get.txt"
@@ -311,14 +311,14 @@ if "socket" in groups:
         )
 
 if "instructions" in groups:
-    # callgrind.sh's tables: the GET windows (depth, round, GETs, Ir, Ir per GET, swift_retain and
-    # swift_release per GET), then the shared-memory reads (reader, round, reads, Ir, Ir per read,
-    # swift_retain and swift_release per read).
+    # callgrind.sh's tables: the GET windows (depth, or CxD for C connections, round, GETs, Ir, Ir
+    # per GET, swift_retain and swift_release per GET), then the shared-memory reads (reader,
+    # round, reads, Ir, Ir per read, swift_retain and swift_release per read).
     per, retains, releases, reads = {}, {}, {}, {}
     for line in open(f"{out}/instructions.txt"):
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 7 and cells[0].isdigit():
-            depth = int(cells[0])
+        if len(cells) == 7 and cells[0].replace("x", "").isdigit():
+            depth = int(cells[0]) if cells[0].isdigit() else cells[0]
             per.setdefault(depth, []).append(int(cells[4]))
             retains.setdefault(depth, []).append(float(cells[5]))
             releases.setdefault(depth, []).append(float(cells[6]))
@@ -329,14 +329,15 @@ if "instructions" in groups:
     def mean(values):
         return sum(values) / len(values)
     windows = len(per[1])
-    agreement = f"{windows} windows a depth, within {max(spread(per[1]), spread(per[32])):.2f}%" if windows > 1 else "–"
+    agreement = f"{windows} windows a load, within {max(spread(values) for values in per.values()):.2f}%" if windows > 1 else "–"
     print(
         f"| instructions per socket GET | {n(mean(per[1]))} at depth 1, "
-        f"{n(mean(per[32]))} at depth 32 | {agreement} |"
+        f"{n(mean(per[32]))} at depth 32, {n(mean(per['64x1']))} at 64 x 1 | {agreement} |"
     )
     print(
         f"| swift_retain and swift_release calls per socket GET | depth 1: {mean(retains[1]):.2f} and "
-        f"{mean(releases[1]):.2f}; depth 32: {mean(retains[32]):.2f} and {mean(releases[32]):.2f} "
+        f"{mean(releases[1]):.2f}; depth 32: {mean(retains[32]):.2f} and {mean(releases[32]):.2f}; "
+        f"64 x 1: {mean(retains['64x1']):.2f} and {mean(releases['64x1']):.2f} "
         f"| callgrind's call counts in the same windows |"
     )
     if reads:

@@ -108,7 +108,7 @@ struct RequestFramerTests {
 
     @Test func aLineTakenInPlaceIsConsumedAndOneLeftIsFramedAsBefore() throws {
         var framer = RequestFramer()
-        framer.append(ByteBufferAllocator().buffer(string: "GET vehicle a\nPING\nGET trip b\r\nGET v"))
+        framer.append(bytes: "GET vehicle a\nPING\nGET trip b\r\nGET v")
         var seen: [String] = []
         // Each step: what `takeLine` said, or the frame `next()` gave ("-" for none).
         var steps: [String] = []
@@ -133,7 +133,7 @@ struct RequestFramerTests {
         take()  // its CR stays in the line, as in a frame
         take()  // no whole line: the body is not called
         next()
-        framer.append(ByteBufferAllocator().buffer(string: "ehicle c\n"))
+        framer.append(bytes: "ehicle c\n")
         take()
         next()
         #expect(steps == ["taken", "left", "line PING", "taken", "left", "partial", "taken", "-"])
@@ -142,10 +142,59 @@ struct RequestFramerTests {
         #expect(last == nil, "nothing is left")
     }
 
+    @Test func aReadsLinesAreTakenWhereTheyAreUntilOneIsLeftThenTheRestIsCopied() throws {
+        var framer = RequestFramer()
+        var offered: [String] = []
+        func read(_ text: String, taking: @escaping (String) -> Bool) {
+            // The read's bytes are overwritten once it is taken, as the loop's buffer is by the
+            // next read: what the framer kept must be its own copy.
+            var bytes = Array(text.utf8)
+            bytes.withUnsafeBytes { raw in
+                framer.take(read: raw) { line in
+                    let text = String(decoding: line, as: UTF8.self)
+                    offered.append(text)
+                    return taking(text)
+                }
+            }
+            for index in bytes.indices { bytes[index] = UInt8(ascii: "#") }
+        }
+        func line(_ text: String) -> RequestFrame { .line(ByteBuffer(string: text)) }
+
+        read("GET vehicle a\nGET vehicle b\nPING\nGET trip c\r\nGET v") { $0.hasPrefix("GET ") }
+        #expect(offered == ["GET vehicle a", "GET vehicle b", "PING"], "offered until one is left")
+        #expect(framer.next() == line("PING"))
+        #expect(framer.next() == line("GET trip c\r"))
+        #expect(framer.next() == .partialLine)
+        #expect(framer.next() == nil)
+
+        // With a partial line kept, a read completes it: nothing is offered where it is.
+        offered = []
+        read("ehicle d\nGET vehicle e\n") { _ in true }
+        #expect(offered == [])
+        #expect(framer.next() == line("GET vehicle d"))
+        #expect(framer.next() == line("GET vehicle e"))
+        #expect(framer.next() == nil)
+
+        // Empty again: the next read's lines are offered, and all taken, nothing kept.
+        read("GET vehicle f\nGET vehicle g\n") { _ in true }
+        #expect(offered == ["GET vehicle f", "GET vehicle g"])
+        #expect(framer.next() == nil)
+        #expect(framer.finish() == nil)
+
+        // A line over the limit is never offered, nor anything after it.
+        offered = []
+        read("GET vehicle " + String(repeating: "x", count: Self.limit) + "\nGET vehicle h\n") { _ in true }
+        #expect(offered == [])
+        #expect(framer.next() == .tooLong)
+        read("GET vehicle i\n") { _ in true }
+        #expect(offered == [], "after a line over the limit, the input is dropped")
+        #expect(framer.next() == nil)
+    }
+
     @Test func aLineOverTheLimitIsNeverTakenInPlace() throws {
         var framer = RequestFramer()
         let long = "GET vehicle " + String(repeating: "x", count: Self.limit) + "\nPING\n"
-        framer.append(ByteBufferAllocator().buffer(string: long))
+        framer.append(bytes: long)
         var handedOut = 0
         let first = framer.takeLine { _ in
             handedOut += 1
@@ -228,9 +277,17 @@ struct RequestFramerTests {
             case .tooLong: events.append(.tooLong)
             }
         }
-        let allocator = ByteBufferAllocator()
         for chunk in chunks {
-            framer.append(allocator.buffer(bytes: chunk))
+            // With `taking`, each read's whole lines are offered where they are first, as a
+            // read's are; the rest is kept and offered again below.
+            chunk.withUnsafeBytes { read in
+                guard let taking else { return framer.append(read) }
+                framer.take(read: read) { line in
+                    guard taking(line) else { return false }
+                    events.append(.line(Array(line)))
+                    return true
+                }
+            }
             while true {
                 // With `taking`, each line is offered in place first (as the fast path does).
                 if let taking,
@@ -275,7 +332,7 @@ private struct LinesOnly: ByteToMessageDecoder {
     private var framer = RequestFramer()
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        framer.append(buffer)
+        buffer.withUnsafeReadableBytes { framer.append($0) }
         buffer.moveReaderIndex(to: buffer.writerIndex)
         forward(context: context)
         return .needMoreData
@@ -296,5 +353,12 @@ private struct LinesOnly: ByteToMessageDecoder {
             if case .partialLine = frame { continue }
             context.fireChannelRead(Self.wrapInboundOut(frame))
         }
+    }
+}
+
+extension RequestFramer {
+    /// Keeps a copy of `text`'s bytes, as a read's are kept.
+    fileprivate mutating func append(bytes text: String) {
+        Array(text.utf8).withUnsafeBytes { append($0) }
     }
 }

@@ -196,10 +196,9 @@ final class ScriptedConnection {
         guard !transport.closed, !transport.readingHeld else { return }
         if !unread.isEmpty {
             handler.startTurn()
-            var buffer = ByteBufferAllocator().buffer(capacity: unread.count)
-            buffer.writeBytes(unread)
+            let bytes = unread
             unread = []
-            handler.received(buffer)
+            bytes.withUnsafeBytes { handler.received($0) }
             handler.readComplete()
             if !transport.closed, !handler.wantsToRead() { transport.readingHeld = true }
         }

@@ -19,25 +19,44 @@ enum RequestFrame {
 /// The request handler frames its own input with it, read by read, rather than through a
 /// `ByteToMessageHandler` in front of it: a line then costs no trip through the pipeline, no
 /// `NIOAny` and no generic decoding loop (docs/BENCHMARKS-METHOD.md, "instructions per socket GET").
-/// A read's lines are slices of the read's own buffer; only the bytes of a line still waiting
-/// for its LF are kept between reads.
+/// A read's bytes are borrowed: the whole lines at its front may be taken where they are
+/// (``take(read:offering:)``), and only what is left is copied, to be framed by ``next()``.
 struct RequestFramer {
-    /// Bytes read and not yet framed: the start of a line whose LF has not arrived.
+    /// Bytes read and not yet framed: copied from the reads, from the first line not taken in
+    /// place on.
     private var buffered: ByteBuffer?
     private var framer = LineFramer()
     /// After a line over the limit: the rest of the input is dropped unread.
     private var discarding = false
     private var partialReported = false
 
-    /// Takes the bytes of one read.
-    mutating func append(_ bytes: ByteBuffer) {
+    /// Takes the bytes of one read, borrowed for the call. While nothing waits from earlier
+    /// reads, each whole line at the front is handed to `body` (without its LF) where it is, and
+    /// consumed when `body` took it (returned `true`): no copy, no reference count. The bytes from
+    /// the first line not taken on are kept, as ``append(_:)`` keeps them.
+    mutating func take(read bytes: UnsafeRawBufferPointer, offering body: (UnsafeRawBufferPointer) -> Bool) {
         guard !discarding else { return }
-        if buffered == nil || buffered!.readableBytes == 0 {
-            buffered = bytes
-        } else {
-            var bytes = bytes
-            buffered!.writeBuffer(&bytes)
+        var start = 0
+        if buffered == nil {
+            while start < bytes.count {
+                let rest = UnsafeRawBufferPointer(rebasing: bytes[start...])
+                guard case .line(let length) = framer.next(in: rest),
+                    body(UnsafeRawBufferPointer(rebasing: rest[..<length]))
+                else { break }
+                partialReported = false
+                start += length + 1
+            }
         }
+        append(UnsafeRawBufferPointer(rebasing: bytes[start...]))
+    }
+
+    /// Keeps a copy of `bytes`, after what is kept already, to be framed.
+    mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        guard !discarding, !bytes.isEmpty else { return }
+        if buffered == nil {
+            buffered = ByteBufferAllocator().buffer(capacity: bytes.count)
+        }
+        buffered!.writeBytes(bytes)
     }
 
     /// The next frame of the bytes taken so far; `nil` when they hold no more.

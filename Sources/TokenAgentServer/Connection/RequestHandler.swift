@@ -246,10 +246,13 @@ final class RequestHandler {
         writeReadyReplies()
     }
 
-    /// The bytes of one read.
-    func received(_ bytes: ByteBuffer) {
+    /// The bytes of one read, borrowed for the call: a plain GET at their front is answered from
+    /// them where they are (as ``takeFrames()`` would answer it); the rest is kept and framed.
+    func received(_ bytes: UnsafeRawBufferPointer) {
         guard machine.takesRequests else { return }
-        framer.append(bytes)
+        framer.take(read: bytes) { line in
+            machine.takesRequests && deferred.isEmpty && canTakeRequest() && takeSimpleGet(line)
+        }
         takeFrames()
     }
 

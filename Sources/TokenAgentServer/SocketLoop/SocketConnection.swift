@@ -109,18 +109,12 @@ final class SocketConnection: ConnectionTransport {
         var reads = 0
         while reads < Self.readsPerBurst, readingWanted, !closed {
             reads += 1
-            // Read in place into the loop's one buffer: emptied after each read, it makes no copy
-            // (unless the handler kept a partial line of it, which then keeps the old storage).
-            let socket = self.socket
-            var result = 0
-            loop.readBuffer.clear()
-            loop.readBuffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Self.readSize) { raw in
-                result = Glibc.read(socket, raw.baseAddress, Self.readSize)
-                return max(0, result)
-            }
+            // Read into the loop's one buffer, lent to the handler for the call: it answers plain
+            // GETs from it where they are and copies only what it keeps.
+            let result = Glibc.read(socket, loop.readStorage, Self.readSize)
             let error = errno
             if result > 0 {
-                handler.received(loop.readBuffer)
+                handler.received(UnsafeRawBufferPointer(start: loop.readStorage, count: result))
                 if result < Self.readSize { break }
                 if !handler.wantsToRead() { holdReading() }
                 continue

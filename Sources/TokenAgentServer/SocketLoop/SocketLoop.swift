@@ -55,8 +55,9 @@ final class SocketLoop: @unchecked Sendable {
     private var nextGeneration: UInt32 = 0
     private var listeners: [Int32: (Int32) -> Void] = [:]
     private var running = true
-    /// Scratch for reads: each connection's read goes here first.
-    var readBuffer = ByteBufferAllocator().buffer(capacity: SocketConnection.readSize)
+    /// Scratch for reads, ``SocketConnection/readSize`` bytes: each connection's read goes here
+    /// first, lent to its handler for the call.
+    let readStorage: UnsafeMutableRawPointer
 
     // Shared with other threads.
     private struct Job: @unchecked Sendable { var body: () -> Void }
@@ -91,11 +92,13 @@ final class SocketLoop: @unchecked Sendable {
         self.epoll = epoll
         self.wake = wake
         self.logger = logger
+        readStorage = .allocate(byteCount: SocketConnection.readSize, alignment: 16)
         _ = register(wake, tag: .wake, events: EPOLLIN.rawValue)
     }
 
     deinit {
         for connection in connections { connection?.release() }
+        readStorage.deallocate()
         Glibc.close(epoll)
         Glibc.close(wake)
     }
