@@ -37,8 +37,15 @@ int fsl_peer_credentials(int socket, int32_t *pid, uint32_t *uid, uint32_t *gid)
     return 0;
 }
 
+// The socket loop's reads and sends are system calls made directly: glibc's read and send are
+// cancellation points, which wrap each call in two more calls (enable and disable asynchronous
+// cancellation), and the loop's thread is never cancelled.
 ssize_t fsl_send(int socket, const void *bytes, size_t length) {
-    return send(socket, bytes, length, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return syscall(SYS_sendto, socket, bytes, length, MSG_NOSIGNAL | MSG_DONTWAIT, NULL, 0);
+}
+
+ssize_t fsl_read(int descriptor, void *bytes, size_t length) {
+    return syscall(SYS_read, descriptor, bytes, length);
 }
 
 /// Whether `theirs` and the calling process's PID namespace are the same one: 1, 0, or -1.

@@ -77,8 +77,12 @@ int fsl_pidfd_exited(int pidfd);
 int fsl_name_thread(const char *name);
 
 /// Writes `length` bytes without blocking and without SIGPIPE (send with MSG_NOSIGNAL). The
-/// bytes written, or -1 with errno set.
+/// bytes written, or -1 with errno set. Not a cancellation point, unlike send(2)'s wrapper.
 ssize_t fsl_send(int socket, const void *bytes, size_t length);
+
+/// read(2), but not a cancellation point, unlike its wrapper: the bytes read, 0 at the end of
+/// input, or -1 with errno set.
+ssize_t fsl_read(int descriptor, void *bytes, size_t length);
 
 /// Opens the directory at `path` with O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC: a symbolic
 /// link there fails (ENOTDIR or ELOOP), and no permission on the directory itself is needed (only

@@ -162,7 +162,9 @@ public struct LRUTable<Key: LRUTableKey, Value> {
     /// The slot holding `key`, if any: a position that stays the key's until it is removed.
     public func slot(of key: Key) -> Int? { find(key) }
 
-    /// The slot holding `key`, whose `tableHash` the caller already has.
+    /// The slot holding `key`, whose `tableHash` the caller already has. Inlined, with the
+    /// search: a call would take a copy of the table's fields from a caller that may change them.
+    @inline(__always)
     public func slot(of key: Key, hashValue: Int) -> Int? { find(key, hash: hashValue) }
 
     /// One past the highest slot number: every slot below it is in use or free.
@@ -229,10 +231,12 @@ public struct LRUTable<Key: LRUTableKey, Value> {
 
     private func find(_ key: Key) -> Int? { find(key, hash: key.tableHash) }
 
+    @inline(__always)
     private func find(_ key: Key, hash: Int) -> Int? {
         bucket(of: key, hash: hash).map { Self.slot(inBucket: buckets[$0]) }
     }
 
+    @inline(__always)
     private func bucket(of key: Key, hash: Int) -> Int? {
         guard !buckets.isEmpty else { return nil }
         let mask = buckets.count - 1

@@ -111,7 +111,7 @@ final class SocketConnection: ConnectionTransport {
             reads += 1
             // Read into the loop's one buffer, lent to the handler for the call: it answers plain
             // GETs from it where they are and copies only what it keeps.
-            let result = Glibc.read(socket, loop.readStorage, Self.readSize)
+            let result = fsl_read(socket, loop.readStorage, Self.readSize)
             let error = errno
             if result > 0 {
                 handler.received(UnsafeRawBufferPointer(start: loop.readStorage, count: result))
