@@ -196,9 +196,24 @@ enum ftr_status ftr_request_segment(int sock, const char *kind, struct ftr_segme
 
 // Whether `length` bytes at `token` are a token the agent could serve: 1 to 16 KiB of printable
 // ASCII without spaces. Nothing else is ever answered as a token.
+//
+// Eight bytes at a time: a word holds a byte outside 0x21 to 0x7E when it holds a byte under 0x21
+// among those under 0x80 ((x - 0x21...) & ~x & 0x80..., which no byte of 0x21 or more sets, since
+// subtracting from it borrows nothing), a byte 0x7F (the same test for a zero byte of x ^ 0x7F...),
+// or a byte with its top bit set. The last 0 to 7 bytes one at a time.
 static int is_servable_token(const char *token, size_t length) {
     if (length == 0 || length > FTS_MAX_TOKEN_LENGTH) return 0;
-    for (size_t i = 0; i < length; i++)
+    const uint64_t ones = 0x0101010101010101ull, tops = 0x8080808080808080ull;
+    uint64_t outside = 0;
+    size_t i = 0;
+    for (; i + 8 <= length; i += 8) {
+        uint64_t x, del;
+        memcpy(&x, token + i, 8);
+        del = x ^ (ones * 0x7F);
+        outside |= ((x - ones * 0x21) & ~x) | ((del - ones) & ~del) | x;
+    }
+    if (outside & tops) return 0;
+    for (; i < length; i++)
         if ((unsigned char)token[i] <= 0x20 || (unsigned char)token[i] >= 0x7F) return 0;
     return 1;
 }
