@@ -38,13 +38,11 @@ struct RequestFramer {
         guard !discarding else { return }
         var start = 0
         if buffered == nil {
-            while start < bytes.count {
-                let rest = UnsafeRawBufferPointer(rebasing: bytes[start...])
-                guard case .line(let length) = framer.next(in: rest),
-                    body(UnsafeRawBufferPointer(rebasing: rest[..<length]))
-                else { break }
+            while start < bytes.count,
+                let taken = Self.lineTaken(from: UnsafeRawBufferPointer(rebasing: bytes[start...]), &framer, by: body)
+            {
                 partialReported = false
-                start += length + 1
+                start += taken
             }
         }
         append(UnsafeRawBufferPointer(rebasing: bytes[start...]))
@@ -87,18 +85,29 @@ struct RequestFramer {
     /// there is). No slice of the buffer is made, so a line taken here costs no reference count.
     mutating func takeLine(_ body: (UnsafeRawBufferPointer) -> Bool) -> Bool {
         guard !discarding, buffered != nil else { return false }
-        let taken = buffered!.withUnsafeReadableBytes { bytes -> Int? in
-            guard case .line(let length) = framer.next(in: bytes) else { return nil }
-            return body(UnsafeRawBufferPointer(rebasing: bytes[..<length])) ? length : nil
-        }
+        let taken = buffered!.withUnsafeReadableBytes { Self.lineTaken(from: $0, &framer, by: body) }
         guard let taken else { return false }
         partialReported = false
-        if buffered!.readableBytes == taken + 1 {
+        if buffered!.readableBytes == taken {
             buffered = nil
         } else {
-            buffered!.moveReaderIndex(forwardBy: taken + 1)
+            buffered!.moveReaderIndex(forwardBy: taken)
         }
         return true
+    }
+
+    /// The bytes, LF included, of the whole line at the front of `bytes` when `body` took it
+    /// (handed the line without its LF, where it is); `nil` when `framer` finds no whole line
+    /// there or `body` left it. What both ways of taking a line in place share.
+    private static func lineTaken(
+        from bytes: UnsafeRawBufferPointer,
+        _ framer: inout LineFramer,
+        by body: (UnsafeRawBufferPointer) -> Bool
+    ) -> Int? {
+        guard case .line(let length) = framer.next(in: bytes),
+            body(UnsafeRawBufferPointer(rebasing: bytes[..<length]))
+        else { return nil }
+        return length + 1
     }
 
     /// At end of input, once ``next()`` has given every frame: the last line, without its LF, if

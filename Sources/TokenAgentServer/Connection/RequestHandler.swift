@@ -250,11 +250,13 @@ final class RequestHandler {
     /// them where they are (as ``takeFrames()`` would answer it); the rest is kept and framed.
     func received(_ bytes: UnsafeRawBufferPointer) {
         guard machine.takesRequests else { return }
-        framer.take(read: bytes) { line in
-            machine.takesRequests && deferred.isEmpty && canTakeRequest() && takeSimpleGet(line)
-        }
+        framer.take(read: bytes) { mayTakeLineInPlace && takeSimpleGet($0) }
         takeFrames()
     }
+
+    /// Whether a plain GET may be taken from where its bytes are now: the connection takes
+    /// requests, may take another, and nothing waits before it.
+    private var mayTakeLineInPlace: Bool { machine.takesRequests && deferred.isEmpty && canTakeRequest() }
 
     /// Takes every frame the bytes read so far hold, in order, while the connection takes
     /// requests; those it cannot take yet wait in `deferred`.
@@ -262,7 +264,7 @@ final class RequestHandler {
         while machine.takesRequests {
             // A plain GET is taken straight from the read's bytes while nothing waits before it
             // and another request may be taken; every other line is framed and taken below.
-            if deferred.isEmpty, canTakeRequest(), framer.takeLine({ takeSimpleGet($0) }) { continue }
+            if mayTakeLineInPlace, framer.takeLine({ takeSimpleGet($0) }) { continue }
             guard let frame = framer.next() else { break }
             take(frame)
         }
