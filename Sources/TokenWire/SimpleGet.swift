@@ -17,16 +17,11 @@ public struct SimpleGet: Sendable, Hashable {
         var end = line.count
         if end > 0, line[end - 1] == 0x0D { end -= 1 }
         guard end > 4, line[0] == 0x47, line[1] == 0x45, line[2] == 0x54, line[3] == 0x20 else { return nil }
-        // The kind: 1 to 32 of a-z, 0-9, -.
-        var index = 4
-        let kindStart = index
-        while index < end, line[index] != 0x20 {
-            let byte = line[index]
-            guard (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39) || byte == 0x2D else { return nil }
-            index += 1
-        }
+        // The kind: 1 to 32 of a-z, 0-9, -, then a space.
+        let kindStart = 4
+        var index = ByteRun.end(of: line, from: kindStart, to: end, ByteRun.outsideKind)
         let kind = kindStart..<index
-        guard !kind.isEmpty, kind.count <= WireLimits.maxKindBytes, index < end else { return nil }
+        guard !kind.isEmpty, kind.count <= WireLimits.maxKindBytes, index < end, line[index] == 0x20 else { return nil }
         // A wildcard kind takes only `*`, and `access <name>` names an access-token entry's kind:
         // RequestParser handles both with the rest of their rules.
         if TokenIdentifier.isWildcardKind(UnsafeRawBufferPointer(rebasing: line[kind])) { return nil }
@@ -36,12 +31,9 @@ public struct SimpleGet: Sendable, Hashable {
         index += 1
         // The id: 1 to 64 printable ASCII characters other than / : \ ? #, and not * . or ..
         let idStart = index
-        while index < end, line[index] != 0x20 {
-            guard Self.isIDByte(line[index]) else { return nil }
-            index += 1
-        }
+        index = ByteRun.end(of: line, from: idStart, to: end, ByteRun.outsideID)
         let id = idStart..<index
-        guard !id.isEmpty, id.count <= WireLimits.maxIDScalars else { return nil }
+        guard !id.isEmpty, id.count <= WireLimits.maxIDScalars, index == end || line[index] == 0x20 else { return nil }
         // `*`, `.` and `..` are refused; RequestParser says why.
         if id.count <= 2, TokenIdentifier.isReserved(UnsafeRawBufferPointer(rebasing: line[id])) { return nil }
         guard index < end else { return SimpleGet(kind: kind, id: id, minValidity: nil) }
