@@ -48,8 +48,10 @@ final class TokenStore: Sendable {
     private func shard(hashValue: Int) -> Shard { shards[shardIndex(hashValue: hashValue)] }
 
     private func shardIndex(hashValue: Int) -> Int {
-        // The high bits pick the shard; the table's index uses the low ones.
-        shards.count == 1 ? 0 : Int((UInt(bitPattern: hashValue) >> 40) % UInt(shards.count))
+        // The high 32 bits pick the shard, scaled to the count by a multiply rather than a
+        // division's remainder; the table's index and tags use the low 32.
+        let high = UInt64(UInt(bitPattern: hashValue) >> 32)
+        return Int(truncatingIfNeeded: (high &* UInt64(shards.count)) >> 32)
     }
 
     /// Decides a request on `key` at `now`, hashing the key once for the shard and its table; a
