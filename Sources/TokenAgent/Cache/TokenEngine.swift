@@ -226,8 +226,27 @@ public final class TokenEngine: Sendable {
         return decision
     }
 
-    /// Decides `request`; a cached token is handed to `serve` under the store's lock.
+    /// Decides `request`; a cached token is handed to `serve` under the store's lock. The store's
+    /// first decision is all a cache hit takes; anything else is settled out of line, so a hit
+    /// pays for none of it.
     private func decide(
+        _ key: EntryKey,
+        _ request: EngineRequest,
+        requester: UInt32?,
+        serve: (TokenView) -> Void
+    ) -> Decision {
+        var fetched = MonotonicInstant.origin
+        let decision = store.decide(key, request, now: now, wall: unixNow, fetched: &fetched, serve: serve)
+        if case .served = decision { return .served }
+        return settle(decision, fetched: fetched, key, request, requester: requester, serve: serve)
+    }
+
+    /// Settles the store's `decision` on `request` when it did not serve: a failure, or a fetch to
+    /// start or join. `fetched` is when the entry's token was fetched, as the store saw it.
+    @inline(never)
+    private func settle(
+        _ decision: StoreDecision,
+        fetched: MonotonicInstant,
         _ key: EntryKey,
         _ request: EngineRequest,
         requester: UInt32?,
@@ -236,11 +255,11 @@ public final class TokenEngine: Sendable {
         // A fetch of this key may end between the store's decision and the coordinator's lock:
         // then no flight is left to join, and its token, recorded before its flight ended, may
         // answer the request. It is decided again (twice at most; then it fetches as decided).
-        var attempt = 0
+        var decision = decision
+        var fetched = fetched
+        var attempt = 1
         while true {
-            attempt += 1
-            var fetched = MonotonicInstant.origin
-            switch store.decide(key, request, now: now, wall: unixNow, fetched: &fetched, serve: serve) {
+            switch decision {
             case .served: return .served
             case .fail(let failure): return .ready(.failure(failure))
             case .fetch:
@@ -253,7 +272,10 @@ public final class TokenEngine: Sendable {
                     unless: { recheck && store.fetchedAt(key) != seen }
                 ) {
                 case .waiting(let flight): return .wait(flight, tokenKey)
-                case .recordedSince: continue
+                case .recordedSince:
+                    attempt += 1
+                    fetched = .origin
+                    decision = store.decide(key, request, now: now, wall: unixNow, fetched: &fetched, serve: serve)
                 case .refused(let failure):
                     // A report whose replacement could not start has not used up its window.
                     if case .refresh(let refused?) = request { store.withdrawReport(key, refused: refused) }
