@@ -48,6 +48,9 @@ struct RequestFramer {
         append(UnsafeRawBufferPointer(rebasing: bytes[start...]))
     }
 
+    /// Whether bytes read are kept to be framed (a line not taken in place, or part of one).
+    var holdsBytes: Bool { buffered != nil }
+
     /// Keeps a copy of `bytes`, after what is kept already, to be framed.
     mutating func append(_ bytes: UnsafeRawBufferPointer) {
         guard !discarding, !bytes.isEmpty else { return }

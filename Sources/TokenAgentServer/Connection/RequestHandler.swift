@@ -251,6 +251,11 @@ final class RequestHandler {
     func received(_ bytes: UnsafeRawBufferPointer) {
         guard machine.takesRequests else { return }
         framer.take(read: bytes) { mayTakeLineInPlace && takeSimpleGet($0) }
+        // Every line was taken where it lay and answered: with nothing kept to frame, owed or
+        // deferred, takeFrames() would find no frame and write nothing (a burst's replies go out
+        // together at readComplete()), and inside a read the state machine has nothing to learn
+        // from replies written (input has not ended, reading is not held).
+        if !framer.holdsBytes, pendingReplies.isEmpty, deferred.isEmpty { return }
         takeFrames()
     }
 
