@@ -45,7 +45,7 @@ struct RequestFramer {
                 start += taken
             }
         }
-        append(UnsafeRawBufferPointer(rebasing: bytes[start...]))
+        if start < bytes.count { append(UnsafeRawBufferPointer(rebasing: bytes[start...])) }
     }
 
     /// Whether bytes read are kept to be framed (a line not taken in place, or part of one).

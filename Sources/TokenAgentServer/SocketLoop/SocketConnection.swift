@@ -112,7 +112,6 @@ final class SocketConnection: ConnectionTransport {
             // Read into the loop's one buffer, lent to the handler for the call: it answers plain
             // GETs from it where they are and copies only what it keeps.
             let result = fsl_read(socket, loop.readStorage, Self.readSize)
-            let error = errno
             if result > 0 {
                 handler.received(UnsafeRawBufferPointer(start: loop.readStorage, count: result))
                 if result < Self.readSize { break }
@@ -120,6 +119,8 @@ final class SocketConnection: ConnectionTransport {
                 continue
             }
             if result < 0 {
+                // Read at once: nothing has run since the read that could set it.
+                let error = errno
                 if error == EAGAIN || error == EINTR { break }
                 fail(operation: "read", code: error)
                 return
