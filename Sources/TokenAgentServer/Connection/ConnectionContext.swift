@@ -20,6 +20,8 @@ struct ConnectionContext: Sendable {
     let status: AgentStatus
     /// The pace of each uid's costly replies (`STATS`, `METRICS`, `INFO`).
     let costlyReplies: CostlyReplyPacer
+    /// The configured kinds' names, one table for all the context's connections.
+    let kindNames = KindNames.Shared()
 
     /// The context of connections answered by `engine`, whose requests count in `status`; each
     /// uid's costly replies are paced by `costlyReplies`.

@@ -6,10 +6,6 @@ import NIOCore
 import TokenAgent
 import TokenWire
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 extension RequestHandler {
     // MARK: Verbs
 
@@ -243,17 +239,8 @@ extension RequestHandler {
 
     /// The configured kind named by `bytes`, as the engine's own string; `nil` when none is.
     private func configuredKind(_ bytes: UnsafeRawBufferPointer) -> String? {
-        let version = context.engine.kindsVersion
-        if version != kindNamesVersion {
-            kindNames = context.engine.kinds.map { ($0, Array($0.utf8)) }
-            kindNamesVersion = version
-        }
-        for kind in kindNames where kind.bytes.count == bytes.count {
-            if kind.bytes.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 }) {
-                return kind.name
-            }
-        }
-        return nil
+        if context.engine.kindsVersion != kindNames.version { kindNames = context.kindNames.names(of: context.engine) }
+        return kindNames.name(of: bytes)
     }
 
     // MARK: Encoding

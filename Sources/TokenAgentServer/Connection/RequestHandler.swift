@@ -80,9 +80,9 @@ final class RequestHandler {
     var descriptors = DescriptorLedger()
     /// The `WARM` fetches this connection may still have outstanding.
     let warmAllowance = WarmAllowance()
-    /// The configured kind names and the engine's kinds version they were read at.
-    var kindNames: [(name: String, bytes: [UInt8])] = []
-    var kindNamesVersion = -1
+    /// The configured kinds' names, as the context shares them, at the engine's kinds version
+    /// they were read at.
+    var kindNames = KindNames(kinds: [], version: -1)
     /// The kinds the peer was allowed under the rules version last seen.
     var allowedKinds = AllowedKinds()
 
