@@ -44,7 +44,8 @@ public enum ByteRun {
         return index + min(left, outside(word).trailingZeroBitCount / 8)
     }
 
-    /// The bytes of `word` outside a kind's class: `a-z`, `0-9` and `-`.
+    /// The bytes of `word` outside a kind's class (``TokenIdentifier/isKindByte(_:)``): `a-z`,
+    /// `0-9` and `-`.
     @inline(__always)
     public static func outsideKind(_ word: UInt64) -> UInt64 {
         let low = word & lowBits

@@ -52,14 +52,10 @@ public struct SimpleGet: Sendable, Hashable {
     }
 
     /// Whether an id may hold `byte`: the printable ASCII bytes from `!` to `~` but `/`, `:`,
-    /// `\`, `?` and `#`. One bit a byte in two words, so a byte costs a shift and a test, not
-    /// seven compares.
-    @inline(__always)
+    /// `\`, `?` and `#`. The rule a byte at a time; ``ByteRun/outsideID(_:)`` tests eight at once.
     public static func isIDByte(_ byte: UInt8) -> Bool {
-        // 0x21 to 0x3F but # / : ?, and 0x40 to 0x7E but \.
-        let low: UInt64 = 0x7BFF_7FF6_0000_0000
-        let high: UInt64 = 0x7FFF_FFFF_EFFF_FFFF
-        let mask = byte < 64 ? low : high
-        return byte < 128 && (mask >> UInt64(byte & 63)) & 1 != 0
+        byte > 0x20 && byte < 0x7F
+            && byte != UInt8(ascii: "/") && byte != UInt8(ascii: ":") && byte != UInt8(ascii: "\\")
+            && byte != UInt8(ascii: "?") && byte != UInt8(ascii: "#")
     }
 }

@@ -137,6 +137,12 @@ public enum TokenIdentifier {
     public static func isWellFormedKind(_ kind: some StringProtocol) -> Bool {
         let utf8 = kind.utf8
         guard !utf8.isEmpty, utf8.count <= WireLimits.maxKindBytes else { return false }
-        return utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D }
+        return utf8.allSatisfy(isKindByte)
+    }
+
+    /// Whether a kind name may hold `byte`: `a-z`, `0-9` and `-`. The rule a byte at a time;
+    /// ``ByteRun/outsideKind(_:)`` tests eight at once.
+    public static func isKindByte(_ byte: UInt8) -> Bool {
+        (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39) || byte == 0x2D
     }
 }

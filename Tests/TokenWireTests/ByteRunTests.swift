@@ -6,10 +6,6 @@ import TokenWire
 /// the last eight bytes, and the tail copied from a line under eight bytes.
 @Suite("Byte runs")
 struct ByteRunTests {
-    private static func isKindByte(_ byte: UInt8) -> Bool {
-        (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39) || byte == 0x2D
-    }
-
     /// The scalar scan the word-at-a-time one must agree with.
     private static func scalarEnd(_ bytes: [UInt8], from start: Int, _ inside: (UInt8) -> Bool) -> Int {
         var index = start
@@ -31,7 +27,7 @@ struct ByteRunTests {
                     idLine[place] = byte
                     for start in Set([0, 1, place, length]) where start <= length {
                         let kind = Self.wordEnd(kindLine, from: start, ByteRun.outsideKind)
-                        let kindRule = Self.scalarEnd(kindLine, from: start, Self.isKindByte)
+                        let kindRule = Self.scalarEnd(kindLine, from: start, TokenIdentifier.isKindByte)
                         #expect(kind == kindRule, "kind: byte \(byte) at \(place) of \(length), from \(start)")
                         let id = Self.wordEnd(idLine, from: start, ByteRun.outsideID)
                         let idRule = Self.scalarEnd(idLine, from: start, SimpleGet.isIDByte)
@@ -56,7 +52,7 @@ struct ByteRunTests {
             let start = Int.random(in: 0...length, using: &generator)
             #expect(
                 Self.wordEnd(line, from: start, ByteRun.outsideKind)
-                    == Self.scalarEnd(line, from: start, Self.isKindByte),
+                    == Self.scalarEnd(line, from: start, TokenIdentifier.isKindByte),
                 "kind \(line) from \(start)"
             )
             #expect(

@@ -24,6 +24,9 @@ final class KindNames: Sendable {
         let count: Int
     }
 
+    /// No names, at no version: what a handler and a context hold until their first look.
+    static let none = KindNames(kinds: [], version: -1)
+
     /// The names of `kinds`, read at the engine's kinds `version`.
     init(kinds: [String], version: Int) {
         var entries: [Entry] = []
@@ -52,7 +55,7 @@ final class KindNames: Sendable {
     /// The table in force for a context's connections, made again when the engine's kinds
     /// version moves.
     final class Shared: Sendable {
-        private let current = Mutex(KindNames(kinds: [], version: -1))
+        private let current = Mutex(KindNames.none)
 
         /// The names of `engine`'s kinds now. The version is read before the kinds: a reload in
         /// between leaves a table of the new kinds under the old version, made again at the next

@@ -60,7 +60,7 @@ final class RequestHandler {
     var workDone = 0
     /// The configured kinds' names, as the context shares them, at the engine's kinds version
     /// they were read at.
-    var kindNames = KindNames(kinds: [], version: -1)
+    var kindNames = KindNames.none
     /// The kinds the peer was allowed under the rules version last seen.
     var allowedKinds = AllowedKinds()
     /// The replies owed, in request order; the first is request `firstSequence`'s.
