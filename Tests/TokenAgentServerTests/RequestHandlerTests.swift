@@ -155,6 +155,20 @@ struct RequestHandlerTests {
         await connection.finish()
     }
 
+    @Test func repliesTheSocketTookInPartsArriveWholeAndInOrder() async throws {
+        // A small send buffer, and a client that reads nothing until the agent's output is over
+        // its mark. A turn's replies (64 HELPs, 4,544 bytes) fit the empty socket once; the next
+        // turn's send is partial, and the rest of it is copied and written later, behind which
+        // the later turns' replies wait.
+        let connection = try ServedConnection(sendBuffer: 4096)
+        let help = "OK GET REFRESH DROP INFO PING STATS METRICS HELP QUIT SHM TOUCH WARM"
+        try await connection.send(String(repeating: "HELP\n", count: 4000))
+        #expect(await eventually { await connection.state().writable == false }, "the output goes over its mark")
+        let lines = try await connection.lines(4000)
+        #expect(lines == Array(repeating: help, count: 4000), "every reply, whole, in order")
+        await connection.finish()
+    }
+
     @Test func theLineLimitIs4096BytesAndALongerLineClosesTheConnection() async throws {
         let connection = try ServedConnection()
         try await connection.send("GET vehicle " + String(repeating: "x", count: 4096 - 12) + "\r\n")

@@ -14,8 +14,11 @@ protocol TransportTimer {
 protocol ConnectionTransport: AnyObject {
     /// Whether the output not yet taken by the socket is under its high-water mark.
     var isWritable: Bool { get }
-    /// Writes `bytes` after everything written before: now, or as the socket takes them.
-    func write(_ bytes: ByteBuffer)
+    /// Writes `bytes` after everything written before: now, or as the socket takes them. The
+    /// bytes are borrowed for the call: what the socket does not take at once is copied. It
+    /// calls nothing of the handler's before it returns (what it has to tell, it tells in a
+    /// later turn), so the handler may lend its own output.
+    func write(_ bytes: UnsafeRawBufferPointer)
     /// Lets reading go on after the handler held it.
     func read()
     /// Closes the connection.

@@ -42,7 +42,17 @@ final class RequestHandler {
     /// What the connection works with: the engine, the access rules, the counters it feeds.
     let context: ConnectionContext
     /// The connection served. Set by the transport once, before any other call.
-    var transport: (any ConnectionTransport)!
+    var transport: (any ConnectionTransport)! {
+        didSet {
+            transportBox = transport.map(TransportBox.init)
+            borrowedTransport = transportBox.map { Unmanaged.passUnretained($0) }
+        }
+    }
+    /// `transport`, boxed so that a flush can borrow it through `Unmanaged` rather than retain
+    /// it (an existential cannot be held unretained): `transportBox` holds it as long as
+    /// `transport` is set, `borrowedTransport` lends it.
+    private var transportBox: TransportBox?
+    private var borrowedTransport: Unmanaged<TransportBox>?
     /// Who is at the other end; `nil` when the kernel could not tell.
     let peer: PeerCredentials?
     /// Replies encoded since the last hand-over; handed to the transport once per read burst (or
@@ -614,7 +624,17 @@ final class RequestHandler {
     /// Hands what is encoded to the transport (closing: the last replies, once).
     func flushOutput(evenIfClosed: Bool = false) {
         guard !outputHandedOver, output.readableBytes > 0, evenIfClosed || !machine.isClosed else { return }
-        transport.write(output)
+        // Lent, not handed over: the transport copies only what the socket does not take, and
+        // calls nothing of the handler's before it returns, so `output` (which keeps the bytes)
+        // stays as it is during the call. Neither is retained for it.
+        let bytes = output.withUnsafeReadableBytes { $0 }
+        borrowedTransport!._withUnsafeGuaranteedRef { $0.transport.write(bytes) }
         outputHandedOver = true
     }
+}
+
+/// A handler's transport in a reference of its own, which `Unmanaged` can lend.
+private final class TransportBox {
+    let transport: any ConnectionTransport
+    init(_ transport: any ConnectionTransport) { self.transport = transport }
 }

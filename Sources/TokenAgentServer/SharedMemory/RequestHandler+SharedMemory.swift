@@ -146,9 +146,7 @@ extension RequestHandler {
         Glibc.close(offer.descriptor)
         if sent < line.count {
             // The descriptor went with the first byte; the rest of the line follows in order.
-            var rest = ByteBufferAllocator().buffer(capacity: line.count - sent)
-            rest.writeBytes(line.dropFirst(sent))
-            transport.write(rest)
+            line.withUnsafeBytes { transport.write(UnsafeRawBufferPointer(rebasing: $0[sent...])) }
         }
         context.requests.count(.shm, .ok)
         finishDescriptor()

@@ -156,23 +156,21 @@ final class SocketConnection: ConnectionTransport {
 
     var isWritable: Bool { writable }
 
-    func write(_ bytes: ByteBuffer) {
-        guard !closed, bytes.readableBytes > 0 else { return }
-        if var waiting = unsent {
-            unsent = nil
-            var bytes = bytes
-            waiting.writeBuffer(&bytes)
-            unsent = waiting
+    func write(_ bytes: UnsafeRawBufferPointer) {
+        guard !closed, let start = bytes.baseAddress, bytes.count > 0 else { return }
+        if unsent != nil {
+            unsent!.writeBytes(bytes)
             writeUnsent()
             return
         }
-        let sent = bytes.withUnsafeReadableBytes { fsl_send(socket, $0.baseAddress, $0.count) }
-        if sent == bytes.readableBytes { return }
+        let sent = fsl_send(socket, start, bytes.count)
+        if sent == bytes.count { return }
         if sent < 0, errno != EAGAIN, errno != EINTR {
             fail(operation: "write", code: errno)
             return
         }
-        unsent = bytes.getSlice(at: bytes.readerIndex + max(0, sent), length: bytes.readableBytes - max(0, sent))
+        // The rest is copied: the bytes are only lent for the call.
+        unsent = ByteBuffer(bytes: UnsafeRawBufferPointer(rebasing: bytes[max(0, sent)...]))
         afterOutputChange()
     }
 
