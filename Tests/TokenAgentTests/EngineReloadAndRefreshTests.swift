@@ -65,6 +65,22 @@ struct EngineReloadAndRefreshTests {
         #expect(kept.shutdowns == 0 && new.shutdowns == 0)
     }
 
+    @Test func aKindAReloadRemovesIsUnknownAndItsTokensAreGone() async {
+        let vehicles = ScriptedProvider(clock: clock, prefix: "v")
+        let trips = ScriptedProvider(clock: clock, prefix: "t")
+        let engine = engine(["vehicle": vehicles, "trip": trips])
+        #expect(token(await engine.get(kind: "trip", id: "t-1")) != nil)
+        #expect(token(await engine.get(kind: "vehicle", id: "v-1")) != nil)
+        #expect(engine.statistics().entries == 2)
+        engine.reconfigure(providers: ["vehicle": vehicles], policy: RefreshPolicy(), changedKinds: [])
+        // The store decides a cached key without asking whether its kind is configured: the
+        // reload must have forgotten the removed kind's entries for this to hold.
+        #expect(error(await engine.get(kind: "trip", id: "t-1"))?.code == .badKind)
+        #expect(engine.statistics().entries == 1)
+        #expect(token(await engine.get(kind: "vehicle", id: "v-1")) != nil, "the kept kind's token is served")
+        #expect(vehicles.fetches == 1 && trips.fetches == 1)
+    }
+
     @Test func aReloadThatKeepsTheProviderKeepsTokensAndGeneration() async {
         let provider = ScriptedProvider(clock: clock)
         let engine = engine(["vehicle": provider])

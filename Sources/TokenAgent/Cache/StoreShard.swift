@@ -66,13 +66,17 @@ struct StoreShard {
         fetched: inout MonotonicInstant,
         serve: (TokenView) -> Void
     ) -> StoreDecision {
-        guard runtime.isConfigured(key.kind) else { return .fail(runtime.unknownKind(key.kind)) }
-        let policy = runtime.policy(for: key.kind)
+        // Every entry's kind is configured in the shard's runtime: entries are made only for
+        // such kinds (``record(_:generation:result:now:unixNow:jitterUnit:)``, ``TokenStore/take(_:now:unixNow:)``), and ``install(_:moved:now:)``
+        // forgets those of a kind it removes. So only a key not found needs the kind checked.
         guard let slot = table.slot(of: key, hashValue: hash) else {
+            guard runtime.isConfigured(key.kind) else { return .fail(runtime.unknownKind(key.kind)) }
             if request.isGet { misses += 1 }
             fetched = .origin
             return .fetch
         }
+        assert(runtime.isConfigured(key.kind), "an entry of a kind not configured")
+        let policy = runtime.policy(for: key.kind)
         let storage = borrowedStorage
         var reactivated = false
         let decision = table.update(slot: slot, touch: true) { entry -> StoreDecision in
