@@ -324,16 +324,26 @@ public struct LRUTable<Key: LRUTableKey, Value> {
         }
     }
 
+    /// Makes `slot`, a slot in use, its group's most recently used. Every cache hit's move, so
+    /// done through the links' buffer: one uniqueness check of the links, none per link changed.
     private mutating func moveToNewest(_ slot: Int) {
-        let slotLinks = links[slot]
-        let group = Int(slotLinks.group)
-        guard Int32(slot) != newest[group] else { return }
-        unlink(slotLinks)
-        links[slot].older = newest[group]
-        links[slot].newer = -1
-        if newest[group] >= 0 { links[Int(newest[group])].newer = Int32(slot) }
+        let group = Int(links[slot].group)
+        let head = newest[group]
+        guard Int32(slot) != head else { return }
+        // Not its group's newest: the group's newest is another slot (`head`), and the slot has
+        // a newer neighbour (perhaps `head`).
+        let moved = links.withUnsafeMutableBufferPointer { links -> Links in
+            let moved = links[slot]
+            links[Int(moved.newer)].older = moved.older
+            if moved.older >= 0 { links[Int(moved.older)].newer = moved.newer }
+            links[slot].older = head
+            links[slot].newer = -1
+            links[Int(head)].newer = Int32(slot)
+            return moved
+        }
         newest[group] = Int32(slot)
-        if oldest[group] < 0 { oldest[group] = Int32(slot) }
+        // It was its group's oldest: its newer neighbour is now.
+        if moved.older < 0 { oldest[group] = moved.newer }
     }
 }
 
