@@ -157,7 +157,7 @@ struct RequestHandlerTests {
 
     @Test func repliesTheSocketTookInPartsArriveWholeAndInOrder() async throws {
         // A small send buffer, and a client that reads nothing until the agent's output is over
-        // its mark. A turn's replies (64 HELPs, 4,544 bytes) fit the empty socket once; the next
+        // its mark. A turn's replies (64 HELPs, 4,416 bytes) fit the empty socket once; the next
         // turn's send is partial, and the rest of it is copied and written later, behind which
         // the later turns' replies wait.
         let connection = try ServedConnection(sendBuffer: 4096)

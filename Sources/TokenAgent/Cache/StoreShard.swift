@@ -67,15 +67,16 @@ struct StoreShard {
         serve: (TokenView) -> Void
     ) -> StoreDecision {
         // Every entry's kind is configured in the shard's runtime: entries are made only for
-        // such kinds (``record(_:generation:result:now:unixNow:jitterUnit:)``, ``TokenStore/take(_:now:unixNow:)``), and ``install(_:moved:now:)``
-        // forgets those of a kind it removes. So only a key not found needs the kind checked.
+        // such kinds (a fetch's result is recorded under its kind's generation, a token taken
+        // only for a kind with a provider), and a reload's `install` forgets the entries of a
+        // kind it removes. So only a key not found needs its kind checked.
         guard let slot = table.slot(of: key, hashValue: hash) else {
             guard runtime.isConfigured(key.kind) else { return .fail(runtime.unknownKind(key.kind)) }
             if request.isGet { misses += 1 }
             fetched = .origin
             return .fetch
         }
-        assert(runtime.isConfigured(key.kind), "an entry of a kind not configured")
+        assert(runtime.isConfigured(key.kind), "an entry of \(key.kind), a kind not configured")
         let policy = runtime.policy(for: key.kind)
         let storage = borrowedStorage
         var reactivated = false

@@ -626,9 +626,17 @@ final class RequestHandler {
         guard !outputHandedOver, output.readableBytes > 0, evenIfClosed || !machine.isClosed else { return }
         // Lent, not handed over: the transport copies only what the socket does not take, and
         // calls nothing of the handler's before it returns, so `output` (which keeps the bytes)
-        // stays as it is during the call. Neither is retained for it.
+        // stays as it is during the call. Neither is retained for it: the pointer is taken out
+        // of `withUnsafeReadableBytes` on purpose, as the write inside it would retain `output`
+        // (the compiler cannot tell the transport leaves it alone). A debug build checks that
+        // the transport did.
         let bytes = output.withUnsafeReadableBytes { $0 }
         borrowedTransport!._withUnsafeGuaranteedRef { $0.transport.write(bytes) }
+        assert(
+            output.readableBytes == bytes.count
+                && output.withUnsafeReadableBytes { $0.baseAddress } == bytes.baseAddress,
+            "the transport changed the output it was lent"
+        )
         outputHandedOver = true
     }
 }

@@ -187,7 +187,9 @@ final class SocketConnection: ConnectionTransport {
     }
 
     /// Watches for output while bytes wait, tells the handler when the output crosses a mark,
-    /// and runs what waited for everything to be written.
+    /// and runs what waited for everything to be written. What it tells the handler it tells in
+    /// a later turn (`runSoon`), never during a ``write(_:)``: the handler lends its own output
+    /// to the write (``ConnectionTransport/write(_:)``).
     private func afterOutputChange() {
         updateInterest()
         let waiting = unsent?.readableBytes ?? 0
