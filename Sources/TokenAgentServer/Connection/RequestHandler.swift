@@ -55,11 +55,12 @@ final class RequestHandler {
     private var borrowedTransport: Unmanaged<TransportBox>?
     /// Who is at the other end; `nil` when the kernel could not tell.
     let peer: PeerCredentials?
-    /// Replies encoded since the last hand-over; handed to the transport once per read burst (or
-    /// at once for replies that complete outside one). Reused: once the transport has written it,
-    /// clearing it makes no copy.
+    /// Replies encoded since the last hand-over; lent to the transport once per read burst (or
+    /// at once for replies that complete outside one), which copies only what the socket does
+    /// not take. Reused: the transport keeps no share of it, so clearing it makes no copy.
     var output = ByteBufferAllocator().buffer(capacity: 4096)
-    /// `output` was handed to the transport; clear it before encoding more.
+    /// `output` was handed to the transport (written, or copied where it waits); clear it before
+    /// encoding more.
     var outputHandedOver = false
     /// Inside a burst of reads: replies wait for `readComplete()` to be handed over together.
     var reading = false
