@@ -51,11 +51,10 @@ public struct SimpleGet: Sendable, Hashable {
         return SimpleGet(kind: kind, id: id, minValidity: value)
     }
 
-    /// Whether an id may hold `byte`: the printable ASCII bytes from `!` to `~` but `/`, `:`,
-    /// `\`, `?` and `#`. The rule a byte at a time; ``ByteRun/outsideID(_:)`` tests eight at once.
+    /// Whether a plain GET's id may hold `byte`: the printable ASCII bytes from `!` to `~` but
+    /// those no id may hold (``TokenIdentifier``'s `/ : \ ? #`). The rule a byte at a time, for
+    /// tests; ``ByteRun/outsideID(_:)`` tests eight at once.
     public static func isIDByte(_ byte: UInt8) -> Bool {
-        byte > 0x20 && byte < 0x7F
-            && byte != UInt8(ascii: "/") && byte != UInt8(ascii: ":") && byte != UInt8(ascii: "\\")
-            && byte != UInt8(ascii: "?") && byte != UInt8(ascii: "#")
+        byte > 0x20 && byte < 0x7F && !TokenIdentifier.forbiddenIDScalars.contains(Unicode.Scalar(byte))
     }
 }

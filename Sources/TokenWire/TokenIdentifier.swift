@@ -1,6 +1,7 @@
 /// Fleet Engine's rules for ids and the agent's rules for kind names.
 public enum TokenIdentifier {
-    private static let forbiddenIDScalars: Set<Unicode.Scalar> = ["/", ":", "\\", "?", "#"]
+    /// The characters an id may not hold, whatever else it holds: `/ : \ ? #`.
+    static let forbiddenIDScalars: Set<Unicode.Scalar> = ["/", ":", "\\", "?", "#"]
 
     /// Checks an id: 1 to 64 Unicode scalars, no whitespace, no control characters, none of
     /// `/ : \ ? #`, and not one of the ids with a meaning of their own (``isReserved(_:)``).

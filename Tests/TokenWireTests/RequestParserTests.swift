@@ -120,8 +120,9 @@ struct RequestParserTests {
     }
 
     /// Every byte value in the middle of an id: the fast path takes exactly the printable ASCII
-    /// bytes but `/ : \ ? #` (its two-word bit test against the rule written out), and where it
-    /// takes a line the parser reads the same GET from it.
+    /// bytes but `/ : \ ? #` (the id rule a byte at a time, built on `TokenIdentifier`'s
+    /// forbidden characters, and the fast path's scan, each against the rule written out), and
+    /// where it takes a line the parser reads the same GET from it.
     @Test func theFastPathTakesAnIDByteExactlyWhenTheRuleSaysSo() {
         for byte in UInt8.min...UInt8.max {
             let rule =
