@@ -49,12 +49,16 @@ public final class TokenEngine: Sendable {
     /// Watches for steps of the wall clock, once a pass of the scheduler.
     private let wallClock = Mutex(WallClockWatch())
     private let logger: Logger
+    /// Runs where a request that missed goes to join or start a fetch, after the store's decision
+    /// and before the coordinator's lock: the window in which a fetch in flight may end. Tests
+    /// make that race happen here; the agent passes none.
+    private let beforeJoiningAFlight: (@Sendable (TokenKey) -> Void)?
 
     /// Creates an engine.
     /// - Parameters:
     ///   - providers: the provider of each kind; the kinds are exactly these keys.
     ///   - random: numbers in `0..<1` for jitter (injectable for tests).
-    public init(
+    public convenience init(
         providers: [String: any TokenProvider],
         policy: RefreshPolicy = RefreshPolicy(),
         maxEntries: Int = 100_000,
@@ -65,6 +69,35 @@ public final class TokenEngine: Sendable {
         logger: Logger = Logger(label: "fleet-tokend.engine"),
         metrics: EngineMetrics = EngineMetrics()
     ) {
+        self.init(
+            providers: providers,
+            policy: policy,
+            maxEntries: maxEntries,
+            fetchLimits: fetchLimits,
+            clock: clock,
+            random: random,
+            storage: storage,
+            logger: logger,
+            metrics: metrics,
+            beforeJoiningAFlight: nil
+        )
+    }
+
+    /// Creates an engine that calls `beforeJoiningAFlight` whenever a request that missed is about
+    /// to join or start a fetch; for tests.
+    init(
+        providers: [String: any TokenProvider],
+        policy: RefreshPolicy,
+        maxEntries: Int,
+        fetchLimits: FetchLimits,
+        clock: any AgentClock,
+        random: @escaping @Sendable () -> Double,
+        storage: (any TokenStorage)?,
+        logger: Logger,
+        metrics: EngineMetrics,
+        beforeJoiningAFlight: (@Sendable (TokenKey) -> Void)?
+    ) {
+        self.beforeJoiningAFlight = beforeJoiningAFlight
         let generations = Dictionary(uniqueKeysWithValues: providers.keys.map { ($0, 0) })
         let runtime = EngineRuntime(providers: providers, policy: policy, generations: generations)
         self.maxEntries = max(1, maxEntries)
@@ -266,6 +299,7 @@ public final class TokenEngine: Sendable {
                 let tokenKey = key.tokenKey
                 let seen = fetched
                 let recheck = attempt < 3
+                beforeJoiningAFlight?(tokenKey)
                 switch fetches.flight(
                     for: tokenKey,
                     owner: requester,
