@@ -61,6 +61,7 @@ struct FederationExchangeTests {
         try await withFake { fake in
             let directory = try TemporaryDirectory()
             defer { directory.remove() }
+            fake.stampExpireTimes { clock.wallSeconds }
             let source = try source(
                 fake,
                 directory: directory,

@@ -89,7 +89,8 @@ extension FakeGoogle {
         if let cap { lifetime = min(lifetime, cap) }
         let (value, _) = issueAccessToken(by: .generateAccessToken, for: account, lifetime: lifetime)
         call.issued = value
-        let expiry = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + Double(lifetime)).rounded(.down))
+        let now = state.withLock { $0.expireTimeClock }?() ?? Date().timeIntervalSince1970
+        let expiry = Date(timeIntervalSince1970: (now + Double(lifetime)).rounded(.down))
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
         return .json(200, FakeJSON.encode(["accessToken": value, "expireTime": formatter.string(from: expiry)]))

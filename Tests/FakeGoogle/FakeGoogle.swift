@@ -53,6 +53,9 @@ public final class FakeGoogle: Sendable {
         var signJwtCalls: [SignJwtCall] = []
         var generateAccessTokenCalls: [GenerateAccessTokenCall] = []
         var impersonatedLifetimeCap: Int?
+        /// The wall clock `generateAccessToken`'s `expireTime` is stamped by (Unix seconds);
+        /// the machine's when `nil`.
+        var expireTimeClock: (@Sendable () -> Double)?
         var tokenRequests: [TokenEndpointRequest] = []
         var metadataRequests: [MetadataRequest] = []
         var tokenURIs: Set<String> = []
@@ -258,6 +261,13 @@ public final class FakeGoogle: Sendable {
     /// The longest lifetime `generateAccessToken` grants from now on, seconds, whatever is asked
     /// (`nil`: the lifetime asked, as IAM grants it).
     public func capImpersonatedLifetime(seconds: Int?) { state.withLock { $0.impersonatedLifetimeCap = seconds } }
+
+    /// Stamps `generateAccessToken`'s `expireTime` by `wallSeconds` (Unix seconds), the clock
+    /// the test runs its source on, rather than the machine's: an absolute expiry must agree with
+    /// the clock it is judged by however long the test takes.
+    public func stampExpireTimes(by wallSeconds: @escaping @Sendable () -> Double) {
+        state.withLock { $0.expireTimeClock = wallSeconds }
+    }
 
     /// Makes every access token issued so far expired: IAM answers 401 to them.
     public func expireAccessTokens() {
