@@ -41,13 +41,15 @@ final class ServedConnection: Sendable {
     /// `type`: the socket pair's type; `SOCK_SEQPACKET` keeps each `send` the agent makes one
     /// record, so a test can count them. `sendBuffer`: the served end's `SO_SNDBUF`, for a test
     /// whose replies must back up in the agent. `costlyReplies`: the pace of its uid's costly
-    /// replies, which connections may share.
+    /// replies, which connections may share. `stallTimeout` is an hour: these tests run in real
+    /// time beside the whole suite, and a client a starved test has not read from yet is no
+    /// stalled client (stalls are tested in scripted time, `RequestHandlerBehaviourTests`).
     init(
         rules: AccessRules = .open(agentUID: 4_000_000),
         peer: PeerCredentials? = PeerCredentials(pid: 1, uid: 1000, gid: 1000),
         admission: ServerStatistics.Admission = .admitted,
         requestTimeout: TimeAmount = .seconds(10),
-        stallTimeout: TimeAmount = .seconds(30),
+        stallTimeout: TimeAmount = .seconds(3600),
         health: AgentHealth = AgentHealth(),
         storage: (any TokenStorage)? = nil,
         type: Int32 = Int32(SOCK_STREAM.rawValue),
