@@ -1,6 +1,7 @@
 import Dispatch
 import Logging
 import Synchronization
+import TestSupport
 import Testing
 import TokenWire
 
@@ -46,7 +47,7 @@ struct SingleflightRaceTests {
 /// request's miss and its joining a flight.
 @Suite("A fetch ending while a request that missed goes to join it")
 struct FetchEndingBeforeJoinTests {
-    @Test func theRequestTakesTheRecordedTokenAndStartsNoFetch() async {
+    @Test func theRequestTakesTheRecordedTokenAndStartsNoFetch() async throws {
         let clock = ManualClock()
         let provider = ScriptedProvider(clock: clock)
         let flightEnded = DispatchSemaphore(value: 0)
@@ -70,12 +71,12 @@ struct FetchEndingBeforeJoinTests {
                 }
                 guard window == 2 else { return }
                 provider.release()
-                flightEnded.wait()
+                _ = flightEnded.wait(timeout: .now() + hangLimit)
             }
         )
         provider.hold()
         let first = Task { await engine.get(kind: "vehicle", id: "v-1") }
-        while provider.heldCount == 0 { await Task.yield() }
+        try #require(await eventually { provider.heldCount == 1 }, "the first GET's fetch reached the provider")
 
         // The second GET runs on a thread of its own: it blocks in the window.
         let second = await withCheckedContinuation { (done: CheckedContinuation<TokenEngine.Lookup, Never>) in

@@ -49,9 +49,10 @@ public final class TokenEngine: Sendable {
     /// Watches for steps of the wall clock, once a pass of the scheduler.
     private let wallClock = Mutex(WallClockWatch())
     private let logger: Logger
-    /// Runs where a request that missed goes to join or start a fetch, after the store's decision
-    /// and before the coordinator's lock: the window in which a fetch in flight may end. Tests
-    /// make that race happen here; the agent passes none.
+    /// Runs where a request the store decided to fetch for (a GET that missed, a REFRESH) goes to
+    /// join or start a fetch, after the store's decision and before the coordinator's lock: the
+    /// window in which a fetch in flight may end. Tests make that race happen here; the agent
+    /// passes none.
     private let beforeJoiningAFlight: (@Sendable (TokenKey) -> Void)?
 
     /// Creates an engine.
@@ -83,8 +84,8 @@ public final class TokenEngine: Sendable {
         )
     }
 
-    /// Creates an engine that calls `beforeJoiningAFlight` whenever a request that missed is about
-    /// to join or start a fetch; for tests.
+    /// Creates an engine that calls `beforeJoiningAFlight` whenever a request the store decided to
+    /// fetch for is about to join or start one; for tests.
     init(
         providers: [String: any TokenProvider],
         policy: RefreshPolicy,
